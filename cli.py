@@ -1,0 +1,247 @@
+"""The `dane` command line: parses options, calls one pipeline or datasets function each.
+
+User errors (ValueError from any layer) print one line naming the problem and the fix and
+exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    help="Train models with DANE (Distributed Approximate NEwton) on a Dask cluster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+EXIT_USER_ERROR = 2
+
+
+@app.command()
+def prepare(
+    source: Annotated[str, typer.Argument(help="Data source: digits | synthetic.")],
+    out: Annotated[Path, typer.Option("--out", help="Path of the zarr store to write.")],
+    shards: Annotated[int, typer.Option(help="Number of training shards.")] = 2,
+    partition: Annotated[str, typer.Option(help="iid | label-skew | dirichlet.")] = "iid",
+    classes_per_shard: Annotated[int, typer.Option(help="label-skew: classes per shard.")] = 2,
+    alpha: Annotated[float, typer.Option(help="dirichlet: concentration (small = skewed).")] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the split and the partition.")] = 0,
+    test_fraction: Annotated[float, typer.Option(help="Share of samples held out.")] = 0.2,
+    samples: Annotated[int | None, typer.Option(help="synthetic: number of samples.")] = None,
+    image_size: Annotated[int, typer.Option(help="synthetic: image side in pixels.")] = 8,
+    force: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
+) -> None:
+    """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
+    from dask_dane.datasets.partition import PartitionSpec, validate_partition
+    from dask_dane.datasets.sources import SOURCES, SourceOptions, load_source
+    from dask_dane.datasets.store import write_store
+
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}; choose one of: {', '.join(sorted(SOURCES))}")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"--test-fraction must be between 0 and 1 (got {test_fraction})")
+    if samples is not None and samples < 2:
+        raise ValueError(f"--samples must be at least 2 (got {samples})")
+    if image_size < 1:
+        raise ValueError(f"--image-size must be at least 1 (got {image_size})")
+    if out.exists() and not force:
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    spec = PartitionSpec(
+        kind=partition,
+        num_shards=shards,
+        seed=seed,
+        classes_per_shard=classes_per_shard,
+        alpha=alpha,
+    )
+    validate_partition(spec, num_samples=max(shards, 1), num_classes=10)
+    options = SourceOptions(
+        seed=seed, samples=samples, test_fraction=test_fraction, image_size=image_size
+    )
+    info = write_store(load_source(source, options), spec, out, force=force)
+    typer.echo(
+        f"wrote {out}: {info.num_train} train / {info.num_test} test samples of shape "
+        f"{info.sample_shape}, {info.num_shards} shards ({spec.kind})"
+    )
+
+
+@app.command()
+def info(store: Annotated[Path, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
+    """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
+    from dask_dane.datasets.store import label_histograms, open_store
+
+    meta = open_store(store)
+    typer.echo(f"store:          {meta.path}")
+    typer.echo(f"source:         {meta.source}")
+    typer.echo(f"task:           {meta.task} ({meta.num_classes} classes)")
+    typer.echo(f"train:          x {(meta.num_train, *meta.sample_shape)} {meta.x_dtype}, "
+               f"y ({meta.num_train},) {meta.y_dtype}")  # fmt: skip
+    typer.echo(f"test:           x {(meta.num_test, *meta.sample_shape)} {meta.x_dtype}, "
+               f"y ({meta.num_test},) {meta.y_dtype}")  # fmt: skip
+    typer.echo(f"partition:      {meta.partition}")
+    typer.echo(f"shards:         {meta.num_shards}")
+    histograms = label_histograms(meta) if meta.task == "classification" else None
+    for i, (start, stop) in enumerate(meta.shards):
+        line = f"  shard {i:>3}: rows [{start}, {stop})  {stop - start} samples"
+        if histograms is not None:
+            line += "  labels " + " ".join(str(int(c)) for c in histograms[i])
+        typer.echo(line)
+
+
+@app.command()
+def train(
+    store: Annotated[
+        str | None, typer.Argument(help="Store to train on (default: embedded digits).")
+    ] = None,
+    out: Annotated[str | None, typer.Option(help="Run directory [runs/latest].")] = None,
+    algorithm: Annotated[str | None, typer.Option(help="dane | sgd | fedavg [dane].")] = None,
+    model: Annotated[str | None, typer.Option(help="small-cnn | mlp [small-cnn].")] = None,
+    workers: Annotated[int | None, typer.Option(help="Workers of a started cluster [2].")] = None,
+    threads_per_worker: Annotated[int | None, typer.Option(help="Threads per worker [1].")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Rounds (DANE iterations) [20].")] = None,
+    eta: Annotated[
+        float | None, typer.Option(help="DANE: step on the global gradient [1].")
+    ] = None,
+    mu: Annotated[float | None, typer.Option(help="DANE: proximal strength [0].")] = None,
+    local_steps: Annotated[int | None, typer.Option(help="Local solver steps K [30].")] = None,
+    local_lr: Annotated[float | None, typer.Option(help="Learning rate [0.05].")] = None,
+    local_optimizer: Annotated[str | None, typer.Option(help="sgd | adam [sgd].")] = None,
+    momentum: Annotated[float | None, typer.Option(help="SGD momentum [0.9].")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Minibatch size per shard [32].")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
+    eval_every: Annotated[int | None, typer.Option(help="Evaluate every N rounds [1].")] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="Address of a running Dask scheduler to use.")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Interface a started cluster binds.")] = None,
+    dashboard_address: Annotated[
+        str | None, typer.Option(help="Dashboard address [127.0.0.1:8787].")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds to wait for a cluster [60].")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="TOML file of settings; flags override it.")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out.")] = False,
+) -> None:
+    """Train a model with DANE (or SGD / FedAvg) and print the test accuracy."""
+    # First statement: the options given, by name (None = not given on the command line).
+    flags = {k: v for k, v in locals().items() if k not in ("config", "resume")}
+    from dask_dane.pipeline.config import check_settings, resolve_config
+    from dask_dane.pipeline.loop import train as run_training
+    from dask_dane.pipeline.rundir import RunDir, check_same_run
+    from dask_dane.pipeline.setup import ensure_default_store
+
+    base: dict[str, Any] = {}
+    if resume:
+        out_dir = flags["out"] or resolve_config(file=config, flags={}).out
+        base = RunDir(Path(out_dir)).saved_config()
+        check_settings(base, "config.toml")
+    resolved = resolve_config(file=config, flags=flags, base=base)
+    if resolved.store is None:
+        resolved = resolve_config(
+            file=config, flags={**flags, "store": str(ensure_default_store(resolved))}, base=base
+        )
+    if resume:
+        check_same_run(base, resolved)
+    with _TrainingProgress(resolved.rounds) as progress:
+        summary = run_training(resolved, resume=resume, callbacks=progress.callbacks())
+    accuracy = summary["final_test_accuracy"]
+    typer.echo(
+        f"{summary['algorithm']}: {summary['rounds']} rounds, test accuracy "
+        f"{accuracy:.4f}, {summary['total_wall_s']:.1f} s in rounds; run in {resolved.out}"
+        if accuracy is not None
+        else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
+    )
+
+
+class _TrainingProgress:
+    """A rich progress bar: round, train loss, test accuracy, ETA."""
+
+    def __init__(self, rounds: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(
+            TextColumn("round"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self.task = self.bar.add_task("train", total=rounds, loss="-", acc="-")
+
+    def __enter__(self) -> _TrainingProgress:
+        return self  # the bar starts with the first round: errors before it print alone
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def callbacks(self):  # type: ignore[no-untyped-def]
+        from dask_dane.pipeline.loop import Callbacks
+
+        def on_start(dashboard: str, workers: int) -> None:
+            self.console.print(f"dashboard: {dashboard}  ({workers} workers)")
+            self.bar.start()
+
+        def on_round(row: dict[str, Any]) -> None:
+            loss = row["train_loss"]
+            acc = row["test_accuracy"]
+            self.bar.update(
+                self.task,
+                completed=row["round"],
+                loss=f"{loss:.4f}" if loss is not None else "-",
+                acc=f"{acc:.4f}" if acc is not None else "-",
+            )
+
+        return Callbacks(on_start=on_start, on_round=on_round)
+
+
+@app.command()
+def evaluate(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
+    best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
+) -> None:
+    """Print loss and accuracy of a run's checkpoint on its store's test split."""
+    from dask_dane.pipeline.config import RunConfig
+    from dask_dane.pipeline.evaluation import evaluate_checkpoint
+    from dask_dane.pipeline.rundir import RunDir
+
+    run = RunDir(run_dir)
+    config = RunConfig(**run.saved_config()).validate()
+    checkpoint = run.best if best else run.latest
+    round_index, metrics = evaluate_checkpoint(config, checkpoint)
+    line = f"{checkpoint.name} (round {round_index}): test loss {metrics['loss']:.4f}"
+    if "accuracy" in metrics:
+        line += f", test accuracy {metrics['accuracy']:.4f}"
+    typer.echo(line)
+
+
+def main() -> None:
+    """Console-script entry: user errors become one line on stderr and exit status 2."""
+    try:
+        app(standalone_mode=True)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Data sources, partitioners and the zarr store format (see DESIGN.md section 3)."""

@@ -1,0 +1,189 @@
+"""The zarr v3 store: one group with train/{x,y}, test/{x,y} and attributes (DESIGN.md 3).
+
+A store is written into a temporary sibling folder and renamed into place only when complete,
+so a reader never sees half a store and an interrupted `prepare` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from dask_dane.datasets.partition import PartitionSpec, partition_rows
+from dask_dane.datasets.sources import RawDataset
+
+FORMAT_VERSION = 1
+CHUNK_BYTES = 4 * 2**20  # chunks of about 4 MiB along the sample axis
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreInfo:
+    """What a store holds, read from its attributes and array metadata."""
+
+    path: str
+    source: str
+    task: str
+    num_classes: int
+    sample_shape: tuple[int, ...]
+    x_dtype: str
+    y_dtype: str
+    num_train: int
+    num_test: int
+    shards: tuple[tuple[int, int], ...]
+    partition: dict
+    normalization: dict
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.sample_shape) == 3
+
+
+def _chunk_rows(sample_shape: tuple[int, ...], itemsize: int) -> int:
+    row_bytes = int(np.prod(sample_shape, dtype=np.int64)) * itemsize
+    return max(1, CHUNK_BYTES // max(row_bytes, 1))
+
+
+def _normalization(x: np.ndarray) -> dict:
+    """Per-channel mean and std of the training images; identity for tabular data."""
+    if x.ndim != 4:
+        return {"mean": [0.0], "std": [1.0]}
+    values = x.astype(np.float64)
+    mean = values.mean(axis=(0, 2, 3))
+    std = values.std(axis=(0, 2, 3))
+    return {"mean": mean.tolist(), "std": np.where(std > 0, std, 1.0).tolist()}
+
+
+def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
+    chunks = (min(len(data), _chunk_rows(data.shape[1:], data.dtype.itemsize)), *data.shape[1:])
+    array = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=chunks)
+    array[...] = data
+
+
+def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: bool) -> StoreInfo:
+    """Partition `raw` and write it to `out` atomically; refuse to replace a store unless forced."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    shard_rows = partition_rows(partition, raw.y_train, raw.num_classes)
+    order = np.concatenate(shard_rows)
+    bounds = np.cumsum([0, *map(len, shard_rows)])
+    attrs = {
+        "format_version": FORMAT_VERSION,
+        "source": raw.source,
+        "task": raw.task,
+        "num_classes": raw.num_classes,
+        "normalization": _normalization(raw.x_train),
+        "shards": [[int(a), int(b)] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+        "partition": partition.as_attrs(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        group = zarr.open_group(tmp, mode="w", zarr_format=3)
+        _write_array(group, "train/x", raw.x_train[order])
+        _write_array(group, "train/y", raw.y_train[order])
+        _write_array(group, "test/x", raw.x_test)
+        _write_array(group, "test/y", raw.y_test)
+        group.attrs.update(attrs)  # written last: a store without attributes is incomplete
+        _replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return open_store(out)
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Move `src` to `dst`; an existing `dst` is moved aside first and removed only after."""
+    if not dst.exists():
+        os.replace(src, dst)
+        return
+    trash = dst.parent / f".{dst.name}.old-{os.getpid()}"
+    os.replace(dst, trash)
+    os.replace(src, dst)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def open_store(path: str | os.PathLike) -> StoreInfo:
+    """Read and check a store's metadata; ValueError naming the problem and the fix if bad."""
+    path = Path(path)
+    hint = f"create one with `dane prepare digits --out {path}`"
+    if not path.exists():
+        raise ValueError(f"store {path} does not exist; {hint}")
+    try:
+        group = zarr.open_group(path, mode="r", zarr_format=3)
+    except Exception as err:  # zarr raises several types for "not a group here"
+        raise ValueError(f"{path} is not a zarr v3 store ({type(err).__name__}); {hint}") from None
+    attrs = dict(group.attrs)
+    version = attrs.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format_version {version!r}, this dask-dane reads {FORMAT_VERSION}; "
+            f"re-create it with `dane prepare ... --out {path} --force`"
+        )
+    try:
+        train_x, train_y = group["train/x"], group["train/y"]
+        test_x, test_y = group["test/x"], group["test/y"]
+        shards = tuple((int(a), int(b)) for a, b in attrs["shards"])
+        info = StoreInfo(
+            path=str(path),
+            source=str(attrs["source"]),
+            task=str(attrs["task"]),
+            num_classes=int(attrs["num_classes"]),
+            sample_shape=tuple(train_x.shape[1:]),
+            x_dtype=str(train_x.dtype),
+            y_dtype=str(train_y.dtype),
+            num_train=int(train_x.shape[0]),
+            num_test=int(test_x.shape[0]),
+            shards=shards,
+            partition=dict(attrs["partition"]),
+            normalization=dict(attrs["normalization"]),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(
+            f"{path} is a zarr store but not in the dask-dane layout (missing or bad {err}); "
+            f"re-create it with `dane prepare`"
+        ) from None
+    _check_consistent(info, train_y.shape[0], test_y.shape[0], test_x.shape[1:])
+    return info
+
+
+def _check_consistent(info: StoreInfo, num_train_y: int, num_test_y: int, test_shape) -> None:
+    problems = []
+    if num_train_y != info.num_train or num_test_y != info.num_test:
+        problems.append("x and y have different numbers of rows")
+    if tuple(test_shape) != info.sample_shape:
+        problems.append("train and test samples have different shapes")
+    expected_start = 0
+    for start, stop in info.shards:
+        if start != expected_start or stop <= start:
+            problems.append(f"shard range [{start}, {stop}) is empty or not contiguous")
+            break
+        expected_start = stop
+    if expected_start != info.num_train:
+        problems.append("shard ranges do not cover the training rows")
+    if problems:
+        raise ValueError(f"store {info.path} is inconsistent: {problems[0]}; re-create it")
+
+
+def read_rows(path: str, split: str, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows [start, stop) of `split` ("train" or "test") as NumPy arrays."""
+    group = zarr.open_group(path, mode="r", zarr_format=3)
+    return group[f"{split}/x"][start:stop], group[f"{split}/y"][start:stop]
+
+
+def label_histograms(info: StoreInfo) -> list[np.ndarray]:
+    """Per-shard label counts (classification stores only)."""
+    group = zarr.open_group(info.path, mode="r", zarr_format=3)
+    labels = group["train/y"][:]
+    return [np.bincount(labels[a:b], minlength=info.num_classes) for a, b in info.shards]

@@ -1,0 +1,1 @@
+"""Model architectures (no training code) and flat-vector <-> parameter helpers."""

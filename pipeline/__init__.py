@@ -1,0 +1,1 @@
+"""The driver side: configuration, cluster, round graphs, reference runner, checkpoints."""

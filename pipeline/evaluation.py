@@ -1,0 +1,27 @@
+"""Scoring a saved checkpoint on its store's test split, in this process (no cluster needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dask_dane.pipeline import tasks
+from dask_dane.pipeline.checkpoint import load_checkpoint
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.setup import prepare_run
+
+
+def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[str, float]]:
+    """(round, {loss, accuracy}) of the weights in `checkpoint`."""
+    setup = prepare_run(config)
+    saved = load_checkpoint(checkpoint)
+    weights = saved["weights"].to(getattr(__import__("torch"), config.dtype))
+    if weights.numel() != _num_parameters(setup):
+        raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
+    test = tasks.load_shard(**setup.test_args())
+    return int(saved["round"]), tasks.evaluate(setup.spec, test, weights)
+
+
+def _num_parameters(setup) -> int:  # type: ignore[no-untyped-def]
+    from dask_dane.pipeline.setup import initial_weights
+
+    return initial_weights(setup.spec, 0).numel()

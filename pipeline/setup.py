@@ -1,0 +1,85 @@
+"""What a run is made of, resolved and checked once: store, model, strategy, shard layout.
+
+Shared by the Dask driver (loop.py) and the single-process reference (reference.py), so both
+start from identical weights and read identical shards.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import StoreInfo, open_store, write_store
+from dask_dane.models.flat import flatten_parameters
+from dask_dane.models.registry import ModelSpec, build_model, check_model_fits
+from dask_dane.pipeline.algorithms import Strategy, make_strategy
+from dask_dane.pipeline.config import RunConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSetup:
+    config: RunConfig
+    store: StoreInfo
+    spec: ModelSpec
+    strategy: Strategy
+
+    def shard_args(self, index: int) -> dict:
+        """Keyword arguments of tasks.load_shard for training shard `index`."""
+        start, stop = self.store.shards[index]
+        return self._load_args(split="train", start=start, stop=stop, index=index)
+
+    def test_args(self) -> dict:
+        return self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
+
+    def _load_args(self, **where: object) -> dict:
+        return dict(
+            store=self.store.path,
+            task=self.store.task,
+            normalization=self.store.normalization,
+            dtype=self.config.dtype,
+            **where,
+        )
+
+
+def default_store_path(config: RunConfig) -> Path:
+    """Where the embedded default (digits, one shard per worker) is cached."""
+    root = Path(os.environ.get("DANE_CACHE", Path.home() / ".cache" / "dask-dane"))
+    return root / f"digits-{config.workers}shards-seed{config.seed}.zarr"
+
+
+def ensure_default_store(config: RunConfig) -> Path:
+    """Prepare the embedded default store on first use; reuse it afterwards."""
+    path = default_store_path(config)
+    if not path.exists():
+        raw = load_source("digits", SourceOptions(seed=config.seed))
+        spec = PartitionSpec(kind="iid", num_shards=config.workers, seed=config.seed)
+        write_store(raw, spec, path, force=False)
+    return path
+
+
+def prepare_run(config: RunConfig) -> RunSetup:
+    """Check that store, model and settings fit together; ValueError with the fix if not."""
+    if config.store is None:
+        raise ValueError("no store given; pass a store path or use the embedded default")
+    store = open_store(config.store)
+    check_model_fits(config.model, store.sample_shape)
+    if store.task != "classification" and config.model in ("small-cnn",):
+        raise ValueError(f"model {config.model!r} is a classifier but the store is {store.task}")
+    spec = ModelSpec(
+        name=config.model,
+        sample_shape=store.sample_shape,
+        num_classes=store.num_classes,
+        dtype=config.dtype,
+    )
+    return RunSetup(config=config, store=store, spec=spec, strategy=make_strategy(config))
+
+
+def initial_weights(spec: ModelSpec, seed: int) -> torch.Tensor:
+    """The model's default initialisation under `seed`, as a flat vector."""
+    torch.manual_seed(seed)
+    return flatten_parameters(build_model(spec))
