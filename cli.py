@@ -80,10 +80,14 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by `dane pr
     typer.echo(f"store:          {meta.path}")
     typer.echo(f"source:         {meta.source}")
     typer.echo(f"task:           {meta.task} ({meta.num_classes} classes)")
-    typer.echo(f"train:          x {(meta.num_train, *meta.sample_shape)} {meta.x_dtype}, "
-               f"y ({meta.num_train},) {meta.y_dtype}")  # fmt: skip
-    typer.echo(f"test:           x {(meta.num_test, *meta.sample_shape)} {meta.x_dtype}, "
-               f"y ({meta.num_test},) {meta.y_dtype}")  # fmt: skip
+    typer.echo(
+        f"train:          x {(meta.num_train, *meta.sample_shape)} {meta.x_dtype}, "
+        f"y ({meta.num_train},) {meta.y_dtype}"
+    )
+    typer.echo(
+        f"test:           x {(meta.num_test, *meta.sample_shape)} {meta.x_dtype}, "
+        f"y ({meta.num_test},) {meta.y_dtype}"
+    )
     typer.echo(f"partition:      {meta.partition}")
     typer.echo(f"shards:         {meta.num_shards}")
     histograms = label_histograms(meta) if meta.task == "classification" else None

@@ -6,6 +6,7 @@ so a reader never sees half a store and an interrupted `prepare` leaves nothing 
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: 
         "task": raw.task,
         "num_classes": raw.num_classes,
         "normalization": _normalization(raw.x_train),
-        "shards": [[int(a), int(b)] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+        "shards": [[int(a), int(b)] for a, b in itertools.pairwise(bounds)],
         "partition": partition.as_attrs(),
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -84,8 +84,16 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         locals_ = []
         for i, (shard, worker) in enumerate(zip(plan.shards, plan.placement, strict=True)):
             received = received_key if received_key else {}
-            task = (run, plan.strategy, phase, plan.spec, shard, plan.weights, received,
-                    previous_locals[i])  # fmt: skip
+            task = (
+                run,
+                plan.strategy,
+                phase,
+                plan.spec,
+                shard,
+                plan.weights,
+                received,
+                previous_locals[i],
+            )
             depends = [k for k in (received_key, previous_locals[i]) if k]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
         total_key = _reduce_tree(b, locals_, f"reduce_{name}", t)
@@ -99,7 +107,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
                 total_key,
                 end_key,
                 num_receivers,
-            ),  # fmt: skip
+            ),
             depends=[k for k in (total_key, end_key) if k],
         )
         received_key = b.add(
@@ -129,8 +137,14 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
 def _reduce_tree(b: _GraphBuilder, keys: list[str], name: str, t: int) -> str:
     """Pairwise sums up a tree (same order as aggregate.tree_reduce); returns the root key."""
     level = 0
-    current = [b.add(b.key(name, t, level, i), (tasks.combine, k), depends=[k])
-               for i, k in enumerate(keys)] if len(keys) == 1 else keys  # fmt: skip
+    current = (
+        [
+            b.add(b.key(name, t, level, i), (tasks.combine, k), depends=[k])
+            for i, k in enumerate(keys)
+        ]
+        if len(keys) == 1
+        else keys
+    )
     while len(current) > 1:
         level += 1
         current = [

@@ -114,11 +114,16 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str], token: str
             workers=[worker],
             allow_other_workers=True,
             **setup.shard_args(i),
-        )  # fmt: skip
+        )
         for i, worker in enumerate(placement)
     ]
-    test = client.submit(tasks.load_shard, key=f"load_test-{token}", workers=[workers[0]],
-                         allow_other_workers=True, **setup.test_args())  # fmt: skip
+    test = client.submit(
+        tasks.load_shard,
+        key=f"load_test-{token}",
+        workers=[workers[0]],
+        allow_other_workers=True,
+        **setup.test_args(),
+    )
     return shards, placement, test
 
 

@@ -57,7 +57,7 @@ def run_reference(
                     previous[i],
                     seed=config.seed,
                     round_index=t,
-                )  # fmt: skip
+                )
                 for i, shard in enumerate(shards)
             ]
             total = tree_reduce([to_partial(r) for r in reports])
