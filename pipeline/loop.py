@@ -11,7 +11,9 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,26 +55,30 @@ class Callbacks:
     on_round: Callable[[dict[str, Any]], None] = lambda row: None
 
 
-def train(config: RunConfig, *, resume: bool = False, callbacks: Callbacks | None = None) -> dict:
-    """Train as configured (or continue a run); returns the summary written to summary.json."""
+def train(
+    config: RunConfig,
+    *,
+    resume: bool = False,
+    callbacks: Callbacks | None = None,
+    client: Client | None = None,
+) -> dict:
+    """Train as configured (or continue a run); returns the summary written to summary.json.
+
+    With `client` given (benchmarks running many trainings) that cluster is used as it is;
+    otherwise one is started or connected to as the config says, and closed at the end.
+    """
     callbacks = callbacks or Callbacks()
     setup = prepare_run(config)  # all checks before anything is written
-    run_dir = RunDir(_out_path(config))
+    run_dir = RunDir(Path(config.out))
     progress = _start(setup, run_dir, resume=resume)
     if progress.round < config.rounds:
-        with make_client(config) as client:
-            workers = worker_addresses(client)
-            callbacks.on_start(client.dashboard_link, len(workers))
-            _run_rounds(client, setup, run_dir, progress, workers, callbacks)
+        with nullcontext(client) if client else make_client(config) as active:
+            workers = worker_addresses(active)
+            callbacks.on_start(active.dashboard_link, len(workers))
+            _run_rounds(active, setup, run_dir, progress, workers, callbacks)
     summary = _summary(setup, run_dir, progress)
     run_dir.write_summary(summary)
     return summary
-
-
-def _out_path(config: RunConfig):  # type: ignore[no-untyped-def]
-    from pathlib import Path
-
-    return Path(config.out)
 
 
 def _start(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> Progress:
