@@ -24,7 +24,12 @@ EXIT_USER_ERROR = 2
 
 @app.command()
 def prepare(
-    source: Annotated[str, typer.Argument(help="Data source: digits | synthetic.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="Data source: digits | synthetic | fashion-mnist | mnist-1d | idx:DIR | npz:FILE."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Path of the zarr store to write.")],
     shards: Annotated[int, typer.Option(help="Number of training shards.")] = 2,
     partition: Annotated[str, typer.Option(help="iid | label-skew | dirichlet.")] = "iid",
@@ -32,17 +37,25 @@ def prepare(
     alpha: Annotated[float, typer.Option(help="dirichlet: concentration (small = skewed).")] = 0.5,
     seed: Annotated[int, typer.Option(help="Seed of the split and the partition.")] = 0,
     test_fraction: Annotated[float, typer.Option(help="Share of samples held out.")] = 0.2,
-    samples: Annotated[int | None, typer.Option(help="synthetic: number of samples.")] = None,
+    samples: Annotated[
+        int | None, typer.Option(help="synthetic, mnist-1d: number of samples [2000, 5000].")
+    ] = None,
     image_size: Annotated[int, typer.Option(help="synthetic: image side in pixels.")] = 8,
+    path: Annotated[
+        str | None,
+        typer.Option(
+            help="fashion-mnist, idx: folder of IDX files "
+            "[/usr/share/datasets/fashion-mnist]; npz: the file."
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
 ) -> None:
     """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
     from dask_dane.datasets.partition import PartitionSpec, validate_partition
-    from dask_dane.datasets.sources import SOURCES, SourceOptions, load_source
+    from dask_dane.datasets.sources import SourceOptions, load_source, parse_source_name
     from dask_dane.datasets.store import write_store
 
-    if source not in SOURCES:
-        raise ValueError(f"unknown source {source!r}; choose one of: {', '.join(sorted(SOURCES))}")
+    parse_source_name(source)  # an unknown source fails before any work
     if not 0 < test_fraction < 1:
         raise ValueError(f"--test-fraction must be between 0 and 1 (got {test_fraction})")
     if samples is not None and samples < 2:
@@ -62,7 +75,7 @@ def prepare(
     )
     validate_partition(spec, num_samples=max(shards, 1), num_classes=10)
     options = SourceOptions(
-        seed=seed, samples=samples, test_fraction=test_fraction, image_size=image_size
+        seed=seed, samples=samples, test_fraction=test_fraction, image_size=image_size, path=path
     )
     info = write_store(load_source(source, options), spec, out, force=force)
     typer.echo(

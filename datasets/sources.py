@@ -6,7 +6,8 @@ Every source runs offline: it reads bundled or local files or generates data fro
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +34,7 @@ class SourceOptions:
     test_fraction: float = 0.2
     image_size: int = 8
     num_classes: int = 10
+    path: str | None = None  # idx / npz / fashion-mnist: where the files are
 
 
 def split_train_test(
@@ -101,15 +103,224 @@ def make_synthetic_source(options: SourceOptions) -> RawDataset:
     )
 
 
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian package dataset-fashion-mnist
+MNIST1D_SAMPLES = 5000  # the MNIST-1D paper's 4000 train + 1000 test
+MNIST1D_SEED = 42  # mnist1d's default generation seed; --seed shifts it
+
+
+def _classification(
+    source: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
+) -> RawDataset:
+    """A classification RawDataset with int64 labels; num_classes = largest label + 1."""
+    y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
+    largest = max(int(y_train.max(initial=0)), int(y_test.max(initial=0)))
+    return RawDataset(
+        source=source,
+        task="classification",
+        num_classes=max(largest + 1, 2),
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+    )
+
+
+def load_idx_source(options: SourceOptions, *, source: str = "idx") -> RawDataset:
+    """An MNIST-format directory (`idx:DIR` or `--path DIR`): its own train / test split.
+
+    Images are stored as (N, 1, H, W), uint8 when the files hold bytes.
+    """
+    from dask_dane.datasets.idx import read_idx_dir
+
+    if options.path is None:
+        raise ValueError("source idx needs a directory: use `idx:DIR` or --path DIR")
+    arrays = read_idx_dir(options.path)
+    return _classification(
+        source,
+        arrays["train_images"][:, None],
+        arrays["train_labels"],
+        arrays["test_images"][:, None],
+        arrays["test_labels"],
+    )
+
+
+def load_fashion_mnist_source(options: SourceOptions) -> RawDataset:
+    """Fashion-MNIST (Xiao et al. 2017) from IDX files: the official 60k / 10k split."""
+    path = options.path or FASHION_MNIST_DIR
+    if not Path(path).is_dir():
+        raise ValueError(
+            f"Fashion-MNIST directory {path} does not exist; install the Debian package "
+            "(`apt-get install dataset-fashion-mnist`) or pass --path DIR with its IDX files"
+        )
+    return load_idx_source(replace(options, path=path), source="fashion-mnist")
+
+
+def load_npz_source(options: SourceOptions) -> RawDataset:
+    """A NumPy .npz file (`npz:FILE`) with x_train, y_train, x_test, y_test.
+
+    x is (N, H, W) or (N, C, H, W) images (stored as (N, C, H, W)), or (N, d) tabular rows.
+    Integer y means classification; floating y means regression (one output).
+    """
+    path = Path(options.path or "")
+    if options.path is None or not path.is_file():
+        raise ValueError(
+            f"npz file {options.path} does not exist; use `npz:FILE` with a file written by "
+            "numpy.savez(FILE, x_train=..., y_train=..., x_test=..., y_test=...)"
+        )
+    required = ("x_train", "y_train", "x_test", "y_test")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [k for k in required if k not in archive.files]
+            if missing:
+                raise ValueError(
+                    f"{path} lacks array(s) {', '.join(missing)} (it has "
+                    f"{', '.join(archive.files) or 'none'}); save it with "
+                    "numpy.savez(FILE, x_train=..., y_train=..., x_test=..., y_test=...)"
+                )
+            arrays = {k: archive[k] for k in required}
+    except (OSError, EOFError) as err:  # not a zip archive / damaged
+        raise ValueError(f"{path} is not a readable .npz file ({err}); write it again") from None
+    x_train, y_train, x_test, y_test = (arrays[k] for k in required)
+    for name in ("x_train", "x_test"):
+        if arrays[name].ndim not in (2, 3, 4):
+            raise ValueError(
+                f"{path}: {name} has shape {arrays[name].shape}; use (N, d) rows, (N, H, W) or "
+                "(N, C, H, W) images"
+            )
+    if x_train.ndim == 3:  # (N, H, W) grey images get their channel axis
+        x_train, x_test = x_train[:, None], x_test[:, None]
+    if not np.issubdtype(x_train.dtype, np.number) or x_train.dtype != x_test.dtype:
+        raise ValueError(
+            f"{path}: x_train ({x_train.dtype}) and x_test ({x_test.dtype}) must have the same "
+            "numeric dtype"
+        )
+    if x_train.dtype not in (np.uint8, np.float32, np.float64):
+        x_train, x_test = x_train.astype(np.float32), x_test.astype(np.float32)
+    source = f"npz:{path.name}"
+    if np.issubdtype(y_train.dtype, np.integer) and np.issubdtype(y_test.dtype, np.integer):
+        return _classification(source, x_train, y_train, x_test, y_test)
+    return RawDataset(
+        source=source,
+        task="regression",
+        num_classes=1,
+        x_train=x_train,
+        y_train=y_train.astype(np.float32),
+        x_test=x_test,
+        y_test=y_test.astype(np.float32),
+    )
+
+
+def make_mnist1d_source(options: SourceOptions) -> RawDataset:
+    """MNIST-1D (Greydanus 2020), generated here with the mnist1d package's `make_dataset`.
+
+    Never its `get_dataset`, which downloads. `samples` (default 5000) is the total, split
+    1 - test_fraction / test_fraction as the package does (4000 / 1000 by default); the
+    generation seed is 42 + `seed`, so --seed 0 gives the package's default data set.
+    Samples are stored as (N, 1, 40) float32 signals.
+    """
+    import random
+
+    from mnist1d.data import get_dataset_args, make_dataset
+    from mnist1d.utils import ObjectView
+
+    args = get_dataset_args(as_dict=True)
+    args.update(
+        num_samples=options.samples or MNIST1D_SAMPLES,
+        train_split=1.0 - options.test_fraction,
+        seed=MNIST1D_SEED + options.seed,
+    )
+    if args["num_samples"] < 20:
+        raise ValueError(f"mnist-1d needs --samples of at least 20 (got {args['num_samples']})")
+    # make_dataset seeds NumPy's and Python's global generators: restore them afterwards.
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        data = make_dataset(ObjectView(args))
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+    return _classification(
+        "mnist-1d",
+        data["x"].astype(np.float32)[:, None, :],
+        data["y"],
+        data["x_test"].astype(np.float32)[:, None, :],
+        data["y_test"],
+    )
+
+
 SOURCES: dict[str, Callable[[SourceOptions], RawDataset]] = {
     "digits": load_digits_source,
     "synthetic": make_synthetic_source,
+    "fashion-mnist": load_fashion_mnist_source,
+    "mnist-1d": make_mnist1d_source,
+    "idx": load_idx_source,
+    "npz": load_npz_source,
 }
 
 
-def load_source(name: str, options: SourceOptions) -> RawDataset:
-    """Run the source called `name`; an unknown name is a ValueError listing the known ones."""
+PATH_SOURCES = ("idx", "npz")  # also written `idx:DIR`, `npz:FILE`
+
+
+def parse_source_name(name: str) -> tuple[str, str | None]:
+    """`idx:DIR` -> ("idx", "DIR"); a plain name -> (name, None); ValueError if unknown."""
+    kind, sep, path = name.partition(":")
+    if sep and kind in PATH_SOURCES and path:
+        return kind, path
     if name not in SOURCES:
-        known = ", ".join(sorted(SOURCES))
+        known = ", ".join([*sorted(SOURCES), *(f"{k}:PATH" for k in PATH_SOURCES)])
         raise ValueError(f"unknown source {name!r}; choose one of: {known}")
-    return SOURCES[name](options)
+    return name, None
+
+
+def load_source(name: str, options: SourceOptions) -> RawDataset:
+    """Run the source called `name` (or `idx:DIR`, `npz:FILE`); ValueError if unknown."""
+    kind, path = parse_source_name(name)
+    if path is not None:
+        if options.path is not None and options.path != path:
+            raise ValueError(f"source {name!r} names a path and --path gives another; give one")
+        options = replace(options, path=path)
+    return SOURCES[kind](options)
+
+
+def check_raw_dataset(raw: RawDataset) -> None:
+    """Check a source's arrays before they are stored.
+
+    Parameters
+    ----------
+    raw
+        The arrays and their description.
+
+    Raises
+    ------
+    ValueError
+        If x and y disagree in rows, train and test samples differ in shape, a class label lies
+        outside [0, num_classes), or a feature or target is NaN or infinite.
+    """
+    where = f"source {raw.source}"
+    for split, x, y in (("train", raw.x_train, raw.y_train), ("test", raw.x_test, raw.y_test)):
+        if y.ndim != 1 or len(x) != len(y):
+            raise ValueError(
+                f"{where}: {split} has {len(x)} samples but labels of shape {y.shape}; "
+                "give one label per sample"
+            )
+        if raw.task == "classification":
+            if not np.issubdtype(y.dtype, np.integer):
+                raise ValueError(f"{where}: {split} labels are {y.dtype}; use integer labels")
+            bad = (y < 0) | (y >= raw.num_classes)
+            if bad.any():
+                raise ValueError(
+                    f"{where}: {int(bad.sum())} {split} label(s) outside [0, {raw.num_classes}), "
+                    f"e.g. {int(y[bad][0])}; labels must be 0 .. num_classes - 1"
+                )
+        elif not np.isfinite(y).all():
+            raise ValueError(f"{where}: {split} targets contain NaN or infinite values")
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            rows = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+            raise ValueError(
+                f"{where}: {len(rows)} {split} sample(s) contain NaN or infinite values "
+                f"(first at row {int(rows[0])}); clean or drop them"
+            )
+    if raw.x_train.shape[1:] != raw.x_test.shape[1:]:
+        raise ValueError(
+            f"{where}: train samples have shape {raw.x_train.shape[1:]} but test samples "
+            f"{raw.x_test.shape[1:]}; both splits need the same sample shape"
+        )

@@ -5,6 +5,8 @@ Pure torch: used by every algorithm on the workers and by the single-process ref
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -16,13 +18,21 @@ FULL_PASS_CHUNK = 2048
 
 
 class ShardObjective:
-    """f_i(w): mean loss of `model` at flat weights w over the rows (x, y) of one shard."""
+    """f_i(w): mean loss of `model` at flat weights w over the rows (x, y) of one shard.
 
-    def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str) -> None:
+    With `l2` = lambda > 0 every f_i includes lambda*||w||^2 (the paper's regulariser), so that
+    f = mean_i f_i is the regularised objective and DANE's analysis applies shard by shard.
+    The penalty is part of training losses and gradients, not of `evaluate` (a test loss).
+    """
+
+    def __init__(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, l2: float = 0.0
+    ) -> None:
         self.model = model
         self.x = x
         self.y = y
         self.task = task
+        self.l2 = l2
 
     @property
     def num_samples(self) -> int:
@@ -35,8 +45,11 @@ class ShardObjective:
         return F.mse_loss(out.reshape(y.shape), y, reduction="sum")
 
     def batch_loss(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """Mean loss over `rows`, differentiable with respect to w."""
-        return self._loss_sum(w, self.x[rows], self.y[rows]) / len(rows)
+        """Mean loss over `rows` (plus the L2 penalty), differentiable with respect to w."""
+        return self._loss_sum(w, self.x[rows], self.y[rows]) / len(rows) + self._penalty(w)
+
+    def _penalty(self, w: torch.Tensor) -> torch.Tensor | float:
+        return self.l2 * torch.dot(w, w) if self.l2 else 0.0
 
     def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]:
         """Full-shard mean loss and its gradient at w, in chunks of FULL_PASS_CHUNK rows."""
@@ -47,7 +60,31 @@ class ShardObjective:
             loss = self._loss_sum(w, self.x[start:stop], self.y[start:stop]) / self.num_samples
             loss.backward()
             total += float(loss.detach())
+        if self.l2:
+            penalty = self._penalty(w)
+            penalty.backward()
+            total += float(penalty.detach())
         return total, w.grad.detach()
+
+    def hessian_operator(self, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """v -> H_i(w) v, the full-shard Hessian of f_i at w applied to v (exact solvers).
+
+        The gradient graph is built once (create_graph) and kept, so each product is one
+        backward pass; it holds the whole shard's graph, which is fine for the convex models.
+        """
+        w = w.detach().requires_grad_(True)
+        total = self._penalty(w)
+        for start in range(0, self.num_samples, FULL_PASS_CHUNK):
+            stop = start + FULL_PASS_CHUNK
+            chunk = self._loss_sum(w, self.x[start:stop], self.y[start:stop])
+            total = total + chunk / self.num_samples
+        (grad,) = torch.autograd.grad(total, w, create_graph=True)
+
+        def product(v: torch.Tensor) -> torch.Tensor:
+            (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True)
+            return hv.detach()
+
+        return product
 
     def sample_rows(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
         """A minibatch of distinct rows drawn with the given generator."""

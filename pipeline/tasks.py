@@ -76,9 +76,10 @@ def load_shard(
     x, y = read_rows(store, split, start, stop)
     torch_dtype = getattr(torch, dtype)
     features = torch.from_numpy(np.ascontiguousarray(x)).to(torch_dtype)
-    if features.ndim == 4:  # images: per-channel normalisation recorded in the store
-        mean = torch.tensor(normalization["mean"], dtype=torch_dtype).view(1, -1, 1, 1)
-        std = torch.tensor(normalization["std"], dtype=torch_dtype).view(1, -1, 1, 1)
+    if features.ndim in (3, 4):  # signals / images: per-channel normalisation from the store
+        shape = (1, -1, *[1] * (features.ndim - 2))
+        mean = torch.tensor(normalization["mean"], dtype=torch_dtype).view(shape)
+        std = torch.tensor(normalization["std"], dtype=torch_dtype).view(shape)
         features = (features - mean) / std
     targets = torch.from_numpy(np.ascontiguousarray(y))
     targets = targets.long() if task == "classification" else targets.to(torch_dtype)

@@ -4,6 +4,17 @@ A round runs the strategy's phases in order. In phase p every shard computes `lo
 the outputs are averaged over shards (weighted by shard size); between phases `broadcast`
 turns that average into what every shard receives next; after the last phase `update` gives
 the new weights. Strategies hold hyperparameters only, so they pickle and travel as data.
+
+Per-shard state (ADMM's dual variables): some algorithms keep, for every shard, tensors that
+only that shard uses and that outlive a round. Such state is data too: `init_shard_state`
+gives its start, every phase of round t receives the shard's state as round t started, and the
+last phase returns the state for round t+1 in `LocalOutput.shard_state`. The pipeline keeps
+the list of shard states next to the driver's `state` (so checkpoints and retries after a lost
+worker see it, and the reference runner keeps the same list), sends each shard its own entry
+and counts none of it as communication: in a deployment it would stay on the shard's machine.
+We chose this over folding it into the driver `state` keyed by shard because the averaged
+phases never hand the driver any single shard's output, and over state that lives only on
+workers between rounds because a lost worker or a resumed run would then lose the duals.
 """
 
 from __future__ import annotations
@@ -20,10 +31,15 @@ Tensors = dict[str, torch.Tensor]
 
 @dataclass(frozen=True, kw_only=True)
 class LocalOutput:
-    """What one shard sends back in a phase; `tensors` count as communication, `metrics` not."""
+    """What one shard sends back in a phase; `tensors` count as communication, `metrics` not.
+
+    `shard_state` (last phase only) is the shard's own state for the next round: it is neither
+    averaged nor counted as communication.
+    """
 
     tensors: Tensors
     metrics: dict[str, float] = field(default_factory=dict)
+    shard_state: Tensors = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +61,10 @@ class Strategy(Protocol):
         """Driver-side state before round 1 (e.g. a momentum buffer); {} if none."""
         ...
 
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        """Every shard's own state before round 1 (e.g. ADMM's dual); {} if none."""
+        ...
+
     def local(
         self,
         phase: int,
@@ -53,8 +73,12 @@ class Strategy(Protocol):
         received: Tensors,
         previous: LocalOutput | None,
         rng: torch.Generator,
+        shard_state: Tensors,
     ) -> LocalOutput:
-        """One shard's work in `phase`; `previous` is the same shard's output of phase-1."""
+        """One shard's work in `phase`; `previous` is the same shard's output of phase-1.
+
+        `shard_state` is this shard's state as the round started (see the module docstring).
+        """
         ...
 
     def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:

@@ -27,6 +27,9 @@ class Dane:
     def init_state(self, weights: torch.Tensor) -> Tensors:
         return {}
 
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
     def local(
         self,
         phase: int,
@@ -35,6 +38,7 @@ class Dane:
         received: Tensors,
         previous: LocalOutput | None,
         rng: torch.Generator,
+        shard_state: Tensors,
     ) -> LocalOutput:
         if phase == 0:
             loss, g_i = objective.loss_and_grad(weights)

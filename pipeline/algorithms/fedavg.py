@@ -23,6 +23,9 @@ class FedAvg:
     def init_state(self, weights: torch.Tensor) -> Tensors:
         return {}
 
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
     def local(
         self,
         phase: int,
@@ -31,6 +34,7 @@ class FedAvg:
         received: Tensors,
         previous: LocalOutput | None,
         rng: torch.Generator,
+        shard_state: Tensors,
     ) -> LocalOutput:
         v_i, first_loss = self.solver.solve(
             objective, weights, linear=None, anchor=None, mu=0.0, rng=rng

@@ -25,6 +25,9 @@ class Sgd:
     def init_state(self, weights: torch.Tensor) -> Tensors:
         return {"momentum": torch.zeros_like(weights)}
 
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
     def local(
         self,
         phase: int,
@@ -33,11 +36,14 @@ class Sgd:
         received: Tensors,
         previous: LocalOutput | None,
         rng: torch.Generator,
+        shard_state: Tensors,
     ) -> LocalOutput:
         w = weights.detach().requires_grad_(True)
         loss = objective.batch_loss(w, objective.sample_rows(self.batch_size, rng))
         loss.backward()
-        return LocalOutput(tensors={"grad": w.grad.detach()}, metrics={"train_loss": float(loss)})
+        return LocalOutput(
+            tensors={"grad": w.grad.detach()}, metrics={"train_loss": float(loss.detach())}
+        )
 
     def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
         raise AssertionError("sgd has a single phase")

@@ -1,0 +1,61 @@
+"""Shared fixtures: small stores and one LocalCluster of 2 single-threaded workers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import write_store
+
+
+@pytest.fixture(autouse=True)
+def _single_thread_torch():
+    # Workers run torch with one thread; the in-process reference must too, so both add
+    # floating-point numbers in the same order.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def digits_stores(tmp_path_factory) -> dict[int, Path]:
+    """The digits source as stores of 1, 2 and 4 iid shards."""
+    root = tmp_path_factory.mktemp("stores")
+    raw = load_source("digits", SourceOptions(seed=0))
+    return {
+        shards: write_store(
+            raw,
+            PartitionSpec(num_shards=shards, seed=0),
+            root / f"digits-{shards}.zarr",
+            force=False,
+        ).path
+        for shards in (1, 2, 4)
+    }
+
+
+@pytest.fixture(scope="session")
+def cluster_client():
+    """One LocalCluster (2 processes x 1 thread, loopback only) shared by the cluster tests."""
+    from distributed import Client, LocalCluster
+
+    from dask_dane.pipeline.cluster import TorchThreads
+
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    )
+    client = Client(cluster)
+    client.register_plugin(TorchThreads())
+    yield client
+    client.close()
+    cluster.close()

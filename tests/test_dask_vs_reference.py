@@ -1,0 +1,109 @@
+"""The Dask run equals the single-process reference, and counts its communication exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dask_dane.pipeline.checkpoint import load_checkpoint
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.loop import train
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.setup import initial_weights, prepare_run
+
+pytestmark = pytest.mark.cluster
+
+# float64 agrees to rounding of a few operations; float32 runs the same operations, so its
+# bound is the issue's 1e-5 (both are far below any real bug, which shows up at >= 1e-3).
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
+SETTINGS = {
+    "dane": dict(eta=1.0, mu=0.1, local_steps=5, local_lr=0.05, batch_size=16),
+    "sgd": dict(local_lr=0.1, batch_size=16),
+    "fedavg": dict(local_steps=5, local_lr=0.05, batch_size=16),
+}
+
+
+def _config(store, out, algorithm: str, dtype: str, rounds: int = 3) -> RunConfig:
+    return RunConfig(
+        store=str(store),
+        out=str(out),
+        algorithm=algorithm,
+        model="small-cnn",
+        dtype=dtype,
+        rounds=rounds,
+        seed=7,
+        **SETTINGS[algorithm],
+    ).validate()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shards", [2, 4])
+@pytest.mark.parametrize("algorithm", ["dane", "sgd", "fedavg"])
+def test_dask_run_equals_reference(
+    algorithm, shards, dtype, digits_stores, cluster_client, tmp_path
+):
+    config = _config(digits_stores[shards], tmp_path / "run", algorithm, dtype)
+
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
+
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    assert weights.dtype == getattr(torch, dtype)
+    start = initial_weights(prepare_run(config).spec, config.seed)
+    assert (weights - start).abs().max() > 1e-3  # training moved the weights
+    assert (weights - reference.weights).abs().max() < TOLERANCE[dtype]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    for row, expected in zip(rows, reference.history, strict=True):
+        assert row["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-5)
+        assert row["test_accuracy"] == pytest.approx(expected["test_accuracy"], abs=1e-9)
+
+
+@pytest.mark.parametrize(("algorithm", "phases"), [("dane", 2), ("sgd", 1), ("fedavg", 1)])
+def test_comm_bytes_are_the_exact_count(algorithm, phases, digits_stores, cluster_client, tmp_path):
+    # 4 shards on 2 workers: each phase sends its input (weights, then DANE's global
+    # gradient) once to each of the 2 workers and gets one model-sized tensor per shard back.
+    config = _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2)
+    num_params = initial_weights(prepare_run(config).spec, 0).numel()
+
+    train(config, client=cluster_client)
+
+    model_bytes = num_params * 4
+    per_round = phases * (2 * model_bytes + 4 * model_bytes)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["comm_bytes"] for r in rows] == [per_round, per_round]
+    assert [r["cum_comm_bytes"] for r in rows] == [per_round, 2 * per_round]
+    assert [r["comm_rounds"] for r in rows] == [phases, 2 * phases]
+    assert all(r["max_worker_compute_s"] > 0 for r in rows)
+    assert all(r["num_workers"] == 2 for r in rows)
+
+
+def test_resume_gives_the_uninterrupted_weights(digits_stores, cluster_client, tmp_path):
+    whole = _config(digits_stores[2], tmp_path / "whole", "dane", "float64", rounds=4)
+    first = _config(digits_stores[2], tmp_path / "split", "dane", "float64", rounds=2)
+    rest = _config(digits_stores[2], tmp_path / "split", "dane", "float64", rounds=4)
+
+    train(whole, client=cluster_client)
+    train(first, client=cluster_client)
+    train(rest, client=cluster_client, resume=True)
+
+    uninterrupted = load_checkpoint(RunDir(tmp_path / "whole").latest)
+    resumed = load_checkpoint(RunDir(tmp_path / "split").latest)
+    assert resumed["round"] == 4
+    assert torch.equal(resumed["weights"], uninterrupted["weights"])
+    rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").open()]
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["cum_comm_bytes"] == 4 * rows[0]["comm_bytes"]
+
+
+def test_a_second_run_into_the_same_directory_is_refused(digits_stores, cluster_client, tmp_path):
+    config = _config(digits_stores[2], tmp_path / "run", "sgd", "float32", rounds=1)
+    train(config, client=cluster_client)
+    before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+
+    with pytest.raises(ValueError, match="already holds a run; pass --resume"):
+        train(config, client=cluster_client)
+
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before

@@ -1,0 +1,68 @@
+"""The round graph's shape: task names, pinning, one reduction tree per phase."""
+
+from __future__ import annotations
+
+from dask.utils import key_split
+
+from dask_dane.models.registry import ModelSpec
+from dask_dane.pipeline.algorithms.dane import Dane
+from dask_dane.pipeline.algorithms.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.sgd import Sgd
+from dask_dane.pipeline.graph import RoundPlan, build_round
+
+SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
+SOLVER = LocalSolver(steps=2, lr=0.1, batch_size=4)
+
+
+def _plan(strategy, num_shards: int = 4) -> RoundPlan:
+    # Strings stand in for futures: building a graph computes nothing.
+    return RoundPlan(
+        strategy=strategy,
+        spec=SPEC,
+        seed=0,
+        round_index=3,
+        token="ab12cd34",
+        weights="w",
+        state="s",
+        shards=[f"shard{i}" for i in range(num_shards)],
+        placement=[f"tcp://127.0.0.1:{1000 + i % 2}" for i in range(num_shards)],
+        test_shard="test",
+    )
+
+
+def test_dane_round_names_tasks_by_phase_round_and_shard():
+    graph, keys = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+
+    names = set(graph.layers)
+    for i in range(4):
+        assert f"local_grad-3-{i}-ab12cd34" in names
+        assert f"local_solve-3-{i}-ab12cd34" in names
+    assert keys.result == "update-3-ab12cd34"
+    assert key_split("local_grad-3-1-ab12cd34") == "local_grad"  # how the dashboard groups
+    # 4 shards reduce in a tree of 2 + 1 combine tasks per phase.
+    assert sum(name.startswith("reduce_local_grad-3-") for name in names) == 3
+    assert sum(name.startswith("reduce_local_solve-3-") for name in names) == 3
+
+
+def test_local_tasks_are_pinned_to_their_shard_worker():
+    graph, _ = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+
+    for i in range(4):
+        annotations = graph.layers[f"local_solve-3-{i}-ab12cd34"].annotations
+        assert annotations["workers"] == [f"tcp://127.0.0.1:{1000 + i % 2}"]
+        assert annotations["allow_other_workers"] is True  # lost workers: rerun elsewhere
+
+
+def test_second_phase_depends_on_the_broadcast_and_its_own_first_phase_output():
+    graph, _ = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+
+    deps = graph.dependencies["local_solve-3-2-ab12cd34"]
+    assert deps == {"broadcast_local_grad-3-ab12cd34", "local_grad-3-2-ab12cd34"}
+
+
+def test_single_phase_strategy_has_no_second_phase():
+    graph, keys = build_round(_plan(Sgd(lr=0.1, batch_size=4), num_shards=1))
+
+    local = [name for name in graph.layers if name.startswith("local_")]
+    assert local == ["local_grad-3-0-ab12cd34"]
+    assert keys.evaluation == "evaluate-3-ab12cd34"
