@@ -72,13 +72,28 @@ def partition_rows(spec: PartitionSpec, labels: np.ndarray, num_classes: int) ->
 
 
 def _label_skew(labels: np.ndarray, spec: PartitionSpec, rng: np.random.Generator) -> list:
-    """Sort by label, cut into shards*K pieces, give each shard K pieces (McMahan et al. 2017).
+    """Cut each label's rows into pieces, shards*K in all, and deal each shard K pieces.
 
-    With K classes per shard each shard sees at most K labels (pieces may straddle a label
-    boundary, so occasionally one more); shard sizes stay equal to within one piece.
+    As McMahan et al. (2017), except that a piece never holds two labels (cutting the sorted
+    rows into equal pieces lets pieces straddle label boundaries, so a shard could see up to
+    2K labels). Each label gets at least one piece and the rest go where pieces are largest,
+    so pieces, and shards, are near equal in size; a shard sees at most K labels.
     """
-    order = np.argsort(labels, kind="stable")
-    pieces = np.array_split(order, spec.num_shards * spec.classes_per_shard)
+    present, counts = np.unique(labels, return_counts=True)
+    num_pieces = spec.num_shards * spec.classes_per_shard
+    if num_pieces < len(present):
+        raise ValueError(
+            f"label-skew: {spec.num_shards} shards of {spec.classes_per_shard} classes cannot "
+            f"hold all {len(present)} labels; raise --classes-per-shard or --shards"
+        )
+    pieces_per_label = np.ones(len(present), dtype=np.int64)
+    for _ in range(num_pieces - len(present)):
+        pieces_per_label[np.argmax(counts / pieces_per_label)] += 1
+    pieces = [
+        piece
+        for label, num in zip(present, pieces_per_label, strict=True)
+        for piece in np.array_split(rng.permutation(np.flatnonzero(labels == label)), num)
+    ]
     piece_order = rng.permutation(len(pieces))
     return [
         np.concatenate([pieces[p] for p in piece_order[s :: spec.num_shards]])

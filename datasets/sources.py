@@ -5,11 +5,14 @@ Every source runs offline: it reads bundled or local files or generates data fro
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from dask_dane.datasets.convex import load_digits_tabular_source, make_ridge_source
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +26,7 @@ class RawDataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
+    attrs: dict = field(default_factory=dict)  # extra store attributes, e.g. {"l2": 0.005}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,18 +172,21 @@ def load_npz_source(options: SourceOptions) -> RawDataset:
             "numpy.savez(FILE, x_train=..., y_train=..., x_test=..., y_test=...)"
         )
     required = ("x_train", "y_train", "x_test", "y_test")
+    how = "numpy.savez(FILE, x_train=..., y_train=..., x_test=..., y_test=...)"
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a readable .npz file (not a zip archive); use {how}")
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = [k for k in required if k not in archive.files]
-            if missing:
-                raise ValueError(
-                    f"{path} lacks array(s) {', '.join(missing)} (it has "
-                    f"{', '.join(archive.files) or 'none'}); save it with "
-                    "numpy.savez(FILE, x_train=..., y_train=..., x_test=..., y_test=...)"
-                )
-            arrays = {k: archive[k] for k in required}
-    except (OSError, EOFError) as err:  # not a zip archive / damaged
-        raise ValueError(f"{path} is not a readable .npz file ({err}); write it again") from None
+            names = list(archive.files)
+            arrays = {k: archive[k] for k in required if k in names}
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:  # damaged, or pickles
+        raise ValueError(f"{path} is not a readable .npz file ({err}); use {how}") from None
+    missing = [k for k in required if k not in arrays]
+    if missing:
+        raise ValueError(
+            f"{path} lacks array(s) {', '.join(missing)} (it has {', '.join(names) or 'none'}); "
+            f"save it with {how}"
+        )
     x_train, y_train, x_test, y_test = (arrays[k] for k in required)
     for name in ("x_train", "x_test"):
         if arrays[name].ndim not in (2, 3, 4):
@@ -254,6 +261,8 @@ SOURCES: dict[str, Callable[[SourceOptions], RawDataset]] = {
     "mnist-1d": make_mnist1d_source,
     "idx": load_idx_source,
     "npz": load_npz_source,
+    "synthetic-ridge": make_ridge_source,
+    "digits-tabular": load_digits_tabular_source,
 }
 
 

@@ -38,6 +38,7 @@ class StoreInfo:
     shards: tuple[tuple[int, int], ...]
     partition: dict
     normalization: dict
+    l2: float = 0.0  # L2 penalty lambda the source recorded (synthetic-ridge); 0 if none
 
     @property
     def num_shards(self) -> int:
@@ -96,6 +97,7 @@ def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: 
         "normalization": _normalization(raw.x_train),
         "shards": [[int(a), int(b)] for a, b in itertools.pairwise(bounds)],
         "partition": partition.as_attrs(),
+        **raw.attrs,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -158,6 +160,7 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
             shards=shards,
             partition=dict(attrs["partition"]),
             normalization=dict(attrs["normalization"]),
+            l2=float(attrs.get("l2", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(

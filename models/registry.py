@@ -8,7 +8,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from dask_dane.models.cnn1d import cnn1d, cnn1d_features
+from dask_dane.models.lenet import lenet
+from dask_dane.models.linear import linear, logistic
 from dask_dane.models.mlp import mlp
+from dask_dane.models.resnet8 import resnet8
 from dask_dane.models.small_cnn import small_cnn
 
 
@@ -20,6 +24,9 @@ class ModelSpec:
     sample_shape: tuple[int, ...]
     num_classes: int
     dtype: str = "float32"
+    # The L2 penalty lambda*||w||^2 in every shard's loss: part of the model's objective, so it
+    # travels with the spec to every task that builds one (pipeline/objective.py applies it).
+    l2: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,8 @@ class _Entry:
     build: Callable[[ModelSpec], nn.Module]
     fits: Callable[[tuple[int, ...]], bool]
     expects: str
+    task: str = "classification"  # the store task the model's output is scored for
+    convex: bool = False  # convex loss in w: exact local solvers (lbfgs, cg) apply
 
 
 MODELS: dict[str, _Entry] = {
@@ -35,10 +44,38 @@ MODELS: dict[str, _Entry] = {
         fits=lambda shape: len(shape) == 3 and shape[1:] == (8, 8),
         expects="images of shape (C, 8, 8)",
     ),
+    "lenet": _Entry(
+        build=lambda s: lenet(s.sample_shape[0], s.num_classes),
+        fits=lambda shape: len(shape) == 3 and shape[1:] == (28, 28),
+        expects="images of shape (C, 28, 28)",
+    ),
+    "cnn1d": _Entry(
+        build=lambda s: cnn1d(s.sample_shape[0], s.sample_shape[1], s.num_classes),
+        fits=lambda shape: len(shape) == 2 and cnn1d_features(shape[1]) >= 1,
+        expects="signals of shape (C, L) with L >= 3",
+    ),
+    "resnet8": _Entry(
+        build=lambda s: resnet8(s.sample_shape[0], s.num_classes),
+        fits=lambda shape: len(shape) == 3 and min(shape[1:]) >= 8,
+        expects="images of shape (C, H, W) with H, W >= 8",
+    ),
     "mlp": _Entry(
         build=lambda s: mlp(s.sample_shape, s.num_classes),
         fits=lambda shape: len(shape) >= 1,
         expects="samples of any shape",
+    ),
+    "linear": _Entry(
+        build=lambda s: linear(s.sample_shape[0]),
+        fits=lambda shape: len(shape) == 1,
+        expects="tabular rows of shape (d,)",
+        task="regression",
+        convex=True,
+    ),
+    "logistic": _Entry(
+        build=lambda s: logistic(s.sample_shape[0], s.num_classes),
+        fits=lambda shape: len(shape) == 1,
+        expects="tabular rows of shape (d,)",
+        convex=True,
     ),
 }
 
@@ -54,6 +91,22 @@ def check_model_fits(name: str, sample_shape: tuple[int, ...]) -> None:
             f"model {name!r} expects {MODELS[name].expects} but the store holds samples of "
             f"shape {shape}; models that fit: {', '.join(fitting) or 'none'}"
         )
+
+
+def check_model_task(name: str, task: str) -> None:
+    """ValueError if model `name` scores another task than the store's (e.g. linear on labels)."""
+    expected = MODELS[name].task
+    if expected != task:
+        fitting = [n for n, entry in MODELS.items() if entry.task == task]
+        raise ValueError(
+            f"model {name!r} is for {expected} but the store holds a {task} task; models for "
+            f"{task}: {', '.join(sorted(fitting)) or 'none'}"
+        )
+
+
+def is_convex(name: str) -> bool:
+    """True for models whose training loss is convex in the weights (linear, logistic)."""
+    return name in MODELS and MODELS[name].convex
 
 
 def build_model(spec: ModelSpec) -> nn.Module:

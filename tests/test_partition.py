@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -57,19 +59,26 @@ def test_iid_shards_differ_in_size_by_at_most_one_and_mix_all_labels(labels):
     assert shards[0].max() > 900
 
 
-@pytest.mark.parametrize("classes_per_shard", [1, 2, 3])
-def test_label_skew_shards_see_at_most_k_plus_one_labels(labels, classes_per_shard):
+@pytest.mark.parametrize(("num_shards", "classes_per_shard"), [(10, 1), (5, 2), (4, 3), (3, 7)])
+def test_label_skew_shards_see_at_most_k_labels(labels, num_shards, classes_per_shard):
     spec = PartitionSpec(
-        kind="label-skew", num_shards=5, classes_per_shard=classes_per_shard, seed=0
+        kind="label-skew", num_shards=num_shards, classes_per_shard=classes_per_shard, seed=0
     )
 
     shards = partition_rows(spec, labels, NUM_CLASSES)
 
-    distinct = _distinct_labels(labels, shards)
-    assert max(distinct) <= classes_per_shard + 1
-    # Each shard is K pieces of equal size (to within one row each).
+    assert max(_distinct_labels(labels, shards)) <= classes_per_shard
+    # Pieces are cut so that shards stay near equal in size (classes here hold 80..120 rows).
     sizes = [len(rows) for rows in shards]
-    assert max(sizes) - min(sizes) <= classes_per_shard
+    assert max(sizes) / min(sizes) < 1.5
+
+
+def test_label_skew_with_fewer_slots_than_labels_names_the_flags(labels):
+    # 2 shards x 2 classes cannot hold 10 labels without breaking "2 classes per shard".
+    spec = PartitionSpec(kind="label-skew", num_shards=2, classes_per_shard=2, seed=0)
+
+    with pytest.raises(ValueError, match=r"--classes-per-shard or --shards"):
+        partition_rows(spec, labels, NUM_CLASSES)
 
 
 def test_label_skew_with_balanced_labels_gives_exactly_k_labels_per_shard():
@@ -102,7 +111,7 @@ def test_dirichlet_small_alpha_is_skewed_and_large_alpha_is_near_iid(labels):
     "spec",
     [
         PartitionSpec(kind="iid", num_shards=3, seed=5),
-        PartitionSpec(kind="label-skew", num_shards=3, seed=5),
+        PartitionSpec(kind="label-skew", num_shards=3, classes_per_shard=4, seed=5),
         PartitionSpec(kind="dirichlet", num_shards=3, seed=5),
     ],
     ids=lambda spec: spec.kind,
@@ -110,9 +119,7 @@ def test_dirichlet_small_alpha_is_skewed_and_large_alpha_is_near_iid(labels):
 def test_same_seed_same_split_other_seed_other_split(spec, labels):
     first = partition_rows(spec, labels, NUM_CLASSES)
     again = partition_rows(spec, labels, NUM_CLASSES)
-    other = partition_rows(
-        PartitionSpec(kind=spec.kind, num_shards=3, seed=6), labels, NUM_CLASSES
-    )
+    other = partition_rows(dataclasses.replace(spec, seed=6), labels, NUM_CLASSES)
 
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert not all(

@@ -1,0 +1,141 @@
+"""The real `dane` command on bad input: exit 2, one line on stderr, no traceback, no writes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import label_histograms, open_store, write_store
+
+
+def run_dane(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", *args],
+        cwd=cwd,
+        env={**os.environ, "DANE_CACHE": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _listing(folder: Path) -> dict[str, int]:
+    """Every path under `folder` (itself included) with its modification time in ns."""
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in [folder, *folder.rglob("*")]}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    """Stores of 8x8 and 12x12 synthetic images, a plain folder and a TOML with a typo."""
+    root = tmp_path_factory.mktemp("inputs")
+    for size in (8, 12):
+        raw = load_source("synthetic", SourceOptions(samples=200, image_size=size))
+        write_store(raw, PartitionSpec(num_shards=2), root / f"s{size}.zarr", force=False)
+    (root / "plain").mkdir()
+    (root / "plain" / "readme.txt").write_text("not a store")
+    (root / "typo.toml").write_text("rounds = 2\nlocal_rl = 0.1\n")
+    return {
+        "s8": root / "s8.zarr",
+        "s12": root / "s12.zarr",
+        "plain": root / "plain",
+        "typo": root / "typo.toml",
+        "root": root,
+    }
+
+
+# Arguments (split at spaces, then {name} filled from `inputs`; {out} is a path that must
+# not exist afterwards) and a fragment the error line must contain.
+BAD_INPUT = {
+    "train-missing-store": ("train {root}/absent.zarr --out {out}", "does not exist"),
+    "train-plain-folder": ("train {plain} --out {out}", "not a zarr"),
+    "train-unknown-algorithm": ("train {s8} --algorithm newton --out {out}", "'newton'"),
+    "train-unknown-model": ("train {s8} --model resnet1000 --out {out}", "'resnet1000'"),
+    "train-model-misfit": ("train {s12} --model small-cnn --out {out}", "(1, 12, 12)"),
+    "train-rounds-0": ("train {s8} --rounds 0 --out {out}", "--rounds"),
+    "train-workers-0": ("train {s8} --workers 0 --out {out}", "--workers"),
+    "train-local-steps-0": ("train {s8} --local-steps 0 --out {out}", "--local-steps"),
+    "train-local-lr-0": ("train {s8} --local-lr 0 --out {out}", "--local-lr"),
+    "train-local-lr-negative": ("train {s8} --local-lr -1 --out {out}", "--local-lr"),
+    "train-config-unknown-key": ("train {s8} --config {typo} --out {out}", "'local_rl'"),
+    # A nested --out: the folders above the run directory must not be left behind either.
+    "train-no-scheduler": (
+        "train {s8} --scheduler tcp://127.0.0.1:9 --timeout 1 --out {out}/a/b",
+        "no Dask scheduler answered",
+    ),
+    "prepare-unknown-source": ("prepare imagenet --out {out}", "unknown source 'imagenet'"),
+    "prepare-existing-store": ("prepare synthetic --out {s8}", "--force"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(inputs, tmp_path_factory) -> dict[str, tuple]:
+    """Every BAD_INPUT case, each in its own folder, run a few at a time to save wall time.
+
+    Returns per case: (result, out path, its folder, listing of the inputs before, after).
+    """
+    before = _listing(inputs["root"])
+
+    def run(case: str) -> tuple:
+        folder = tmp_path_factory.mktemp(case)
+        out = folder / "out"
+        argv = [a.format(out=out, **inputs) for a in BAD_INPUT[case][0].split()]
+        return run_dane(*argv, cwd=folder, cache=folder / "cache"), out, folder
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = dict(zip(BAD_INPUT, pool.map(run, BAD_INPUT), strict=True))
+    after = _listing(inputs["root"])
+    return {case: (*run, before, after) for case, run in runs.items()}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, bad_input_runs):
+    result, out, folder, inputs_before, inputs_after = bad_input_runs[case]
+
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert BAD_INPUT[case][1] in lines[0]
+    assert not out.exists()
+    assert list(folder.iterdir()) == []  # no run dir, no default store in DANE_CACHE
+    assert inputs_after == inputs_before  # the stores, the folder and the TOML are untouched
+
+
+def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path):
+    store = tmp_path / "s.zarr"
+    cache = tmp_path / "cache"
+
+    prepare_args = ["prepare", "synthetic", "--samples", "200", "--shards", "3", "--out"]
+    prepared = run_dane(*prepare_args, str(store), cwd=tmp_path, cache=cache)
+    shown = run_dane("info", str(store), cwd=tmp_path, cache=cache)
+
+    assert prepared.returncode == 0, prepared.stderr
+    assert "3 shards" in prepared.stdout
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^shards:\s+3$", shown.stdout, re.MULTILINE)
+    rows = re.findall(
+        r"shard +(\d+): rows \[(\d+), (\d+)\) +(\d+) samples +labels ([\d ]+)$",
+        shown.stdout,
+        re.MULTILINE,
+    )
+    assert [int(index) for index, *_ in rows] == [0, 1, 2]
+    info = open_store(store)
+    histograms = label_histograms(info)
+    for (_, start, stop, samples, labels), shard, histogram in zip(
+        rows, info.shards, histograms, strict=True
+    ):
+        counts = [int(c) for c in labels.split()]
+        assert (int(start), int(stop)) == shard
+        assert counts == histogram.tolist()
+        assert sum(counts) == int(samples) == shard[1] - shard[0]
+    assert sum(int(samples) for *_, samples, _ in rows) == info.num_train
+    assert info.num_train + info.num_test == 200

@@ -1,0 +1,157 @@
+"""RunConfig: validation naming the flag, TOML reading, precedence, config.toml round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dask_dane.pipeline.config import RunConfig, read_toml, resolve_config, to_toml
+
+
+def test_defaults_are_valid():
+    config = RunConfig()
+
+    assert config.validate() is config
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("rounds", 0, "--rounds"),
+        ("rounds", -3, "--rounds"),
+        ("workers", 0, "--workers"),
+        ("local_steps", 0, "--local-steps"),
+        ("batch_size", 0, "--batch-size"),
+        ("eta", 0.0, "--eta"),
+        ("eta", -0.5, "--eta"),
+        ("eta", float("nan"), "--eta"),
+        ("mu", -0.1, "--mu"),
+        ("mu", float("inf"), "--mu"),
+        ("local_lr", 0.0, "--local-lr"),
+        ("local_lr", -1.0, "--local-lr"),
+        ("algorithm", "newton", "--algorithm"),
+        ("dtype", "float16", "--dtype"),
+    ],
+)
+def test_validate_rejects_bad_value_naming_the_flag(field, value, flag):
+    config = RunConfig(**{field: value})
+
+    with pytest.raises(ValueError, match=flag) as raised:
+        config.validate()
+
+    assert str(value) in str(raised.value) or repr(value) in str(raised.value)
+
+
+def test_validate_accepts_boundary_values():
+    config = RunConfig(rounds=1, workers=1, local_steps=1, batch_size=1, mu=0.0, eta=1e-9)
+
+    assert config.validate() == config
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def test_read_toml_converts_dashes_and_ints_for_floats(tmp_path):
+    path = _write(tmp_path, 'local-lr = 1\nrounds = 4\nalgorithm = "fedavg"\n')
+
+    settings = read_toml(path)
+
+    assert settings == {"local_lr": 1.0, "rounds": 4, "algorithm": "fedavg"}
+    assert isinstance(settings["local_lr"], float)
+
+
+def test_read_toml_reads_a_train_table(tmp_path):
+    path = _write(tmp_path, "[train]\nrounds = 3\nmu = 0.5\n")
+
+    assert read_toml(path) == {"rounds": 3, "mu": 0.5}
+
+
+def test_read_toml_rejects_unknown_key_naming_it(tmp_path):
+    path = _write(tmp_path, "rounds = 3\nlearning_rate = 0.1\n")
+
+    with pytest.raises(ValueError, match=r"unknown key 'learning_rate'.*local_lr"):
+        read_toml(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('rounds = "ten"', "rounds"),
+        ("rounds = 2.5", "rounds"),
+        ("rounds = true", "rounds"),
+        ('eta = "1.0"', "eta"),
+        ("model = 3", "model"),
+    ],
+)
+def test_read_toml_rejects_wrong_type_naming_the_key(tmp_path, line, key):
+    path = _write(tmp_path, line + "\n")
+
+    with pytest.raises(ValueError, match=rf"key '{key}' must be"):
+        read_toml(path)
+
+
+def test_read_toml_missing_file_and_bad_syntax_are_value_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"does not exist.*--config"):
+        read_toml(tmp_path / "absent.toml")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        read_toml(_write(tmp_path, "rounds = = 3\n"))
+
+
+def test_resolve_config_precedence_defaults_base_file_flags(tmp_path):
+    base = {"rounds": 5, "eta": 0.5, "mu": 0.1, "seed": 9}
+    path = _write(tmp_path, "rounds = 7\neta = 0.25\nlocal_steps = 11\n")
+    flags = {"rounds": 9, "mu": None, "local_steps": None, "algorithm": "fedavg"}
+
+    config = resolve_config(file=path, flags=flags, base=base)
+
+    assert config.rounds == 9  # flag beats file and base
+    assert config.eta == 0.25  # file beats base
+    assert config.local_steps == 11  # file beats default; a flag of None was not given
+    assert config.mu == 0.1  # base beats default; a flag of None was not given
+    assert config.seed == 9  # base only
+    assert config.algorithm == "fedavg"  # flag only
+    assert config.workers == RunConfig().workers  # default
+
+
+def test_resolve_config_validates_the_result(tmp_path):
+    path = _write(tmp_path, "rounds = 0\n")
+
+    with pytest.raises(ValueError, match="--rounds"):
+        resolve_config(file=path, flags={})
+    # A flag can repair a bad file value.
+    assert resolve_config(file=path, flags={"rounds": 2}).rounds == 2
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        RunConfig(),
+        RunConfig(
+            store='data/my "quoted" store\\x.zarr',
+            out="runs/dane-mu0.1",
+            algorithm="sgd",
+            workers=4,
+            rounds=3,
+            eta=0.75,
+            mu=1e-5,
+            local_lr=1,
+            dtype="float64",
+            scheduler="tcp://10.0.0.1:8786",
+            timeout=5,
+        ),
+    ],
+    ids=["defaults", "everything-set"],
+)
+def test_to_toml_reads_back_to_the_same_config(tmp_path, config):
+    path = _write(tmp_path, to_toml(config))
+
+    settings = read_toml(path)
+    restored = RunConfig(**settings)
+
+    assert restored == config
+    # None values are left out, everything else is written.
+    assert set(settings) == {k for k, v in dataclasses.asdict(config).items() if v is not None}
