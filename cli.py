@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain-text usage errors: one readable line, no box
 )
 
 EXIT_USER_ERROR = 2
@@ -45,7 +46,7 @@ def prepare(
         str | None,
         typer.Option(
             help="fashion-mnist, idx: folder of IDX files "
-            "[/usr/share/datasets/fashion-mnist]; npz: the file."
+            "(default /usr/share/datasets/fashion-mnist); npz: the file."
         ),
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
@@ -117,7 +118,10 @@ def train(
         str | None, typer.Argument(help="Store to train on (default: embedded digits).")
     ] = None,
     out: Annotated[str | None, typer.Option(help="Run directory [runs/latest].")] = None,
-    algorithm: Annotated[str | None, typer.Option(help="dane | sgd | fedavg [dane].")] = None,
+    algorithm: Annotated[
+        str | None,
+        typer.Option(help="dane | sgd | fedavg | fedprox | one-shot | admm | gd | agd [dane]."),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="small-cnn | mlp [small-cnn].")] = None,
     workers: Annotated[int | None, typer.Option(help="Workers of a started cluster [2].")] = None,
     threads_per_worker: Annotated[int | None, typer.Option(help="Threads per worker [1].")] = None,
@@ -127,9 +131,22 @@ def train(
     ] = None,
     mu: Annotated[float | None, typer.Option(help="DANE: proximal strength [0].")] = None,
     local_steps: Annotated[int | None, typer.Option(help="Local solver steps K [30].")] = None,
-    local_lr: Annotated[float | None, typer.Option(help="Learning rate [0.05].")] = None,
+    local_lr: Annotated[
+        float | None, typer.Option(help="Learning rate, gd/agd step [0.05].")
+    ] = None,
     local_optimizer: Annotated[str | None, typer.Option(help="sgd | adam [sgd].")] = None,
-    momentum: Annotated[float | None, typer.Option(help="SGD momentum [0.9].")] = None,
+    local_solver: Annotated[
+        str | None,
+        typer.Option(help="steps (K steps, the default) | lbfgs | cg (exact; convex models)."),
+    ] = None,
+    local_tol: Annotated[
+        float | None, typer.Option(help="lbfgs/cg: relative gradient-norm tolerance [1e-10].")
+    ] = None,
+    rho: Annotated[float | None, typer.Option(help="admm: consensus penalty [1].")] = None,
+    l2: Annotated[
+        float | None, typer.Option(help="L2 penalty lambda (default: the store's l2, else 0).")
+    ] = None,
+    momentum: Annotated[float | None, typer.Option(help="SGD momentum (agd: beta) [0.9].")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Minibatch size per shard [32].")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
@@ -209,7 +226,8 @@ class _TrainingProgress:
         return self  # the bar starts with the first round: errors before it print alone
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
+        if self.bar.live.is_started:  # stop() of a bar never started prints an empty line
+            self.bar.stop()
 
     def callbacks(self):  # type: ignore[no-untyped-def]
         from dask_dane.pipeline.loop import Callbacks
@@ -249,6 +267,100 @@ def evaluate(
     if "accuracy" in metrics:
         line += f", test accuracy {metrics['accuracy']:.4f}"
     typer.echo(line)
+
+
+bench_app = typer.Typer(
+    help="Benchmarks through the Dask pipeline (one cluster reused for every run).",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"{flag} must be a comma-separated list of integers (got {text!r})"
+        ) from None
+
+
+def _float_list(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"{flag} must be a comma-separated list of numbers (got {text!r})"
+        ) from None
+
+
+@bench_app.command()
+def convergence(
+    problem: Annotated[
+        str, typer.Option(help="ridge (synthetic-ridge, linear) | logistic (digits-tabular).")
+    ] = "ridge",
+    machines: Annotated[str, typer.Option(help="Shard counts m, comma-separated.")] = "4,16,64",
+    samples: Annotated[
+        str, typer.Option(help="ridge: training samples N, comma-separated.")
+    ] = "6000,10000,14000",
+    mu: Annotated[str, typer.Option(help="DANE (and fedprox) mu values, comma-separated.")] = (
+        "0,0.015"
+    ),
+    eta: Annotated[float, typer.Option(help="DANE eta.")] = 1.0,
+    rounds: Annotated[int, typer.Option(help="Iterations per run.")] = 30,
+    seeds: Annotated[int, typer.Option(help="Seeds (data, partition, init) per cell.")] = 3,
+    algorithms: Annotated[
+        str, typer.Option(help="Comma-separated: dane, admm, one-shot, gd, agd, fedprox.")
+    ] = "dane",
+    local_solver: Annotated[str, typer.Option(help="Exact local solver: cg | lbfgs.")] = "cg",
+    local_tol: Annotated[float, typer.Option(help="Its relative gradient tolerance.")] = 1e-10,
+    rho: Annotated[
+        float | None, typer.Option(help="admm penalty (default: sqrt(L * lambda_min)).")
+    ] = None,
+    l2: Annotated[
+        float | None, typer.Option(help="L2 lambda (default: ridge 0.005, logistic 1e-3).")
+    ] = None,
+    workdir: Annotated[Path, typer.Option(help="Where stores and run directories go.")] = Path(
+        "bench-out/convergence"
+    ),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
+) -> None:
+    """DANE's convergence against m, N and mu (Shamir et al. 2014, section 7), with baselines."""
+    from dask_dane.pipeline.benchmarks.convergence import (
+        ConvergenceSpec,
+        markdown_table,
+        plot,
+        run_convergence,
+        write_json,
+    )
+
+    spec = ConvergenceSpec(
+        problem=problem,
+        machines=_int_list(machines, "--machines"),
+        samples=_int_list(samples, "--samples"),
+        mus=_float_list(mu, "--mu"),
+        eta=eta,
+        rounds=rounds,
+        seeds=seeds,
+        algorithms=tuple(a.strip() for a in algorithms.split(",")),
+        local_solver=local_solver,
+        local_tol=local_tol,
+        rho=rho,
+        l2=l2,
+        workdir=str(workdir),
+    ).validate()
+    if local_solver not in ("cg", "lbfgs"):
+        raise ValueError(
+            f"--local-solver must be cg or lbfgs for this benchmark (got {local_solver!r})"
+        )
+    result = run_convergence(spec, log=typer.echo)
+    result["command"] = "dane " + " ".join(sys.argv[1:])
+    if json_out is not None:
+        write_json(result, json_out)
+    if plot_out is not None:
+        plot(result, plot_out)
+    typer.echo(markdown_table(result))
 
 
 def main() -> None:
