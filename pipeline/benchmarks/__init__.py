@@ -1,0 +1,1 @@
+"""Benchmarks that run training through the Dask pipeline many times on one cluster."""
