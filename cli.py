@@ -1,7 +1,14 @@
 """The `dane` command line: parses options, calls one pipeline or datasets function each.
 
-User errors (ValueError from any layer) print one line naming the problem and the fix and
-exit with status 2, without a traceback.
+Errors print one line on stderr, without a traceback, and exit with a status that says
+what went wrong:
+  0  done;
+  2  bad input (store, settings, config file, paths, an unreachable --scheduler): the line
+     names the problem and the fix, and nothing was written;
+  3  training diverged (loss or weights not finite): the line names the round and suggests a
+     larger --mu or a smaller --local-lr; the last good checkpoint is kept;
+  4  the cluster was lost (the scheduler stopped answering within --timeout, or a round kept
+     failing as workers died): the run directory stays resumable with --resume.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ app = typer.Typer(
 )
 
 EXIT_USER_ERROR = 2
+EXIT_DIVERGED = 3
+EXIT_CLUSTER_LOST = 4
 
 
 @app.command()
@@ -148,6 +157,14 @@ def train(
     ] = None,
     momentum: Annotated[float | None, typer.Option(help="SGD momentum (agd: beta) [0.9].")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Minibatch size per shard [32].")] = None,
+    safeguard: Annotated[
+        str | None,
+        typer.Option(help="DANE: off | backtrack | adaptive-mu (halve rejected steps) [off]."),
+    ] = None,
+    grad_sample: Annotated[
+        int | None,
+        typer.Option(help="DANE: rows per shard for the gradient, fixed per run; 0: all [0]."),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N rounds [1].")] = None,
@@ -159,7 +176,19 @@ def train(
         str | None, typer.Option(help="Dashboard address [127.0.0.1:8787].")
     ] = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Seconds to wait for a cluster [60].")
+        float | None,
+        typer.Option(
+            help="Seconds to wait for a cluster, or a silent scheduler, before stopping [60]."
+        ),
+    ] = None,
+    tls_ca_file: Annotated[
+        str | None, typer.Option(help="--scheduler tls://...: CA certificate (PEM).")
+    ] = None,
+    tls_cert: Annotated[
+        str | None, typer.Option(help="--scheduler tls://...: client certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[
+        str | None, typer.Option(help="--scheduler tls://...: client private key (PEM).")
     ] = None,
     config: Annotated[
         Path | None, typer.Option(help="TOML file of settings; flags override it.")
@@ -269,6 +298,20 @@ def evaluate(
     typer.echo(line)
 
 
+@app.command()
+def report(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories written by `dane train`.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")],
+) -> None:
+    """Plot test accuracy and training loss of runs against round, communication and time."""
+    from dask_dane.pipeline.report import write_report
+
+    for path in write_report(list(run_dirs), out):
+        typer.echo(f"wrote {path}")
+
+
 bench_app = typer.Typer(
     help="Benchmarks through the Dask pipeline (one cluster reused for every run).",
     no_args_is_help=True,
@@ -354,19 +397,79 @@ def convergence(
         raise ValueError(
             f"--local-solver must be cg or lbfgs for this benchmark (got {local_solver!r})"
         )
-    result = run_convergence(spec, log=typer.echo)
-    result["command"] = "dane " + " ".join(sys.argv[1:])
-    if json_out is not None:
-        write_json(result, json_out)
+    command = "dane " + " ".join(sys.argv[1:])
+
+    def save(partial: dict[str, Any]) -> None:
+        if json_out is not None:
+            write_json({**partial, "command": command}, json_out)
+
+    result = {**run_convergence(spec, log=typer.echo, on_cell=save), "command": command}
+    save(result)
     if plot_out is not None:
         plot(result, plot_out)
     typer.echo(markdown_table(result))
 
 
+@bench_app.command("train")
+def bench_train(
+    configs: Annotated[
+        Path, typer.Option(help="TOML file: [defaults] and one [[run]] table per training run.")
+    ],
+    json_out: Annotated[Path, typer.Option("--json", help="Write the results here.")],
+    workdir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path(
+        "bench-out/training"
+    ),
+) -> None:
+    """Training-quality runs (e.g. CNNs on real data), one after another on one cluster."""
+    from dask_dane.pipeline.benchmarks.training import read_runs, run_all
+
+    run_all(read_runs(configs, workdir), json_out)
+
+
+@bench_app.command()
+def soak(
+    rounds: Annotated[int, typer.Option(help="Rounds to run.")] = 300,
+    warmup: Annotated[int, typer.Option(help="Rounds before the baseline is taken.")] = 30,
+    workers: Annotated[int, typer.Option(help="Workers (and shards) of the local cluster.")] = 2,
+    algorithm: Annotated[str, typer.Option(help="Algorithm to train.")] = "dane",
+    model: Annotated[str, typer.Option(help="Model (digits store).")] = "mlp",
+    local_steps: Annotated[int, typer.Option(help="Local steps per round.")] = 5,
+    workdir: Annotated[Path, typer.Option(help="Where the store and run directory go.")] = Path(
+        "bench-out/soak"
+    ),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+) -> None:
+    """Many rounds on a small store: memory, leftover tasks and round times must stay flat."""
+    from dask_dane.pipeline.benchmarks.soak import SoakSpec, markdown_table, run_soak, write_json
+
+    spec = SoakSpec(
+        rounds=rounds,
+        warmup=warmup,
+        workers=workers,
+        algorithm=algorithm,
+        model=model,
+        local_steps=local_steps,
+        workdir=str(workdir),
+    ).validate()
+    result = run_soak(spec, log=typer.echo)
+    result["command"] = "dane " + " ".join(sys.argv[1:])
+    if json_out is not None:
+        write_json(result, json_out)
+    typer.echo(markdown_table(result))
+
+
 def main() -> None:
-    """Console-script entry: user errors become one line on stderr and exit status 2."""
+    """Console-script entry: errors become one line on stderr and an exit status (see top)."""
+    from dask_dane.pipeline.errors import ClusterLost, TrainingDiverged
+
     try:
         app(standalone_mode=True)
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_DIVERGED)
+    except ClusterLost as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_CLUSTER_LOST)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)

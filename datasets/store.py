@@ -7,6 +7,7 @@ so a reader never sees half a store and an interrupted `prepare` leaves nothing 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from dask_dane.datasets.partition import PartitionSpec, partition_rows
 from dask_dane.datasets.sources import RawDataset, check_raw_dataset
@@ -74,7 +76,15 @@ def _normalization(x: np.ndarray) -> dict:
 
 def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
     chunks = (min(len(data), _chunk_rows(data.shape[1:], data.dtype.itemsize)), *data.shape[1:])
-    array = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=chunks)
+    # A CRC32C checksum after compression: a corrupted or truncated chunk fails to load
+    # (read_shard names it) instead of decoding to plausible garbage.
+    array = group.create_array(
+        name,
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=chunks,
+        compressors=[ZstdCodec(), Crc32cCodec()],
+    )
     array[...] = data
 
 
@@ -138,7 +148,7 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
         raise ValueError(f"{path} is not a zarr v3 store ({type(err).__name__}); {hint}") from None
     attrs = dict(group.attrs)
     version = attrs.get("format_version")
-    if version != FORMAT_VERSION:
+    if version != FORMAT_VERSION or isinstance(version, bool):
         raise ValueError(
             f"{path} has format_version {version!r}, this dask-dane reads {FORMAT_VERSION}; "
             f"re-create it with `dane prepare ... --out {path} --force`"
@@ -162,37 +172,123 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
             normalization=dict(attrs["normalization"]),
             l2=float(attrs.get("l2", 0.0)),
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except Exception as err:  # missing keys or arrays, values of the wrong type, bad JSON
         raise ValueError(
-            f"{path} is a zarr store but not in the dask-dane layout (missing or bad {err}); "
-            f"re-create it with `dane prepare`"
+            f"{path} is a zarr store but not in the dask-dane layout (missing or bad "
+            f"{_brief(err)}); re-create it with `dane prepare`"
         ) from None
     _check_consistent(info, train_y.shape[0], test_y.shape[0], test_x.shape[1:])
     return info
 
 
 def _check_consistent(info: StoreInfo, num_train_y: int, num_test_y: int, test_shape) -> None:
+    # Attributes are plain JSON read as data (never evaluated); their values are checked here
+    # so that a damaged store fails now, with the fix, and not later on a worker.
     problems = []
+    if info.num_train < info.num_shards:
+        problems.append(
+            f"it has {info.num_train} training samples for {info.num_shards} shards "
+            "(some shard would be empty); re-create it with at most that many --shards"
+        )
+    if info.num_shards == 0:
+        problems.append("it lists no shards; re-create it")
     if num_train_y != info.num_train or num_test_y != info.num_test:
         problems.append("x and y have different numbers of rows")
     if tuple(test_shape) != info.sample_shape:
         problems.append("train and test samples have different shapes")
+    if info.task not in ("classification", "regression"):
+        problems.append(f"task {info.task!r} is neither classification nor regression")
+    if info.task == "classification" and info.num_classes < 1:
+        problems.append(f"num_classes is {info.num_classes}")
+    if not (math.isfinite(info.l2) and info.l2 >= 0):
+        problems.append(f"l2 is {info.l2}")
+    problems += _normalization_problems(info)
     expected_start = 0
-    for start, stop in info.shards:
-        if start != expected_start or stop <= start:
-            problems.append(f"shard range [{start}, {stop}) is empty or not contiguous")
+    for i, (start, stop) in enumerate(info.shards):
+        if start != expected_start:
+            problems.append(f"shard {i} range [{start}, {stop}) is not contiguous")
+            break
+        if stop <= start:
+            problems.append(
+                f"shard {i} is empty (rows [{start}, {stop})); re-create it with fewer --shards"
+            )
             break
         expected_start = stop
     if expected_start != info.num_train:
         problems.append("shard ranges do not cover the training rows")
     if problems:
-        raise ValueError(f"store {info.path} is inconsistent: {problems[0]}; re-create it")
+        fix = "" if "re-create" in problems[0] else "; re-create it with `dane prepare`"
+        raise ValueError(f"store {info.path} is inconsistent: {problems[0]}{fix}")
+
+
+def _brief(err: BaseException) -> str:
+    """An exception's message cut to one line (the CLI prints errors as one line)."""
+    lines = str(err).strip().splitlines()
+    return lines[0][:200] if lines else type(err).__name__
+
+
+def _normalization_problems(info: StoreInfo) -> list[str]:
+    if len(info.sample_shape) not in (2, 3):  # tabular: no per-channel normalisation
+        return []
+    channels = info.sample_shape[0]
+    values = [info.normalization.get("mean"), info.normalization.get("std")]
+    for name, value in zip(("mean", "std"), values, strict=True):
+        ok = (
+            isinstance(value, list)
+            and len(value) == channels
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+            and all(math.isfinite(v) and (name == "mean" or v > 0) for v in value)
+        )
+        if not ok:
+            return [f"normalization {name} is {value!r}, not {channels} finite numbers"]
+    return []
 
 
 def read_rows(path: str, split: str, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows [start, stop) of `split` ("train" or "test") as NumPy arrays."""
     group = zarr.open_group(path, mode="r", zarr_format=3)
     return group[f"{split}/x"][start:stop], group[f"{split}/y"][start:stop]
+
+
+def read_shard(
+    path: str,
+    split: str,
+    start: int,
+    stop: int,
+    *,
+    index: int,
+    task: str,
+    num_classes: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """read_rows, checked: ValueError naming the shard if a chunk is damaged or values are bad.
+
+    Runs where the shard is loaded (on its worker), on data that is read anyway, so the
+    checks cost one pass over the shard and the driver never reads the whole store.
+    """
+    what = f"shard {index} (rows [{start}, {stop}))" if split == "train" else "the test split"
+    fix = "re-create the store with `dane prepare ... --force`"
+    try:
+        x, y = read_rows(path, split, start, stop)
+    except Exception as err:  # zarr, its codecs and the file system raise many types
+        raise ValueError(
+            f"store {path}: {what} cannot be read, a chunk is truncated or corrupted "
+            f"({type(err).__name__}: {_brief(err)}); {fix}"
+        ) from None
+    if len(x) != stop - start or len(y) != stop - start:
+        raise ValueError(f"store {path}: {what} has fewer rows than its range; {fix}")
+    if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+        raise ValueError(f"store {path}: {what} has NaN or infinite features; {fix}")
+    if task == "classification":
+        if not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"store {path}: {what} has non-integer labels ({y.dtype}); {fix}")
+        if num_classes is not None and len(y) and (y.min() < 0 or y.max() >= num_classes):
+            raise ValueError(
+                f"store {path}: {what} has labels outside [0, {num_classes}) "
+                f"(min {y.min()}, max {y.max()}); {fix}"
+            )
+    elif np.issubdtype(y.dtype, np.floating) and not np.isfinite(y).all():
+        raise ValueError(f"store {path}: {what} has NaN or infinite targets; {fix}")
+    return x, y
 
 
 def label_histograms(info: StoreInfo) -> list[np.ndarray]:

@@ -39,6 +39,14 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def remove_partial_writes(folder: Path) -> list[Path]:
+    """Delete temporary files that a killed writer left in `folder`; return what was removed."""
+    partial = sorted(folder.glob(".*.tmp-*")) if folder.is_dir() else []
+    for path in partial:
+        path.unlink(missing_ok=True)
+    return partial
+
+
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Atomically save {round, weights, state, ...} (tensors, numbers, strings, dicts)."""
     path.parent.mkdir(parents=True, exist_ok=True)

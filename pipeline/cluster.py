@@ -3,7 +3,9 @@
 - `--scheduler ADDRESS`: connect to a running cluster (jobqueue, Kubernetes, SSH, ...);
 - GPUs present and the `gpu` extra installed: dask-cuda's LocalCUDACluster, one worker per GPU;
 - otherwise a LocalCluster of `--workers` processes with `--threads-per-worker` threads.
-Started clusters listen on 127.0.0.1 unless the user asks for another `--host`.
+Started clusters (scheduler, nannies, workers, dashboard) listen on 127.0.0.1 unless the user
+asks for another `--host` / `--dashboard-address`. A remote scheduler is reached with TLS when
+`--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 """
 
 from __future__ import annotations
@@ -59,8 +61,18 @@ def _start_cluster(config: RunConfig):  # type: ignore[no-untyped-def]
 def make_client(config: RunConfig) -> Iterator[Client]:
     """A connected client; a cluster started here is closed on exit."""
     if config.scheduler:
+        security = _security(config)
+        if (
+            config.scheduler.startswith("tls://")
+            and not security.get_connection_args("client")["ssl_context"]
+        ):
+            raise ValueError(
+                f"the scheduler {config.scheduler} speaks TLS and no certificates are set; pass "
+                "--tls-ca-file, --tls-cert and --tls-key (or set distributed.comm.tls.* in the "
+                "Dask config)"
+            )
         try:
-            client = Client(config.scheduler, timeout=config.timeout)
+            client = Client(config.scheduler, timeout=config.timeout, security=security)
         except (OSError, TimeoutError) as err:
             raise ValueError(
                 f"no Dask scheduler answered at {config.scheduler} within {config.timeout:g} s "
@@ -70,6 +82,11 @@ def make_client(config: RunConfig) -> Iterator[Client]:
     else:
         cluster = _start_cluster(config)
         client = Client(cluster)
+    # The driver reports a lost scheduler itself, in one line (loop.py): the client's own
+    # reconnection tracebacks would only bury it.
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)
     try:
         client.register_plugin(TorchThreads())
         client.wait_for_workers(1, timeout=config.timeout)
@@ -78,6 +95,21 @@ def make_client(config: RunConfig) -> Iterator[Client]:
         client.close()
         if cluster is not None:
             cluster.close()
+        client_log.setLevel(level)
+
+
+def _security(config: RunConfig):  # type: ignore[no-untyped-def]
+    """TLS from --tls-* when given; otherwise Dask's config (distributed.comm.tls.*) applies."""
+    from distributed.security import Security
+
+    if not (config.tls_ca_file or config.tls_cert):
+        return Security()  # reads the Dask config, as a plain Client(address) would
+    return Security(
+        tls_ca_file=config.tls_ca_file,
+        tls_client_cert=config.tls_cert,
+        tls_client_key=config.tls_key,
+        require_encryption=True,
+    )
 
 
 def worker_addresses(client: Client) -> list[str]:

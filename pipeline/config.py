@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ALGORITHMS = ("dane", "sgd", "fedavg")
+ALGORITHMS = ("dane", "sgd", "fedavg", "fedprox", "one-shot", "admm", "gd", "agd")
+# "steps": K minibatch steps of --local-optimizer; lbfgs / cg: solve to --local-tol (convex).
+LOCAL_SOLVERS = ("steps", "lbfgs", "cg")
 DTYPES = ("float32", "float64")
 LOCAL_OPTIMIZERS = ("sgd", "adam")
+SAFEGUARDS = ("off", "backtrack", "adaptive-mu")  # DANE safeguards: algorithms/safeguard.py
 # Settings that define what is being trained: a resumed run must not change them.
 IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
 
@@ -36,8 +39,14 @@ class RunConfig:
     local_steps: int = 30
     local_lr: float = 0.05
     local_optimizer: str = "sgd"
+    local_solver: str = "steps"
+    local_tol: float = 1e-10  # lbfgs / cg: stop at ||grad|| <= tol * ||grad at start||
+    rho: float = 1.0  # admm: penalty of the consensus constraint
+    l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
     momentum: float = 0.9
     batch_size: int = 32
+    safeguard: str = "off"  # dane: off | backtrack | adaptive-mu (algorithms/safeguard.py)
+    grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
     seed: int = 0
     dtype: str = "float32"
     eval_every: int = 1
@@ -45,12 +54,41 @@ class RunConfig:
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
     timeout: float = 60.0
+    # TLS for --scheduler (tls://...); None: Dask's own config (distributed.comm.tls.*).
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def validate(self) -> RunConfig:
         """Return self, or raise ValueError naming the first bad setting and its fix."""
         _choice("--algorithm", self.algorithm, ALGORITHMS)
         _choice("--dtype", self.dtype, DTYPES)
         _choice("--local-optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
+        _choice("--local-solver", self.local_solver, LOCAL_SOLVERS)
+        if not (math.isfinite(self.local_tol) and 0 < self.local_tol < 1):
+            raise ValueError(
+                f"--local-tol must be in (0, 1), a relative gradient norm (got {self.local_tol}); "
+                "e.g. 1e-10"
+            )
+        _positive("--rho", self.rho)
+        _choice("--safeguard", self.safeguard, SAFEGUARDS)
+        if self.safeguard != "off" and self.algorithm != "dane":
+            raise ValueError(
+                f"--safeguard {self.safeguard} applies to --algorithm dane only; "
+                "drop it or use --algorithm dane"
+            )
+        if self.grad_sample and self.algorithm != "dane":
+            raise ValueError(
+                f"--grad-sample applies to --algorithm dane only (its gradient phase); drop it "
+                f"for {self.algorithm}"
+            )
+        if self.grad_sample < 0:
+            raise ValueError(
+                f"--grad-sample must be 0 (the full shard) or a number of rows (got "
+                f"{self.grad_sample})"
+            )
+        if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
+            raise ValueError(f"--l2 must be zero or positive (got {self.l2})")
         for flag, value in (
             ("--workers", self.workers),
             ("--threads-per-worker", self.threads_per_worker),
@@ -68,7 +106,27 @@ class RunConfig:
             raise ValueError(f"--mu must be zero or positive (got {self.mu})")
         if not (math.isfinite(self.momentum) and 0 <= self.momentum < 1):
             raise ValueError(f"--momentum must be in [0, 1) (got {self.momentum})")
+        self._validate_tls()
         return self
+
+    def _validate_tls(self) -> None:
+        given = {
+            "--tls-ca-file": self.tls_ca_file,
+            "--tls-cert": self.tls_cert,
+            "--tls-key": self.tls_key,
+        }
+        if not any(given.values()):
+            return
+        if not self.scheduler:
+            raise ValueError(
+                "--tls-ca-file, --tls-cert and --tls-key secure a connection to --scheduler; "
+                "pass --scheduler tls://HOST:PORT or drop them"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together; pass both or neither")
+        for flag, path in given.items():
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{flag} {path} is not a file; check the path")
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -37,6 +37,8 @@ class RoundPlan:
     shards: list[Any]  # Futures of ShardData, in shard order
     placement: list[str]  # worker address that holds each shard
     test_shard: Any | None = None  # Future of the test ShardData, or None to skip evaluation
+    # Futures of each shard's own state (algorithms/base.py), or None if the strategy has none.
+    shard_states: list[Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +95,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
                 plan.weights,
                 received,
                 previous_locals[i],
+                plan.shard_states[i] if plan.shard_states is not None else None,
             )
             depends = [k for k in (received_key, previous_locals[i]) if k]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
@@ -116,10 +119,16 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         previous_locals = locals_
         totals.append(total_key)
         ends.append(end_key)
+    next_states = None
+    if plan.shard_states is not None:  # each shard's state for the next round, from its worker
+        next_states = [
+            b.add(b.key("shard_state", t, i), (tasks.shard_state_of, k), depends=[k], worker=w)
+            for i, (k, w) in enumerate(zip(previous_locals, plan.placement, strict=True))
+        ]
     result = b.add(
         b.key("update", t),
-        (tasks.finish_round, plan.strategy, plan.weights, plan.state, totals, ends),
-        depends=totals + ends,
+        (tasks.finish_round, plan.strategy, plan.weights, plan.state, totals, ends, next_states),
+        depends=totals + ends + (next_states or []),
     )
     weights = b.add(b.key("weights", t), (tasks.round_weights, result), depends=[result])
     state = b.add(b.key("state", t), (tasks.round_state, result), depends=[result])

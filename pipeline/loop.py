@@ -8,6 +8,8 @@ run by tasks pinned to their workers and stay there; only weights, gradients and
 from __future__ import annotations
 
 import math
+import shutil
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -20,9 +22,15 @@ import torch
 from distributed import Client
 
 from dask_dane.pipeline import tasks
-from dask_dane.pipeline.checkpoint import load_checkpoint, save_checkpoint
+from dask_dane.pipeline.algorithms.base import for_round
+from dask_dane.pipeline.checkpoint import (
+    load_checkpoint,
+    remove_partial_writes,
+    save_checkpoint,
+)
 from dask_dane.pipeline.cluster import make_client, worker_addresses
 from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.errors import ClusterLost, TrainingDiverged
 from dask_dane.pipeline.graph import RoundPlan, build_round
 from dask_dane.pipeline.metrics import FIELDS, append_metrics, keep_rounds_up_to
 from dask_dane.pipeline.rundir import RunDir
@@ -33,8 +41,7 @@ from dask_dane.pipeline.setup import RunSetup, initial_weights, prepare_run
 MAX_ROUND_ATTEMPTS = 3
 
 
-class TrainingDiverged(ValueError):
-    """Loss or weights stopped being finite; the last good checkpoint is kept."""
+__all__ = ["Callbacks", "ClusterLost", "Progress", "TrainingDiverged", "train"]
 
 
 @dataclass
@@ -47,12 +54,15 @@ class Progress:
     best_accuracy: float = -math.inf
     cum_comm_bytes: float = 0.0
     cum_comm_rounds: int = 0
+    shard_states: list[dict[str, torch.Tensor]] | None = None  # algorithms/base.py; None: none
 
 
 @dataclass
 class Callbacks:
     on_start: Callable[[str, int], None] = lambda dashboard, workers: None
     on_round: Callable[[dict[str, Any]], None] = lambda row: None
+    # After each round: (round, new weights); benchmarks use it to score every iterate.
+    on_weights: Callable[[int, torch.Tensor], None] = lambda round_index, weights: None
 
 
 def train(
@@ -70,12 +80,21 @@ def train(
     callbacks = callbacks or Callbacks()
     setup = prepare_run(config)  # all checks before anything is written
     run_dir = RunDir(Path(config.out))
+    # The topmost folder that starting the run creates (if any), to remove if no round is done.
+    folders = [*reversed(run_dir.root.parents), run_dir.root]
+    created = next((folder for folder in folders if not folder.exists()), None)
     progress = _start(setup, run_dir, resume=resume)
-    if progress.round < config.rounds:
-        with nullcontext(client) if client else make_client(config) as active:
-            workers = worker_addresses(active)
-            callbacks.on_start(active.dashboard_link, len(workers))
-            _run_rounds(active, setup, run_dir, progress, workers, callbacks)
+    try:
+        if progress.round < config.rounds:
+            with nullcontext(client) if client else make_client(config) as active:
+                workers = worker_addresses(active)
+                loaded = _load_shards(active, setup, workers)  # a damaged shard raises here
+                callbacks.on_start(active.dashboard_link, len(workers))
+                _run_rounds(active, setup, run_dir, progress, loaded, callbacks)
+    except BaseException:
+        if created is not None and progress.round == 0:  # no scheduler answered, say
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     summary = _summary(setup, run_dir, progress)
     run_dir.write_summary(summary)
     return summary
@@ -91,6 +110,7 @@ def _start(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> Progress:
     run_dir.check_writable()
     run_dir.write_config(setup.config)
     if resume and run_dir.latest.exists():
+        remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
         saved = load_checkpoint(run_dir.latest)
         keep_rounds_up_to(run_dir.metrics, saved["round"])
         return Progress(
@@ -100,18 +120,37 @@ def _start(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> Progress:
             best_accuracy=saved["best_accuracy"],
             cum_comm_bytes=saved["cum_comm_bytes"],
             cum_comm_rounds=saved["cum_comm_rounds"],
+            shard_states=saved.get("shard_states"),
         )
     keep_rounds_up_to(run_dir.metrics, 0)
     weights = initial_weights(setup.spec, setup.config.seed)
-    return Progress(weights=weights, state=setup.strategy.init_state(weights))
+    shard_states = [setup.strategy.init_shard_state(weights) for _ in setup.store.shards]
+    return Progress(
+        weights=weights,
+        state=setup.strategy.init_state(weights),
+        shard_states=shard_states if any(shard_states) else None,
+    )
 
 
-def _load_shards(client: Client, setup: RunSetup, workers: list[str], token: str):  # type: ignore[no-untyped-def]
+@dataclass
+class _Loaded:
+    """The run's shard futures (held for the whole run) and where each shard lives now."""
+
+    token: str
+    shards: list[Any]
+    test: Any
+    placement: list[str]
+
+
+def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> _Loaded:
     """One pinned load task per shard (shard i on worker i mod W); the test split on worker 0.
 
     The futures are held for the whole run, so each shard stays in its worker's memory. If a
     worker dies, Dask reruns the load task elsewhere: zarr on disk is the source of truth.
+    Waits for the loads: a shard that fails its checks (datasets/store.py read_shard) raises
+    its ValueError here, before the first round.
     """
+    token = uuid.uuid4().hex[:8]
     placement = [workers[i % len(workers)] for i in range(setup.store.num_shards)]
     shards = [
         client.submit(
@@ -130,7 +169,66 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str], token: str
         allow_other_workers=True,
         **setup.test_args(),
     )
-    return shards, placement, test
+    _wait(client, [*shards, test], setup.config)
+    for future in [*shards, test]:
+        if future.status == "error":
+            raise future.exception()
+    return _Loaded(token=token, shards=shards, test=test, placement=placement)
+
+
+def _wait(client: Client, futures: list[Any], config: RunConfig) -> None:
+    """Wait for futures, however long they take, while the scheduler answers.
+
+    Every few seconds the scheduler is asked for its identity; if the client has lost it, or
+    it does not answer within --timeout, ClusterLost (a round may take any time; a silent
+    scheduler may not). Polls `done()` rather than `distributed.wait(timeout=...)`: each
+    timeout of the latter leaves a reference cycle that holds the round's futures until the
+    garbage collector runs, so finished rounds would linger on the scheduler.
+    """
+    poll = min(5.0, config.timeout)
+    next_check = time.monotonic() + poll
+    delay = 0.0005
+    while not all(future.done() for future in futures):
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+        if time.monotonic() >= next_check:
+            _check_scheduler(client, config)
+            next_check = time.monotonic() + poll
+
+
+def _check_scheduler(client: Client, config: RunConfig) -> None:
+    """ClusterLost unless the scheduler answers within --timeout."""
+    reason = None
+    if client.status != "running":
+        reason = f"the client lost the scheduler (client status {client.status})"
+    else:
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=config.timeout)
+        except (OSError, TimeoutError) as err:
+            reason = (
+                f"the scheduler did not answer within {config.timeout:g} s ({type(err).__name__})"
+            )
+    if reason:
+        raise ClusterLost(reason)
+
+
+def _current_placement(client: Client, loaded: _Loaded, config: RunConfig) -> list[str]:
+    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
+
+    A shard stays with its previous worker while that worker still holds it; otherwise it is
+    placed on a worker that does, so that local tasks never fetch a shard over the network.
+    """
+    try:
+        _wait(client, loaded.shards, config)  # shards being reloaded after a worker died
+        holders = client.who_has(loaded.shards)
+    except OSError:
+        _check_scheduler(client, config)  # ClusterLost if it is the scheduler that went
+        raise
+    placement = []
+    for future, previous in zip(loaded.shards, loaded.placement, strict=True):
+        where = sorted(holders.get(future.key, ()))
+        placement.append(previous if previous in where or not where else where[0])
+    return placement
 
 
 def _run_rounds(
@@ -138,61 +236,116 @@ def _run_rounds(
     setup: RunSetup,
     run_dir: RunDir,
     progress: Progress,
-    workers: list[str],
+    loaded: _Loaded,
     callbacks: Callbacks,
 ) -> None:
     config = setup.config
-    token = uuid.uuid4().hex[:8]
-    shards, placement, test = _load_shards(client, setup, workers, token)
+    shards, test, token = loaded.shards, loaded.test, loaded.token
     for t in range(progress.round + 1, config.rounds + 1):
         evaluate = t % config.eval_every == 0 or t == config.rounds
         started = time.perf_counter()
-        result, evaluation, attempts = _compute_round(
-            client, setup, progress, t, shards, placement, test if evaluate else None, token
-        )
+        placement = loaded.placement
+        try:
+            result, evaluation, attempts = _compute_round(
+                client, setup, progress, t, shards, placement, test if evaluate else None, token
+            )
+            loaded.placement = _current_placement(client, loaded, config)
+        except ClusterLost as err:
+            raise ClusterLost(_lost_message(config, run_dir, t, str(err))) from None
         row = _metrics_row(setup, progress, t, result, evaluation, time.perf_counter() - started)
         row["attempts"] = attempts
+        # Shards whose worker was lost in this round and that Dask reloaded from zarr.
+        row["shards_reloaded"] = sum(
+            a != b for a, b in zip(placement, loaded.placement, strict=True)
+        )
         _check_finite(result, row, run_dir)
         _advance(progress, result, row, t)
         append_metrics(run_dir.metrics, row)
         _save(run_dir, progress, config, improved=row.get("is_best", False))
         callbacks.on_round(row)
+        callbacks.on_weights(t, progress.weights)
+
+
+def _lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str:
+    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
+    if t == 1:
+        return f"lost {cluster} in round 1: {reason}; no round finished; run the command again"
+    return (
+        f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
+        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
+    )
 
 
 def _compute_round(client, setup, progress, t, shards, placement, test, token):  # type: ignore[no-untyped-def]
-    """Submit round t as one graph and wait for it, retrying if workers were lost."""
+    """Submit round t as one graph and wait for it, retrying if workers were lost.
+
+    A retry reruns the round from the same weights with the same seeds, so its result is the
+    one the first attempt would have given.
+    """
     from distributed.client import FutureCancelledError
     from distributed.comm.core import CommClosedError
     from distributed.scheduler import KilledWorker
 
     for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):
-        # Wrapped in lists: scatter would spread a dict's items (the state) over keys.
-        weights, state = client.scatter([progress.weights, progress.state], hash=False)
-        plan = RoundPlan(
-            strategy=setup.strategy,
-            spec=setup.spec,
-            seed=setup.config.seed,
-            round_index=t,
-            token=f"{token}a{attempt}",
-            weights=weights,
-            state=state,
-            shards=shards,
-            placement=placement,
-            test_shard=test,
-        )
-        graph, keys = build_round(plan)
-        wanted = [keys.result] + ([keys.evaluation] if keys.evaluation else [])
-        futures = client.get(graph, wanted, sync=False)
+        futures = weights = state = shard_states = None
         try:
+            # Wrapped in lists: scatter would spread a dict's items (the state) over keys.
+            weights, state = client.scatter([progress.weights, progress.state], hash=False)
+            shard_states = (
+                None
+                if progress.shard_states is None
+                else client.scatter(progress.shard_states, hash=False)
+            )
+            futures = _submit_round(
+                client,
+                setup,
+                progress,
+                t,
+                shards,
+                placement,
+                test,
+                f"{token}a{attempt}",
+                weights,
+                state,
+                shard_states,
+            )
+            _wait(client, futures, setup.config)
             values = client.gather(futures)
-        except (KilledWorker, FutureCancelledError, CommClosedError, OSError):
+        except (KilledWorker, FutureCancelledError, CommClosedError, OSError) as err:
+            _check_scheduler(client, setup.config)  # the scheduler itself gone: stop now
             if attempt == MAX_ROUND_ATTEMPTS:
-                raise
+                raise ClusterLost(
+                    f"round {t} failed {attempt} times as workers were lost "
+                    f"({type(err).__name__}: {err})"
+                ) from None
             continue
         finally:
-            del futures, weights, state  # release the round: nothing of it stays on the cluster
+            # Release the round: nothing of it stays on the cluster.
+            del futures, weights, state, shard_states
         return values[0], (values[1] if len(values) > 1 else None), attempt
     raise AssertionError("unreachable")
+
+
+def _submit_round(  # type: ignore[no-untyped-def]
+    client, setup, progress, t, shards, placement, test, token, weights, state, shard_states
+):
+    """Build round t's graph on the scattered inputs and submit it; returns the futures."""
+    plan = RoundPlan(
+        strategy=for_round(setup.strategy, progress.state),
+        spec=setup.spec,
+        seed=setup.config.seed,
+        round_index=t,
+        token=token,
+        weights=weights,
+        state=state,
+        shards=shards,
+        placement=placement,
+        test_shard=test,
+        shard_states=shard_states,
+    )
+    graph, keys = build_round(plan)
+    wanted = [keys.result] + ([keys.evaluation] if keys.evaluation else [])
+    return client.get(graph, wanted, sync=False)
 
 
 def _metrics_row(setup, progress, t, result, evaluation, wall_s) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -209,11 +362,13 @@ def _metrics_row(setup, progress, t, result, evaluation, wall_s) -> dict[str, An
         "max_worker_compute_s": m["max_worker_compute_s"],
         "comm_bytes": int(m["comm_bytes"]),
         "cum_comm_bytes": int(progress.cum_comm_bytes + m["comm_bytes"]),
-        "comm_rounds": progress.cum_comm_rounds + len(setup.strategy.phases),
+        "comm_rounds": progress.cum_comm_rounds + int(m["comm_phases"]),
         # Beyond the required fields: straggler view and cluster size of this round.
-        "median_worker_compute_s": compute[len(compute) // 2],
+        "median_worker_compute_s": statistics.median(compute),
         "num_workers": len(compute),
     }
+    # Strategy-specific extras: DANE's safeguard decisions, adapted mu, gradient sample size.
+    row.update({k: m[k] for k in ("safeguard_rejected", "mu", "grad_rows") if k in m})
     accuracy = row["test_accuracy"]
     row["is_best"] = accuracy is not None and accuracy > progress.best_accuracy
     assert set(FIELDS) <= set(row)
@@ -225,10 +380,14 @@ def _check_finite(result, row, run_dir) -> None:  # type: ignore[no-untyped-def]
     if not bool(torch.isfinite(result.weights).all()) or (
         loss is not None and not math.isfinite(loss)
     ):
+        kept = (
+            f"the last good checkpoint (round {row['round'] - 1}) is kept in {run_dir.latest}"
+            if row["round"] > 1
+            else "no round finished, so no checkpoint is kept"
+        )
         raise TrainingDiverged(
-            f"round {row['round']}: loss or weights are not finite (train_loss={loss}); the last "
-            f"good checkpoint is kept in {run_dir.latest}; try a larger --mu or a smaller "
-            "--local-lr"
+            f"training diverged in round {row['round']}: loss or weights are not finite "
+            f"(train_loss={loss}); {kept}; try a larger --mu or a smaller --local-lr"
         )
 
 
@@ -236,6 +395,8 @@ def _advance(progress: Progress, result, row: dict[str, Any], t: int) -> None:  
     progress.round = t
     progress.weights = result.weights
     progress.state = result.state
+    if result.shard_states is not None:
+        progress.shard_states = result.shard_states
     progress.cum_comm_bytes = row["cum_comm_bytes"]
     progress.cum_comm_rounds = row["comm_rounds"]
     if row["is_best"]:
@@ -250,6 +411,7 @@ def _save(run_dir: RunDir, progress: Progress, config: RunConfig, *, improved: b
         "best_accuracy": progress.best_accuracy,
         "cum_comm_bytes": progress.cum_comm_bytes,
         "cum_comm_rounds": progress.cum_comm_rounds,
+        "shard_states": progress.shard_states,
         "config": config.as_dict(),
     }
     save_checkpoint(run_dir.latest, payload)

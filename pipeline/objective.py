@@ -69,6 +69,8 @@ class ShardObjective:
     def hessian_operator(self, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         """v -> H_i(w) v, the full-shard Hessian of f_i at w applied to v (exact solvers).
 
+        v may also be a (k, d) batch; then row j of the result is H_i(w) v_j.
+
         The gradient graph is built once (create_graph) and kept, so each product is one
         backward pass; it holds the whole shard's graph, which is fine for the convex models.
         """
@@ -81,7 +83,9 @@ class ShardObjective:
         (grad,) = torch.autograd.grad(total, w, create_graph=True)
 
         def product(v: torch.Tensor) -> torch.Tensor:
-            (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True)
+            # A (k, d) batch of vectors gives the k products (rows) in one vectorised pass.
+            batched = v.ndim == 2
+            (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True, is_grads_batched=batched)
             return hv.detach()
 
         return product

@@ -14,6 +14,7 @@ import torch
 
 from dask_dane.pipeline import tasks
 from dask_dane.pipeline.aggregate import to_partial, tree_reduce
+from dask_dane.pipeline.algorithms.base import for_round
 from dask_dane.pipeline.setup import RunSetup, initial_weights
 
 
@@ -21,6 +22,7 @@ from dask_dane.pipeline.setup import RunSetup, initial_weights
 class ReferenceRun:
     weights: torch.Tensor
     state: dict[str, torch.Tensor]
+    shard_states: list[dict[str, torch.Tensor]] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -32,6 +34,7 @@ def run_reference(
     weights: torch.Tensor | None = None,
     state: dict[str, torch.Tensor] | None = None,
     start_round: int = 1,
+    shard_states: list[dict[str, torch.Tensor]] | None = None,
 ) -> ReferenceRun:
     """Run rounds start_round..rounds; `num_workers` only sets the communication count."""
     strategy, config = setup.strategy, setup.config
@@ -40,8 +43,12 @@ def run_reference(
     shards = [tasks.load_shard(**setup.shard_args(i)) for i in range(setup.store.num_shards)]
     test = tasks.load_shard(**setup.test_args())
     receivers = min(num_workers, len(shards))
-    run = ReferenceRun(weights=w, state=s)
+    if shard_states is None:
+        shard_states = [strategy.init_shard_state(w) for _ in shards]
+        shard_states = shard_states if any(shard_states) else None
+    run = ReferenceRun(weights=w, state=s, shard_states=shard_states)
     for t in range(start_round, rounds + 1):
+        strategy = for_round(setup.strategy, run.state)
         received: dict[str, torch.Tensor] = {}
         previous: list[Any] = [None] * len(shards)
         totals, ends, end = [], [], None
@@ -55,6 +62,7 @@ def run_reference(
                     run.weights,
                     received,
                     previous[i],
+                    run.shard_states[i] if run.shard_states is not None else None,
                     seed=config.seed,
                     round_index=t,
                 )
@@ -65,8 +73,12 @@ def run_reference(
             received, previous = end.sent.tensors, reports
             totals.append(total)
             ends.append(end)
-        result = tasks.finish_round(strategy, run.weights, run.state, totals, ends)
+        next_states = None
+        if run.shard_states is not None:
+            next_states = [tasks.shard_state_of(report) for report in previous]
+        result = tasks.finish_round(strategy, run.weights, run.state, totals, ends, next_states)
         run.weights, run.state = result.weights, result.state
+        run.shard_states = result.shard_states
         metrics = {"round": t, **result.metrics}
         if t % config.eval_every == 0 or t == rounds:
             evaluation = tasks.evaluate(setup.spec, test, run.weights)

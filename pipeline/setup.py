@@ -10,13 +10,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import StoreInfo, open_store, write_store
 from dask_dane.models.flat import flatten_parameters
-from dask_dane.models.registry import ModelSpec, build_model, check_model_fits
+from dask_dane.models.registry import (
+    ModelSpec,
+    build_model,
+    check_model_fits,
+    check_model_task,
+    is_convex,
+)
 from dask_dane.pipeline.algorithms import Strategy, make_strategy
 from dask_dane.pipeline.config import RunConfig
 
@@ -40,6 +47,7 @@ class RunSetup:
         return dict(
             store=self.store.path,
             task=self.store.task,
+            num_classes=self.store.num_classes,
             normalization=self.store.normalization,
             dtype=self.config.dtype,
             **where,
@@ -68,15 +76,35 @@ def prepare_run(config: RunConfig) -> RunSetup:
         raise ValueError("no store given; pass a store path or use the embedded default")
     store = open_store(config.store)
     check_model_fits(config.model, store.sample_shape)
-    if store.task != "classification" and config.model in ("small-cnn",):
-        raise ValueError(f"model {config.model!r} is a classifier but the store is {store.task}")
+    check_model_task(config.model, store.task)
+    if config.local_solver != "steps" and not is_convex(config.model):
+        raise ValueError(
+            f"--local-solver {config.local_solver} solves the local problem exactly, which needs a "
+            f"convex model, and {config.model!r} is not; use --model linear or logistic, or "
+            "--local-solver steps"
+        )
+    _check_dtype_holds(store, config.dtype)
     spec = ModelSpec(
         name=config.model,
         sample_shape=store.sample_shape,
         num_classes=store.num_classes,
         dtype=config.dtype,
+        l2=store.l2 if config.l2 is None else config.l2,
     )
     return RunSetup(config=config, store=store, spec=spec, strategy=make_strategy(config))
+
+
+def _check_dtype_holds(store: StoreInfo, dtype: str) -> None:
+    """ValueError if training in `dtype` would round the store's features or targets."""
+    arrays = [("features", store.x_dtype)]
+    if store.task == "regression":
+        arrays.append(("targets", store.y_dtype))
+    for what, stored in arrays:
+        if not np.can_cast(np.dtype(stored), np.dtype(dtype), casting="safe"):
+            raise ValueError(
+                f"the store holds {stored} {what}, which --dtype {dtype} cannot hold without "
+                f"rounding; pass --dtype {stored}"
+            )
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dask_dane.datasets.store import read_rows
+from dask_dane.datasets.store import read_shard
 from dask_dane.models.registry import ModelSpec, build_model
 from dask_dane.pipeline.aggregate import Partial, ShardReport, mean_of, merge, tensor_bytes
 from dask_dane.pipeline.aggregate import to_partial as _to_partial
@@ -49,6 +49,7 @@ class RoundResult:
     state: Tensors
     metrics: dict[str, float] = field(default_factory=dict)
     compute_by_worker: dict[str, float] = field(default_factory=dict)
+    shard_states: list[Tensors] | None = None  # per-shard state for the next round, if any
 
 
 def worker_id() -> str:
@@ -71,9 +72,14 @@ def load_shard(
     task: str,
     normalization: dict,
     dtype: str,
+    num_classes: int | None = None,
 ) -> ShardData:
-    """Read rows [start, stop) of a split from zarr, normalise, convert to tensors."""
-    x, y = read_rows(store, split, start, stop)
+    """Read rows [start, stop) of a split from zarr, check, normalise, convert to tensors.
+
+    A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
+    naming the shard (datasets/store.py read_shard); the driver reports it as one line.
+    """
+    x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
     torch_dtype = getattr(torch, dtype)
     features = torch.from_numpy(np.ascontiguousarray(x)).to(torch_dtype)
     if features.ndim in (3, 4):  # signals / images: per-channel normalisation from the store
@@ -91,7 +97,7 @@ def make_objective(spec: ModelSpec, shard: ShardData) -> ShardObjective:
     # functional_call, so it is built on the meta device at no cost.
     with torch.device("meta"):
         model = build_model(spec)
-    return ShardObjective(model, shard.x, shard.y, shard.task)
+    return ShardObjective(model, shard.x, shard.y, shard.task, l2=spec.l2)
 
 
 def run_local(
@@ -102,11 +108,12 @@ def run_local(
     weights: torch.Tensor,
     received: Tensors,
     previous: ShardReport | None,
+    shard_state: Tensors | None = None,
     *,
     seed: int,
     round_index: int,
 ) -> ShardReport:
-    """One shard's work in one phase of one round."""
+    """One shard's work in one phase of one round (`shard_state`: see algorithms/base.py)."""
     started = time.perf_counter()
     rng = torch.Generator().manual_seed(shard_seed(seed, round_index, shard.index))
     output = strategy.local(
@@ -116,6 +123,7 @@ def run_local(
         received,
         previous.output if previous else None,
         rng,
+        shard_state or {},
     )
     return ShardReport(
         output=output,
@@ -165,8 +173,13 @@ def finish_round(
     state: Tensors,
     totals: list[Partial],
     ends: list[PhaseEnd],
+    shard_states: list[Tensors] | None = None,
 ) -> RoundResult:
-    """New weights and the round's metrics from every phase's outcome."""
+    """New weights and the round's metrics from every phase's outcome.
+
+    `shard_states` (strategies with per-shard state only) is each shard's state for the next
+    round, as its last phase returned it; it is passed through untouched.
+    """
     update = strategy.update(weights, ends[-1].mean, state)
     compute: dict[str, float] = {}
     for total in totals:
@@ -178,9 +191,16 @@ def finish_round(
         metrics.update(end.sent.metrics)
     metrics.update(update.metrics)
     metrics["comm_bytes"] = float(sum(end.comm_bytes for end in ends))
+    # Communication rounds are the phases that moved tensors (a phase a strategy skips, such
+    # as DANE's solve after a safeguard rejection, sends and gathers nothing).
+    metrics["comm_phases"] = float(sum(1 for end in ends if end.comm_bytes > 0))
     metrics["max_worker_compute_s"] = max(compute.values())
     return RoundResult(
-        weights=update.weights, state=update.state, metrics=metrics, compute_by_worker=compute
+        weights=update.weights,
+        state=update.state,
+        metrics=metrics,
+        compute_by_worker=compute,
+        shard_states=shard_states,
     )
 
 
@@ -190,6 +210,11 @@ def round_weights(result: RoundResult) -> torch.Tensor:
 
 def round_state(result: RoundResult) -> Tensors:
     return result.state
+
+
+def shard_state_of(report: ShardReport) -> Tensors:
+    """A shard's state for the next round, from its last phase's report."""
+    return report.output.shard_state
 
 
 def sent_tensors(end: PhaseEnd) -> Tensors:

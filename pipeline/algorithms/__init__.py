@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from dask_dane.pipeline.algorithms.admm import Admm
+from dask_dane.pipeline.algorithms.agd import Agd
 from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Strategy
 from dask_dane.pipeline.algorithms.dane import Dane
+from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.fedavg import FedAvg
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.fedprox import FedProx
+from dask_dane.pipeline.algorithms.gd import Gd
+from dask_dane.pipeline.algorithms.local_solver import LocalSolver, Solver
+from dask_dane.pipeline.algorithms.oneshot import OneShot
 from dask_dane.pipeline.algorithms.sgd import Sgd
 from dask_dane.pipeline.config import RunConfig
 
@@ -14,17 +20,37 @@ __all__ = ["LocalOutput", "RoundUpdate", "Strategy", "make_strategy"]
 
 def make_strategy(config: RunConfig) -> Strategy:
     """The Strategy named by config.algorithm, with its hyperparameters from the config."""
-    solver = LocalSolver(
+    solver: Solver = LocalSolver(
         steps=config.local_steps,
         lr=config.local_lr,
         batch_size=config.batch_size,
         optimizer=config.local_optimizer,
         momentum=config.momentum,
     )
+    if config.local_solver != "steps":
+        solver = ExactSolver(method=config.local_solver, tol=config.local_tol)
     if config.algorithm == "dane":
-        return Dane(eta=config.eta, mu=config.mu, solver=solver)
+        return Dane(
+            eta=config.eta,
+            mu=config.mu,
+            solver=solver,
+            safeguard=config.safeguard,
+            grad_sample=config.grad_sample,
+            sample_seed=config.seed,
+        )
     if config.algorithm == "sgd":
         return Sgd(lr=config.local_lr, batch_size=config.batch_size, momentum=config.momentum)
     if config.algorithm == "fedavg":
         return FedAvg(solver=solver)
+    if config.algorithm == "fedprox":
+        return FedProx(mu=config.mu, solver=solver)
+    if config.algorithm == "one-shot":
+        return OneShot(solver=solver)
+    if config.algorithm == "admm":
+        return Admm(rho=config.rho, solver=solver)
+    # gd / agd: --local-lr is the step size, --momentum agd's Nesterov coefficient beta.
+    if config.algorithm == "gd":
+        return Gd(lr=config.local_lr)
+    if config.algorithm == "agd":
+        return Agd(lr=config.local_lr, beta=config.momentum)
     raise ValueError(f"unknown --algorithm {config.algorithm!r}")

@@ -88,3 +88,15 @@ class Strategy(Protocol):
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         """The new weights from the average of the last phase."""
         ...
+
+
+def for_round(strategy: Strategy, state: Tensors) -> Strategy:
+    """The strategy of the round that starts from driver `state`.
+
+    A strategy may copy a few scalars of its driver state into itself for a round (DANE's
+    safeguard: the loss to beat and the current mu), because its shards' phases see the
+    strategy but not the driver state. The driver and the reference both call this, so they
+    run the same round; strategies without `for_round` are used as they are.
+    """
+    adapt = getattr(strategy, "for_round", None)
+    return adapt(state) if adapt is not None else strategy

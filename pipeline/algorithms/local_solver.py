@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
 from dask_dane.pipeline.objective import ShardObjective
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
@@ -58,3 +59,7 @@ class LocalSolver:
                     v.grad.add_(v - anchor, alpha=mu)
             opt.step()
         return v.detach(), first_loss
+
+
+# What algorithms accept as their local solver: K steps, or exact (convex models).
+Solver = LocalSolver | ExactSolver

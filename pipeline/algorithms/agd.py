@@ -1,0 +1,55 @@
+"""Distributed accelerated gradient descent (Nesterov), one averaged full gradient per round.
+
+Legend: x = the iterate, y = the extrapolated point where the gradient is taken,
+g = mean_i grad f_i(y), lr = step size (1/L), beta = momentum ((sqrt(k)-1)/(sqrt(k)+1) for a
+condition number k). One round: x' = y - lr * g; y' = x' + beta * (x' - x).
+The weights the pipeline sends (and checkpoints and scores) are y, since that is where the
+shards must evaluate their gradients; x travels in the driver-side state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.gd import full_gradient
+from dask_dane.pipeline.objective import ShardObjective
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agd:
+    lr: float
+    beta: float
+    name: str = "agd"
+    phases: tuple[str, ...] = ("local_grad",)
+
+    def init_state(self, weights: torch.Tensor) -> Tensors:
+        return {"x": weights.clone()}
+
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def local(
+        self,
+        phase: int,
+        objective: ShardObjective,
+        weights: torch.Tensor,
+        received: Tensors,
+        previous: LocalOutput | None,
+        rng: torch.Generator,
+        shard_state: Tensors,
+    ) -> LocalOutput:
+        return full_gradient(objective, weights)
+
+    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
+        raise AssertionError("agd has a single phase")
+
+    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
+        g = mean.tensors["grad"]
+        x_next = weights - self.lr * g
+        y_next = x_next + self.beta * (x_next - state["x"])
+        return RoundUpdate(
+            weights=y_next, state={"x": x_next}, metrics={"grad_norm": float(g.norm())}
+        )

@@ -1,0 +1,51 @@
+"""FedProx (Li et al. 2020): FedAvg whose local objective adds (mu/2)||v - w||^2.
+
+Legend: w = weights at the start of the round, v_i = shard i's local solution, mu = proximal
+strength. One round: v_i ~ argmin_v f_i(v) + (mu/2)||v - w||^2 (K steps, or exact for convex
+models); w <- mean_i v_i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.local_solver import Solver
+from dask_dane.pipeline.objective import ShardObjective
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedProx:
+    mu: float
+    solver: Solver
+    name: str = "fedprox"
+    phases: tuple[str, ...] = ("local_train",)
+
+    def init_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def local(
+        self,
+        phase: int,
+        objective: ShardObjective,
+        weights: torch.Tensor,
+        received: Tensors,
+        previous: LocalOutput | None,
+        rng: torch.Generator,
+        shard_state: Tensors,
+    ) -> LocalOutput:
+        v_i, first_loss = self.solver.solve(
+            objective, weights, linear=None, anchor=weights, mu=self.mu, rng=rng
+        )
+        return LocalOutput(tensors={"weights": v_i}, metrics={"train_loss": first_loss})
+
+    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
+        raise AssertionError("fedprox has a single phase")
+
+    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
+        return RoundUpdate(weights=mean.tensors["weights"], state=state)

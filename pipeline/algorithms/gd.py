@@ -1,0 +1,54 @@
+"""Distributed full-gradient descent: one averaged full-shard gradient per round.
+
+Legend: w = weights, g = mean_i grad f_i(w) (full shards), lr = step size.
+One round: w <- w - lr * g.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.objective import ShardObjective
+
+
+def full_gradient(objective: ShardObjective, weights: torch.Tensor) -> LocalOutput:
+    """grad f_i(w) over the whole shard, with f_i(w) as the round's train loss."""
+    loss, g_i = objective.loss_and_grad(weights)
+    return LocalOutput(tensors={"grad": g_i}, metrics={"train_loss": loss})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gd:
+    lr: float
+    name: str = "gd"
+    phases: tuple[str, ...] = ("local_grad",)
+
+    def init_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def local(
+        self,
+        phase: int,
+        objective: ShardObjective,
+        weights: torch.Tensor,
+        received: Tensors,
+        previous: LocalOutput | None,
+        rng: torch.Generator,
+        shard_state: Tensors,
+    ) -> LocalOutput:
+        return full_gradient(objective, weights)
+
+    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
+        raise AssertionError("gd has a single phase")
+
+    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
+        g = mean.tensors["grad"]
+        return RoundUpdate(
+            weights=weights - self.lr * g, state=state, metrics={"grad_norm": float(g.norm())}
+        )

@@ -1,0 +1,190 @@
+"""`dane bench soak`: many rounds on a small store, watching for leaks and drift.
+
+After every round it records the driver's and the workers' resident memory, the tasks left on
+the scheduler and the futures the client holds (once the round's release messages have been
+processed), and the round's wall time. A healthy run holds exactly one future per shard plus
+the test split between rounds, and its memory and round times stay flat after warm-up.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import write_store
+from dask_dane.pipeline.cluster import make_client
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.loop import Callbacks, train
+
+SETTLE_S = 2.0  # how long a round's released keys may take to leave the scheduler
+LIMIT_GROWTH_PCT = 5.0
+LIMIT_DRIFT = 1.2  # final-window median round time over the post-warm-up one
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoakSpec:
+    """One soak run; see `dane bench soak --help`."""
+
+    rounds: int = 300
+    warmup: int = 30
+    workers: int = 2
+    algorithm: str = "dane"
+    model: str = "mlp"
+    local_steps: int = 5
+    seed: int = 0
+    workdir: str = "bench-out/soak"
+
+    def validate(self) -> SoakSpec:
+        if self.warmup < 1 or self.rounds < self.warmup + 10:
+            raise ValueError(
+                f"--rounds must exceed --warmup by at least 10 (got {self.rounds} and "
+                f"{self.warmup}); e.g. --rounds 300 --warmup 30"
+            )
+        self.config(Path(self.workdir)).validate()
+        return self
+
+    def config(self, workdir: Path) -> RunConfig:
+        return RunConfig(
+            store=str(workdir / f"digits-{self.workers}shards.zarr"),
+            out=str(workdir / "run"),
+            algorithm=self.algorithm,
+            model=self.model,
+            workers=self.workers,
+            rounds=self.rounds,
+            local_steps=self.local_steps,
+            seed=self.seed,
+            eval_every=10,
+            dashboard_address="127.0.0.1:0",
+        )
+
+
+def _rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def _num_tasks(dask_scheduler) -> int:  # type: ignore[no-untyped-def]
+    return len(dask_scheduler.tasks)
+
+
+def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train spec.rounds rounds on one cluster, sampling after every round; returns the figures."""
+    workdir = Path(spec.workdir)
+    config = spec.config(workdir).validate()
+    if not Path(config.store).exists():
+        raw = load_source("digits", SourceOptions(seed=spec.seed))
+        partition = PartitionSpec(kind="iid", num_shards=spec.workers, seed=spec.seed)
+        write_store(raw, partition, Path(config.store), force=False)
+    shutil.rmtree(config.out, ignore_errors=True)
+    expected = spec.workers + 1  # the held futures: one per shard, one for the test split
+    samples: list[dict[str, Any]] = []
+    with make_client(config) as client:
+
+        def on_round(row: dict[str, Any]) -> None:
+            started = time.perf_counter()
+            tasks = client.run_on_scheduler(_num_tasks)
+            while tasks > expected and time.perf_counter() - started < SETTLE_S:
+                time.sleep(0.01)
+                tasks = client.run_on_scheduler(_num_tasks)
+            samples.append(
+                {
+                    "round": row["round"],
+                    "wall_s": row["wall_s"],
+                    "driver_rss": _rss(),
+                    "worker_rss": sum(client.run(_rss).values()),
+                    "scheduler_tasks": tasks,
+                    "client_futures": len(client.futures),
+                    "settle_s": time.perf_counter() - started,
+                }
+            )
+            if row["round"] % 50 == 0:
+                log(f"round {row['round']}: {row['wall_s'] * 1e3:.0f} ms")
+
+        started = time.perf_counter()
+        train(config, client=client, callbacks=Callbacks(on_round=on_round))
+        total_s = time.perf_counter() - started
+    return {
+        "spec": asdict(spec),
+        "expected_tasks": expected,
+        "total_s": total_s,
+        "summary": summarize(samples, warmup=spec.warmup, expected=expected),
+        "samples": samples,
+    }
+
+
+def summarize(samples: list[dict[str, Any]], *, warmup: int, expected: int) -> dict[str, Any]:
+    """Growth and drift between the first and last tenth of the rounds after warm-up."""
+    after = samples[warmup:]
+    width = max(5, len(after) // 10)
+    first, last = after[:width], after[-width:]
+
+    def growth(key: str) -> float:
+        base = statistics.median(s[key] for s in first)
+        return 100.0 * (statistics.median(s[key] for s in last) - base) / base
+
+    first_wall = statistics.median(s["wall_s"] for s in first)
+    last_wall = statistics.median(s["wall_s"] for s in last)
+    leftover = [s["scheduler_tasks"] - expected for s in samples]
+    extra_futures = [s["client_futures"] - expected for s in samples]
+    result = {
+        "driver_rss_mib": [_mib(first, "driver_rss"), _mib(last, "driver_rss")],
+        "worker_rss_mib": [_mib(first, "worker_rss"), _mib(last, "worker_rss")],
+        "driver_growth_pct": growth("driver_rss"),
+        "worker_growth_pct": growth("worker_rss"),
+        "round_ms": [first_wall * 1e3, last_wall * 1e3],
+        "round_time_drift": last_wall / first_wall,
+        "max_leftover_tasks": max(leftover),
+        "rounds_with_leftover_tasks": sum(n > 0 for n in leftover),
+        "max_extra_futures": max(extra_futures),
+    }
+    result["ok"] = (
+        result["driver_growth_pct"] < LIMIT_GROWTH_PCT
+        and result["worker_growth_pct"] < LIMIT_GROWTH_PCT
+        and result["max_leftover_tasks"] <= 0
+        and result["max_extra_futures"] <= 0
+        and result["round_time_drift"] < LIMIT_DRIFT
+    )
+    return result
+
+
+def _mib(samples: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(s[key] for s in samples) / 2**20
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The figures as a short Markdown table (first vs last tenth after warm-up)."""
+    s = result["summary"]
+    rows = [
+        ("driver RSS (MiB)", *s["driver_rss_mib"], f"{s['driver_growth_pct']:+.2f} %"),
+        ("workers' RSS, sum (MiB)", *s["worker_rss_mib"], f"{s['worker_growth_pct']:+.2f} %"),
+        ("round time (ms, median)", *s["round_ms"], f"x{s['round_time_drift']:.3f}"),
+    ]
+    lines = [
+        "| measure | first tenth | last tenth | change |",
+        "|---|---:|---:|---:|",
+        *(f"| {name} | {a:.1f} | {b:.1f} | {change} |" for name, a, b, change in rows),
+        f"| tasks left on the scheduler after a round (max beyond the {result['expected_tasks']} "
+        f"held) | | | {s['max_leftover_tasks']} |",
+        f"| extra futures held by the client (max) | | | {s['max_extra_futures']} |",
+    ]
+    verdict = "PASS" if s["ok"] else "FAIL"
+    spec = result["spec"]
+    lines.append(
+        f"\n{verdict}: {spec['rounds']} rounds ({spec['warmup']} warm-up) of {spec['algorithm']} "
+        f"/ {spec['model']} on {spec['workers']} workers in {result['total_s']:.0f} s"
+    )
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,137 @@
+"""`dane report`: test accuracy and training loss of one or more runs, drawn as PNG.
+
+Each figure has four panels, the same quantity against the round, the communication rounds
+(DANE's two phases count two), the cumulative bytes moved and the cumulative wall time, so runs
+of different algorithms compare on the axis that matters to the reader. Every run is one line,
+labelled with its algorithm and the settings that distinguish it (from its config.toml).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dask_dane.pipeline.metrics import read_metrics
+
+# (metrics field, axis title, file name)
+QUANTITIES = (
+    ("test_accuracy", "test accuracy", "test_accuracy.png"),
+    ("train_loss", "training loss", "train_loss.png"),
+)
+# (x values from the rows, axis title)
+AXES = ("round", "communication rounds", "communication (MB)", "wall time (s)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCurves:
+    """One run as the report sees it: its label and its metrics rows."""
+
+    path: Path
+    label: str
+    rows: list[dict[str, Any]]
+
+
+def load_run(path: str | Path) -> RunCurves:
+    """Read a run directory's config.toml and metrics.jsonl; ValueError if it is not one."""
+    path = Path(path)
+    config_file, metrics_file = path / "config.toml", path / "metrics.jsonl"
+    if not config_file.exists() or not metrics_file.exists():
+        raise ValueError(
+            f"{path} is not a run directory (it needs config.toml and metrics.jsonl); pass "
+            "the --out folder of a `dane train` run"
+        )
+    rows = read_metrics(metrics_file)
+    if not rows:
+        raise ValueError(f"{path} has no completed round yet; train it first")
+    return RunCurves(path=path, label=run_label(tomllib.loads(config_file.read_text())), rows=rows)
+
+
+def run_label(config: dict[str, Any]) -> str:
+    """The algorithm and the settings that distinguish it, e.g. 'dane mu=0 K=50 lr=0.05'."""
+    algorithm = config.get("algorithm", "?")
+    parts = [algorithm]
+    if algorithm == "dane":
+        parts += [f"eta={config.get('eta', 1.0):g}", f"mu={config.get('mu', 0.0):g}"]
+        if config.get("safeguard", "off") != "off":
+            parts.append(f"safeguard={config['safeguard']}")
+        if config.get("grad_sample"):
+            parts.append(f"grad-sample={config['grad_sample']}")
+    if algorithm == "fedprox":
+        parts.append(f"mu={config.get('mu', 0.0):g}")
+    if algorithm in ("dane", "fedavg", "fedprox", "one-shot", "admm"):
+        if config.get("local_solver", "steps") == "steps":
+            parts.append(f"K={config.get('local_steps')}")
+        else:
+            parts.append(str(config["local_solver"]))
+    parts += [f"lr={config.get('local_lr'):g}", f"B={config.get('batch_size')}"]
+    store = config.get("store")
+    if store:
+        parts.append(f"[{Path(str(store)).stem}]")
+    return " ".join(parts)
+
+
+def _x_values(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    wall, elapsed = [], 0.0
+    for row in rows:
+        elapsed += row["wall_s"]
+        wall.append(elapsed)
+    return {
+        "round": [row["round"] for row in rows],
+        "communication rounds": [row["comm_rounds"] for row in rows],
+        "communication (MB)": [row["cum_comm_bytes"] / 1e6 for row in rows],
+        "wall time (s)": wall,
+    }
+
+
+def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
+    """Draw every quantity of QUANTITIES for the runs into `out`; returns the PNG paths.
+
+    Parameters
+    ----------
+    run_dirs
+        Run directories written by `dane train` (each needs config.toml and metrics.jsonl).
+    out
+        Folder for the PNG files (created if missing).
+
+    Returns
+    -------
+    list of Path
+        The files written: test_accuracy.png and train_loss.png.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    from matplotlib import pyplot as plt
+
+    if not run_dirs:
+        raise ValueError("no run directories given; pass one or more `dane train --out` folders")
+    runs = [load_run(path) for path in run_dirs]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for field, title, name in QUANTITIES:
+        fig, panels = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 3.6), sharey=True)
+        for run in runs:
+            xs = _x_values(run.rows)
+            kept = [i for i, row in enumerate(run.rows) if row.get(field) is not None]
+            ys = [run.rows[i][field] for i in kept]
+            for panel, axis in zip(panels, AXES, strict=True):
+                panel.plot([xs[axis][i] for i in kept], ys, marker=".", label=run.label)
+        for panel, axis in zip(panels, AXES, strict=True):
+            panel.set_xlabel(axis)
+            panel.grid(alpha=0.3)
+        panels[0].set_ylabel(title)
+        if field == "train_loss":
+            panels[0].set_yscale("log")
+        handles, labels = panels[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(2, len(runs)), fontsize=8)
+        fig.suptitle(f"{title} of {len(runs)} run{'s' if len(runs) > 1 else ''}")
+        # Room at the bottom for the legend, one line per two runs.
+        fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(runs) + 1) // 2), 1, 1))
+        path = out / name
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,233 @@
+"""The paper's baselines (one-shot, ADMM, FedProx, GD, AGD) as Strategies: their math on small
+quadratics (single process), and Dask runs equal to the reference runner."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import RawDataset, SourceOptions, load_source
+from dask_dane.datasets.store import write_store
+from dask_dane.pipeline.checkpoint import load_checkpoint
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.loop import train
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.setup import initial_weights, prepare_run
+
+L2 = 0.01
+
+
+@pytest.fixture(scope="module")
+def ridge(tmp_path_factory):
+    """A float64 least-squares problem, d = 8, 3 shards of 40 rows, lambda = 0.01."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((140, 8)) * np.linspace(1.0, 0.2, 8)
+    y = x @ np.ones(8) + 0.5 * rng.standard_normal(140)
+    raw = RawDataset(
+        source="test-ridge",
+        task="regression",
+        num_classes=1,
+        x_train=x[:120],
+        y_train=y[:120],
+        x_test=x[120:],
+        y_test=y[120:],
+        attrs={"l2": L2},
+    )
+    path = tmp_path_factory.mktemp("ridge") / "ridge.zarr"
+    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
+
+
+@pytest.fixture(scope="module")
+def digits_table(tmp_path_factory):
+    raw = load_source("digits-tabular", SourceOptions(seed=0))
+    path = tmp_path_factory.mktemp("table") / "digits.zarr"
+    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
+
+
+def _quadratic(info):
+    """Per shard (H_i, b_i) with f_i(w) = (1/2) w'H_i w - b_i'w + const, and n_i / N."""
+    import zarr
+
+    group = zarr.open_group(info.path, mode="r")
+    x, y = group["train/x"][:], group["train/y"][:]
+    parts = []
+    for a, b in info.shards:
+        xi, yi = x[a:b], y[a:b]
+        parts.append((2 * xi.T @ xi / len(xi) + 2 * L2 * np.eye(8), 2 * xi.T @ yi / len(xi)))
+    return parts, [(b - a) / len(x) for a, b in info.shards]
+
+
+def _setup(info, algorithm, **settings):
+    config = RunConfig(
+        store=info.path,
+        model="linear",
+        dtype="float64",
+        algorithm=algorithm,
+        local_solver="cg",
+        local_tol=1e-12,
+        seed=2,
+        **settings,
+    ).validate()
+    setup = prepare_run(config)
+    return setup, initial_weights(setup.spec, config.seed).numpy()
+
+
+# --- the algorithms' math, single process ----------------------------------------------------
+
+
+def test_one_shot_averages_each_shards_own_minimiser(ridge):
+    setup, _ = _setup(ridge, "one-shot")
+    parts, shares = _quadratic(ridge)
+    expected = sum(p * np.linalg.solve(h, b) for (h, b), p in zip(parts, shares, strict=True))
+
+    run = run_reference(setup, rounds=1, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-9)
+
+
+def test_fedprox_with_exact_solves_averages_the_proximal_points(ridge):
+    mu = 0.3
+    setup, w0 = _setup(ridge, "fedprox", mu=mu)
+    parts, shares = _quadratic(ridge)
+    eye = np.eye(8)
+    expected = sum(
+        p * np.linalg.solve(h + mu * eye, b + mu * w0)
+        for (h, b), p in zip(parts, shares, strict=True)
+    )
+
+    run = run_reference(setup, rounds=1, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-9)
+
+
+def test_gd_and_agd_take_the_textbook_steps(ridge):
+    lr, beta = 0.2, 0.5
+    parts, shares = _quadratic(ridge)
+    hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
+    rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
+    grad = lambda w: hess @ w - rhs  # noqa: E731
+    gd_setup, w0 = _setup(ridge, "gd", local_lr=lr)
+    agd_setup, _ = _setup(ridge, "agd", local_lr=lr, momentum=beta)
+    w = w0.copy()
+    for _ in range(3):
+        w = w - lr * grad(w)
+    x_prev, y = w0.copy(), w0.copy()
+    for _ in range(3):
+        x = y - lr * grad(y)
+        y, x_prev = x + beta * (x - x_prev), x
+
+    gd = run_reference(gd_setup, rounds=3, num_workers=2)
+    agd = run_reference(agd_setup, rounds=3, num_workers=2)
+
+    np.testing.assert_allclose(gd.weights.numpy(), w, rtol=1e-12)
+    np.testing.assert_allclose(agd.weights.numpy(), y, rtol=1e-12)  # weights carry y
+    np.testing.assert_allclose(agd.state["x"].numpy(), x_prev, rtol=1e-12)
+
+
+def test_admm_converges_to_the_global_minimiser(ridge):
+    # H has eigenvalues 0.09 .. 2.2; rho = 0.45 ~ sqrt(0.09 * 2.2) contracts ~0.77 per round.
+    setup, _ = _setup(ridge, "admm", rho=0.45)
+    parts, shares = _quadratic(ridge)
+    hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
+    w_star = np.linalg.solve(hess, sum(p * b for (_, b), p in zip(parts, shares, strict=True)))
+
+    run = run_reference(setup, rounds=150, num_workers=2)
+
+    assert np.abs(run.weights.numpy() - w_star).max() < 1e-10
+    # The scaled duals sum to zero (weighted) at a consensus fixed point.
+    duals = sum(p * s["dual"].numpy() for s, p in zip(run.shard_states, shares, strict=True))
+    assert np.abs(duals).max() < 1e-8
+    assert max(np.abs(s["dual"].numpy()).max() for s in run.shard_states) > 1e-3
+
+
+def test_admm_first_round_is_the_proximal_average(ridge):
+    # u_0 = 0, so round 1 solves argmin f_i + (rho/2)||x - z_0||^2, exactly FedProx's step.
+    rho = 0.7
+    admm, _ = _setup(ridge, "admm", rho=rho)
+    fedprox, _ = _setup(ridge, "fedprox", mu=rho)
+
+    a = run_reference(admm, rounds=1, num_workers=2)
+    b = run_reference(fedprox, rounds=1, num_workers=2)
+
+    assert (a.weights - b.weights).abs().max() < 1e-14
+
+
+# --- through Dask ------------------------------------------------------------------------------
+
+SETTINGS = {
+    "one-shot": {},
+    "admm": {"rho": 0.1},
+    "fedprox": {"mu": 0.1},
+    "gd": {"local_lr": 1.0},
+    "agd": {"local_lr": 1.0, "momentum": 0.5},
+    "dane": {"mu": 0.05},
+}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", list(SETTINGS))
+def test_dask_run_equals_reference_on_logistic_regression(
+    algorithm, digits_table, cluster_client, tmp_path
+):
+    # Multinomial logistic regression (not a quadratic), float64, 3 shards on 2 workers.
+    config = RunConfig(
+        store=digits_table.path,
+        out=str(tmp_path / "run"),
+        model="logistic",
+        dtype="float64",
+        l2=1e-3,
+        algorithm=algorithm,
+        local_solver="cg",
+        local_tol=1e-8,
+        rounds=3,
+        seed=4,
+        **SETTINGS[algorithm],
+    ).validate()
+
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
+
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    start = initial_weights(prepare_run(config).spec, config.seed)
+    assert weights.dtype == torch.float64
+    assert (weights - start).abs().max() > 1e-2  # training moved the weights
+    assert (weights - reference.weights).abs().max() < 1e-10
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    phases = 2 if algorithm == "dane" else 1
+    assert [r["comm_rounds"] for r in rows] == [phases, 2 * phases, 3 * phases]
+    for row, expected in zip(rows, reference.history, strict=True):
+        assert row["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-12)
+
+
+@pytest.mark.cluster
+def test_admm_resumes_with_its_duals(ridge, cluster_client, tmp_path):
+    # The per-shard duals go into the checkpoint: 2 rounds + resume to 5 = 5 rounds straight.
+    config = RunConfig(
+        store=ridge.path,
+        out=str(tmp_path / "run"),
+        model="linear",
+        dtype="float64",
+        algorithm="admm",
+        rho=0.5,
+        local_solver="cg",
+        local_tol=1e-12,
+        rounds=2,
+        seed=3,
+    ).validate()
+
+    train(config, client=cluster_client)
+    saved = load_checkpoint(RunDir(tmp_path / "run").latest)
+    from dataclasses import replace
+
+    train(replace(config, rounds=5), resume=True, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=5, num_workers=2)
+
+    assert len(saved["shard_states"]) == 3
+    assert max(float(s["dual"].abs().max()) for s in saved["shard_states"]) > 1e-3
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    assert (weights - reference.weights).abs().max() < 1e-12
