@@ -1,0 +1,352 @@
+"""Faults survived, with real processes on 127.0.0.1: a worker killed or stalled mid-round, the
+driver killed (during a checkpoint write), the scheduler gone, training diverging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from distributed import Client
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import write_store
+from dask_dane.pipeline.checkpoint import load_checkpoint
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.loop import Callbacks, train
+from dask_dane.pipeline.metrics import read_metrics
+from dask_dane.pipeline.rundir import RunDir
+
+pytestmark = pytest.mark.cluster
+PY = sys.executable
+# Keys of a round's per-shard tasks (graph.py): "{phase}-{round}-{shard}-{token}".
+LOCAL_KEY = re.compile(r"^local_\w+-(\d+)-\d+-")
+SOLVE_KEY = re.compile(r"^local_solve-(\d+)-\d+-")  # DANE's long phase: local_steps of SGD
+LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard"]
+DASK_SCHEDULER = [PY, "-m", "distributed.cli.dask_scheduler", *LOOPBACK]
+DASK_WORKER = [PY, "-m", "distributed.cli.dask_worker", *LOOPBACK]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    # A new session per process, so that its whole group (nanny and worker) can be signalled.
+    return subprocess.Popen(
+        args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _start_cluster(folder: Path, num_workers: int) -> tuple[str, list[subprocess.Popen]]:
+    """`dask scheduler` and `dask worker` processes (each worker under a nanny)."""
+    scheduler_file = folder / "scheduler.json"
+    procs = [
+        _start(
+            [*DASK_SCHEDULER, "--port", "0", "--scheduler-file", str(scheduler_file)],
+            folder / "scheduler.log",
+        )
+    ]
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists():
+        assert time.monotonic() < deadline, "the scheduler did not start"
+        time.sleep(0.1)
+    address = json.loads(scheduler_file.read_text())["address"]
+    for i in range(num_workers):
+        procs.append(
+            _start(
+                [*DASK_WORKER, address, "--nthreads", "1", "--name", f"w{i}"],
+                folder / f"worker{i}.log",
+            )
+        )
+    return address, procs
+
+
+@pytest.fixture(scope="module")
+def nanny_cluster(tmp_path_factory):
+    """A scheduler and two nanny-managed workers: a killed worker is restarted by its nanny."""
+    folder = tmp_path_factory.mktemp("nanny-cluster")
+    address, procs = _start_cluster(folder, 2)
+    client = Client(address, timeout=60)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        yield client
+    finally:
+        client.close()
+        _stop(procs)
+
+
+def _config(store: Path, out: Path, **overrides) -> RunConfig:
+    settings = dict(
+        store=str(store),
+        out=str(out),
+        model="small-cnn",
+        rounds=3,
+        local_steps=40,
+        seed=5,
+        dtype="float64",
+    )
+    return RunConfig(**{**settings, **overrides}).validate()
+
+
+def _executing(dask_worker) -> list[str]:  # type: ignore[no-untyped-def]
+    return [str(ts.key) for ts in dask_worker.state.executing]
+
+
+def _when_local_task_runs(
+    client: Client, round_index: int, act, pattern: re.Pattern = LOCAL_KEY
+) -> threading.Thread:
+    """Call act(worker) once a shard task of `round_index` is executing on some worker."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for worker, keys in client.run(_executing).items():
+                if any((m := pattern.match(k)) and int(m.group(1)) == round_index for k in keys):
+                    act(worker)
+                    return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def _pids(client: Client) -> dict[str, int]:
+    return client.run(os.getpid)
+
+
+def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
+    nanny_cluster, digits_stores, tmp_path
+):
+    client = nanny_cluster
+    client.wait_for_workers(2, timeout=60)
+    undisturbed = train(_config(digits_stores[4], tmp_path / "ref"), client=client)
+    pids = _pids(client)
+    killed: list[str] = []
+    threads: list[threading.Thread] = []
+
+    def kill(worker: str) -> None:
+        os.kill(pids[worker], signal.SIGKILL)
+        killed.append(worker)
+
+    def on_round(row: dict) -> None:
+        if row["round"] == 1:
+            threads.append(_when_local_task_runs(client, 2, kill))
+
+    summary = train(
+        _config(digits_stores[4], tmp_path / "run"),
+        client=client,
+        callbacks=Callbacks(on_round=on_round),
+    )
+
+    threads[0].join(timeout=5)
+    assert len(killed) == 1  # the kill happened while round 2's shard tasks ran
+    assert summary["rounds"] == 3
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    reference = load_checkpoint(RunDir(tmp_path / "ref").latest)["weights"]
+    assert torch.equal(weights, reference)
+    assert summary["final_train_loss"] == undisturbed["final_train_loss"]
+    rows = read_metrics(RunDir(tmp_path / "run").metrics)
+    # Round 2 records the fault: its shards were reloaded elsewhere, or it was run again.
+    assert rows[1]["shards_reloaded"] >= 1 or rows[1]["attempts"] >= 2
+    assert rows[0]["shards_reloaded"] == 0 and rows[0]["attempts"] == 1
+    client.wait_for_workers(2, timeout=60)  # the nanny restarted the worker
+    assert killed[0] not in client.scheduler_info(n_workers=-1)["workers"]
+
+
+def test_stalled_worker_makes_the_round_wait_and_shows_as_straggler(
+    nanny_cluster, digits_stores, tmp_path
+):
+    client = nanny_cluster
+    client.wait_for_workers(2, timeout=60)
+    pids = _pids(client)
+    stall_s = 2.5
+    stalled: list[str] = []
+    threads: list[threading.Thread] = []
+
+    def stall(worker: str) -> None:
+        os.kill(pids[worker], signal.SIGSTOP)
+        stalled.append(worker)
+        time.sleep(stall_s)
+        os.kill(pids[worker], signal.SIGCONT)
+
+    def on_round(row: dict) -> None:
+        if row["round"] == 1:
+            threads.append(_when_local_task_runs(client, 2, stall, SOLVE_KEY))
+
+    # Long local solves, so that the stall lands inside one (its compute time includes it).
+    config = _config(digits_stores[2], tmp_path / "run", rounds=2, local_steps=300)
+    train(config, client=client, callbacks=Callbacks(on_round=on_round))
+
+    threads[0].join(timeout=10)
+    assert len(stalled) == 1
+    first, second = read_metrics(RunDir(tmp_path / "run").metrics)
+    assert second["wall_s"] >= stall_s  # the round waited for the stalled worker
+    # The stalled task's compute time includes the stall; the median shows the other worker.
+    assert second["max_worker_compute_s"] >= stall_s
+    assert second["max_worker_compute_s"] - second["median_worker_compute_s"] >= stall_s / 3
+    assert first["attempts"] == 1
+    assert second["attempts"] == 1 and second["num_workers"] == 2
+
+
+# Run `dane train` with the round-2 checkpoint written slowly: half the bytes, a marker file,
+# then a long sleep, so that the test can SIGKILL the driver in the middle of the write.
+SLOW_CHECKPOINT = """
+import sys, time
+from pathlib import Path
+from dask_dane.pipeline import checkpoint, loop
+
+marker = Path(sys.argv[1])
+save = loop.save_checkpoint
+
+def slow_save(path, payload):
+    if payload["round"] != 2 or path.name != "latest.pt":
+        return save(path, payload)
+    def write(handle):
+        import io, torch
+        buffer = io.BytesIO()
+        torch.save({"checkpoint_version": checkpoint.CHECKPOINT_VERSION, **payload}, buffer)
+        data = buffer.getvalue()
+        handle.write(data[: len(data) // 2])
+        handle.flush()
+        marker.write_text("writing")
+        time.sleep(600)
+        handle.write(data[len(data) // 2 :])
+    checkpoint.atomic_write_bytes(path, write)
+
+loop.save_checkpoint = slow_save
+sys.argv = ["dane", *sys.argv[2:]]
+from dask_dane.cli import main
+main()
+"""
+
+
+def _dane(*args: str) -> list[str]:
+    return [PY, "-m", "dask_dane.cli", *args]
+
+
+def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
+    cluster_client, digits_stores, tmp_path
+):
+    store = digits_stores[2]
+    train(_config(store, tmp_path / "ref", rounds=3, local_steps=10), client=cluster_client)
+    out = tmp_path / "run"
+    marker = tmp_path / "writing"
+    args = ["train", str(store), "--out", str(out), "--rounds", "3", "--local-steps", "10"]
+    args += ["--seed", "5", "--dtype", "float64"]
+    args += ["--scheduler", cluster_client.scheduler.address]  # the driver alone dies
+    driver = _start([PY, "-c", SLOW_CHECKPOINT, str(marker), *args], tmp_path / "driver.log")
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()
+            assert time.monotonic() < deadline, "round 2 was never checkpointed"
+            time.sleep(0.05)
+    finally:
+        _stop([driver])  # SIGKILL
+
+    checkpoints = out / "checkpoints"
+    partial = list(checkpoints.glob(".latest.pt.tmp-*"))
+    assert len(partial) == 1  # killed mid-write: half a file beside the checkpoint...
+    assert load_checkpoint(checkpoints / "latest.pt")["round"] == 1  # ...which is whole
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+    resumed = subprocess.run(
+        _dane("train", "--out", str(out), "--resume"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert resumed.returncode == 0, resumed.stderr
+    final = load_checkpoint(checkpoints / "latest.pt")
+    reference = load_checkpoint(tmp_path / "ref" / "checkpoints" / "latest.pt")
+    assert final["round"] == 3
+    assert torch.equal(final["weights"], reference["weights"])
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+    assert not list(checkpoints.glob(".*.tmp-*"))  # the partial write was cleaned up
+
+
+def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
+    cluster_client, digits_stores, tmp_path
+):
+    address, procs = _start_cluster(tmp_path, 1)
+    out = tmp_path / "run"
+    timeout_s = 5
+    args = ["train", str(digits_stores[2]), "--out", str(out), "--scheduler", address]
+    args += ["--rounds", "200", "--local-steps", "10", "--seed", "5", "--dtype", "float64"]
+    args += ["--timeout", str(timeout_s)]
+    driver = subprocess.Popen(
+        _dane(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(read_metrics(out / "metrics.jsonl")) < 2:
+            assert driver.poll() is None, driver.communicate()[1]
+            assert time.monotonic() < deadline, "no round finished"
+            time.sleep(0.05)
+        os.killpg(procs[0].pid, signal.SIGKILL)  # the scheduler disappears
+        lost_at = time.monotonic()
+        _, stderr = driver.communicate(timeout=timeout_s + 60)
+        stopped_after = time.monotonic() - lost_at
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        _stop(procs)
+
+    assert driver.returncode == 4, stderr
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: lost the Dask cluster at {address} in round ")
+    assert f"dane train --out {out} --resume" in last
+    assert stopped_after < timeout_s + 30  # margin for a loaded CI machine
+    saved = load_checkpoint(out / "checkpoints" / "latest.pt")["round"]
+    assert saved >= 2
+    config = replace(
+        RunConfig(**RunDir(out).saved_config()), scheduler=None, rounds=saved + 1
+    ).validate()
+    summary = train(config, resume=True, client=cluster_client)
+    assert summary["rounds"] == saved + 1
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, saved + 2))
+
+
+def test_diverging_run_stops_naming_the_round_and_keeps_the_last_good_checkpoint(
+    cluster_client, tmp_path
+):
+    store = tmp_path / "ridge.zarr"
+    raw = load_source("synthetic-ridge", SourceOptions(samples=200))
+    write_store(raw, PartitionSpec(num_shards=2), store, force=False)
+    out = tmp_path / "run"
+    # Gradient descent with a step far above 2/L: the weights grow ~1e100-fold per round.
+    args = ["train", str(store), "--algorithm", "gd", "--model", "linear", "--local-lr", "1e100"]
+    args += ["--dtype", "float64", "--rounds", "10", "--out", str(out)]
+    args += ["--scheduler", cluster_client.scheduler.address]
+
+    done = subprocess.run(_dane(*args), capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    match = re.match(r"error: training diverged in round (\d+): .*--mu.*--local-lr", last)
+    assert match, last
+    diverged = int(match.group(1))
+    assert diverged >= 2
+    saved = load_checkpoint(out / "checkpoints" / "latest.pt")
+    assert saved["round"] == diverged - 1
+    assert torch.isfinite(saved["weights"]).all()
+    assert f"(round {diverged - 1}) is kept in" in last
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, diverged))

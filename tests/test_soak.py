@@ -1,0 +1,37 @@
+"""A short soak (the long one is `dane bench soak --rounds 300`, see docs/results.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dask_dane.pipeline.benchmarks.soak import SoakSpec, markdown_table, run_soak, write_json
+
+pytestmark = pytest.mark.cluster
+
+
+def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
+    spec = SoakSpec(rounds=30, warmup=10, workers=2, local_steps=3, workdir=str(tmp_path))
+
+    result = run_soak(spec.validate(), log=lambda line: None)
+
+    summary = result["summary"]
+    assert [s["round"] for s in result["samples"]] == list(range(1, 31))
+    # Between rounds the scheduler holds exactly the shards and the test split, nothing else.
+    assert summary["max_leftover_tasks"] == 0, result["samples"]
+    assert summary["max_extra_futures"] == 0
+    assert all(s["scheduler_tasks"] == 3 for s in result["samples"])
+    assert abs(summary["driver_growth_pct"]) < 5
+    assert abs(summary["worker_growth_pct"]) < 5
+    # Loose: on a shared CI machine single rounds vary several-fold; the 300-round benchmark
+    # (docs/results.md) is where drift is judged. This catches rounds growing with the count.
+    assert summary["round_time_drift"] < 5
+    write_json(result, tmp_path / "soak.json")
+    assert json.loads((tmp_path / "soak.json").read_text())["summary"] == summary
+    assert "tasks left on the scheduler" in markdown_table(result)
+
+
+def test_soak_spec_rejects_too_few_rounds_after_warm_up():
+    with pytest.raises(ValueError, match="--warmup"):
+        SoakSpec(rounds=20, warmup=15).validate()
