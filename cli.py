@@ -131,7 +131,12 @@ def train(
         str | None,
         typer.Option(help="dane | sgd | fedavg | fedprox | one-shot | admm | gd | agd [dane]."),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="small-cnn | mlp [small-cnn].")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="small-cnn | lenet | cnn1d | resnet8 | mlp | linear | logistic [small-cnn]."
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Workers of a started cluster [2].")] = None,
     threads_per_worker: Annotated[int | None, typer.Option(help="Threads per worker [1].")] = None,
     rounds: Annotated[int | None, typer.Option(help="Rounds (DANE iterations) [20].")] = None,
