@@ -18,20 +18,17 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.algorithms.local_solver import Solver
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class Admm:
+class Admm(StrategyDefaults):
     rho: float
     solver: Solver
     name: str = "admm"
     phases: tuple[str, ...] = ("local_solve",)
-
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def init_shard_state(self, weights: torch.Tensor) -> Tensors:
         # u_0 = 0 and x_0 = z_0, so that the first round's dual update u_1 = u_0 + x_0 - z_0 = 0.
@@ -57,9 +54,6 @@ class Admm:
             metrics={"train_loss": first_loss},
             shard_state={"dual": u_i, "local": x_i},
         )
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("admm has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         return RoundUpdate(weights=mean.tensors["weights"], state=state)

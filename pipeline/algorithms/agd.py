@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.algorithms.gd import full_gradient
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class Agd:
+class Agd(StrategyDefaults):
     lr: float
     beta: float
     name: str = "agd"
@@ -27,9 +27,6 @@ class Agd:
 
     def init_state(self, weights: torch.Tensor) -> Tensors:
         return {"x": weights.clone()}
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,
@@ -42,9 +39,6 @@ class Agd:
         shard_state: Tensors,
     ) -> LocalOutput:
         return full_gradient(objective, weights)
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("agd has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         g = mean.tensors["grad"]

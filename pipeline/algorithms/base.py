@@ -51,6 +51,24 @@ class RoundUpdate:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+class StrategyDefaults:
+    """The Strategy methods most algorithms leave trivial: no state, a single phase.
+
+    Algorithms inherit these and write only what they do differently.
+    """
+
+    name: str
+
+    def init_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+        return {}
+
+    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
+        raise AssertionError(f"{self.name} has a single phase: nothing to broadcast")
+
+
 class Strategy(Protocol):
     """One distributed optimisation algorithm (DANE, SGD, FedAvg, ...)."""
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from dask_dane.pipeline.algorithms import safeguard as sg
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.algorithms.local_solver import Solver
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dane:
+class Dane(StrategyDefaults):
     eta: float
     mu: float
     solver: Solver
@@ -61,9 +61,6 @@ class Dane:
             halvings=int(state["halvings"]),
             solve_mu=float(state["mu"]),
         )
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,

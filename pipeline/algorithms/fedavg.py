@@ -9,22 +9,16 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.algorithms.local_solver import LocalSolver
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedAvg:
+class FedAvg(StrategyDefaults):
     solver: LocalSolver
     name: str = "fedavg"
     phases: tuple[str, ...] = ("local_train",)
-
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,
@@ -40,9 +34,6 @@ class FedAvg:
             objective, weights, linear=None, anchor=None, mu=0.0, rng=rng
         )
         return LocalOutput(tensors={"weights": v_i}, metrics={"train_loss": first_loss})
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("fedavg has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         v = mean.tensors["weights"]

@@ -11,23 +11,17 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.algorithms.local_solver import Solver
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedProx:
+class FedProx(StrategyDefaults):
     mu: float
     solver: Solver
     name: str = "fedprox"
     phases: tuple[str, ...] = ("local_train",)
-
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,
@@ -43,9 +37,6 @@ class FedProx:
             objective, weights, linear=None, anchor=weights, mu=self.mu, rng=rng
         )
         return LocalOutput(tensors={"weights": v_i}, metrics={"train_loss": first_loss})
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("fedprox has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         return RoundUpdate(weights=mean.tensors["weights"], state=state)

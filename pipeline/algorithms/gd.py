@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.objective import ShardObjective
 
 
@@ -21,16 +21,10 @@ def full_gradient(objective: ShardObjective, weights: torch.Tensor) -> LocalOutp
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gd:
+class Gd(StrategyDefaults):
     lr: float
     name: str = "gd"
     phases: tuple[str, ...] = ("local_grad",)
-
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,
@@ -43,9 +37,6 @@ class Gd:
         shard_state: Tensors,
     ) -> LocalOutput:
         return full_gradient(objective, weights)
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("gd has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         g = mean.tensors["grad"]

@@ -11,22 +11,16 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.algorithms.local_solver import Solver
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class OneShot:
+class OneShot(StrategyDefaults):
     solver: Solver
     name: str = "one-shot"
     phases: tuple[str, ...] = ("local_solve",)
-
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,
@@ -42,9 +36,6 @@ class OneShot:
             objective, weights, linear=None, anchor=None, mu=0.0, rng=rng
         )
         return LocalOutput(tensors={"weights": v_i}, metrics={"train_loss": first_loss})
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("one-shot has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         return RoundUpdate(weights=mean.tensors["weights"], state=state)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sgd:
+class Sgd(StrategyDefaults):
     lr: float
     batch_size: int
     momentum: float = 0.9
@@ -24,9 +24,6 @@ class Sgd:
 
     def init_state(self, weights: torch.Tensor) -> Tensors:
         return {"momentum": torch.zeros_like(weights)}
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
 
     def local(
         self,
@@ -44,9 +41,6 @@ class Sgd:
         return LocalOutput(
             tensors={"grad": w.grad.detach()}, metrics={"train_loss": float(loss.detach())}
         )
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        raise AssertionError("sgd has a single phase")
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         g = mean.tensors["grad"]
