@@ -39,7 +39,6 @@ class Partial:
     metric_sums: dict[str, float]
     num_samples: int
     num_shards: int
-    gathered_bytes: int
     compute_by_worker: dict[str, float]
 
 
@@ -50,7 +49,6 @@ def to_partial(report: ShardReport) -> Partial:
         metric_sums={k: v * n for k, v in report.output.metrics.items()},
         num_samples=n,
         num_shards=1,
-        gathered_bytes=tensor_bytes(report.output.tensors),
         compute_by_worker={report.worker: report.compute_s},
     )
 
@@ -63,7 +61,6 @@ def merge(a: Partial, b: Partial) -> Partial:
         metric_sums={k: a.metric_sums[k] + b.metric_sums[k] for k in a.metric_sums},
         num_samples=a.num_samples + b.num_samples,
         num_shards=a.num_shards + b.num_shards,
-        gathered_bytes=a.gathered_bytes + b.gathered_bytes,
         compute_by_worker=dict(compute),
     )
 
@@ -79,6 +76,31 @@ def mean_of(partial: Partial) -> LocalOutput:
 def reduction_groups(count: int) -> list[tuple[int, ...]]:
     """Indices to combine at one tree level: (0, 1), (2, 3), ...; an odd last one alone."""
     return [tuple(range(i, min(i + 2, count))) for i in range(0, count, 2)]
+
+
+def shard_placement(num_shards: int, workers: list[str]) -> list[str]:
+    """The worker of each shard: contiguous blocks (shard i on worker i * W // m).
+
+    Blocks, not round robin, so that the pairwise tree (which sums in shard order) adds each
+    worker's shards on that worker, and partial sums cross between workers only W - 1 times
+    when W divides m evenly in powers of two (cross_worker_merges counts the general case).
+    """
+    return [workers[i * len(workers) // num_shards] for i in range(num_shards)]
+
+
+def cross_worker_merges(placement: list[str]) -> int:
+    """Partial sums that move between workers in the pairwise tree over shards so placed.
+
+    Each merge runs on the worker of its first input (graph.py pins it there), so a merge
+    whose second input lives elsewhere moves one partial sum.
+    """
+    level, moved = list(placement), 0
+    while len(level) > 1:
+        moved += sum(
+            1 for g in reduction_groups(len(level)) if len(g) == 2 and level[g[0]] != level[g[1]]
+        )
+        level = [level[g[0]] for g in reduction_groups(len(level))]
+    return moved
 
 
 def tree_reduce(parts: list[Partial]) -> Partial:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,25 +31,72 @@ class TorchThreads(WorkerPlugin):
         import torch
 
         torch.set_num_threads(max(1, worker.state.nthreads))
+        # LocalCUDACluster gives each worker one GPU (CUDA_VISIBLE_DEVICES); workers of any
+        # other cluster that see several GPUs share them out by worker name, round robin.
+        if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+            name = worker.name
+            index = name if isinstance(name, int) else sum(map(ord, str(name)))
+            torch.cuda.set_device(index % torch.cuda.device_count())
 
 
 def gpus_available() -> bool:
-    """True when torch sees a GPU and dask-cuda is installed (imported lazily: it needs CUDA)."""
+    """True when torch sees a GPU and dask-cuda imports (lazily: it needs CUDA to import).
+
+    A dask-cuda that is installed but does not import (a version that does not match the
+    installed distributed, say) is reported and skipped: the workers still use the GPUs,
+    started as a plain LocalCluster.
+    """
     import torch
 
-    return torch.cuda.is_available() and importlib.util.find_spec("dask_cuda") is not None
+    if not torch.cuda.is_available() or importlib.util.find_spec("dask_cuda") is None:
+        return False
+    if os.environ.get("DANE_NO_DASK_CUDA"):  # use LocalCluster workers on the GPUs instead
+        return False
+    try:
+        import dask_cuda  # noqa: F401
+    except Exception as err:  # any import failure: fall back, never stop the run
+        logging.getLogger(__name__).warning(
+            "dask-cuda does not import (%s); using LocalCluster", err
+        )
+        return False
+    return True
+
+
+def uses_cuda_cluster(config: RunConfig) -> bool:
+    """A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu."""
+    return config.device != "cpu" and gpus_available()
+
+
+# For the clusters started here. Work stealing moves a queued task to an idle worker: for a
+# shard's task that means fetching the shard over the network, exactly what pinning avoids
+# (and the transfers would no longer be the ones counted). Users of their own scheduler set
+# `distributed.scheduler.work-stealing: false` in its Dask config for the same effect.
+CLUSTER_CONFIG = {"distributed.scheduler.work-stealing": False}
 
 
 def _start_cluster(config: RunConfig):  # type: ignore[no-untyped-def]
+    import dask
+
+    with dask.config.set(CLUSTER_CONFIG):  # read once, when the scheduler starts
+        return _new_cluster(config)
+
+
+def _new_cluster(config: RunConfig):  # type: ignore[no-untyped-def]
     common = dict(
         host=config.host,
         dashboard_address=config.dashboard_address,
         silence_logs=logging.ERROR,
     )
-    if gpus_available():
+    if uses_cuda_cluster(config):
+        import torch
         from dask_cuda import LocalCUDACluster
 
-        return LocalCUDACluster(threads_per_worker=config.threads_per_worker, **common)
+        # One worker per GPU: all of them with --device auto, --workers of them with cuda.
+        count = torch.cuda.device_count()
+        workers = min(config.workers, count) if config.device == "cuda" else count
+        return LocalCUDACluster(
+            n_workers=workers, threads_per_worker=config.threads_per_worker, **common
+        )
     return LocalCluster(
         n_workers=config.workers,
         threads_per_worker=config.threads_per_worker,

@@ -17,6 +17,8 @@ ALGORITHMS = ("dane", "sgd", "fedavg", "fedprox", "one-shot", "admm", "gd", "agd
 # "steps": K minibatch steps of --local-optimizer; lbfgs / cg: solve to --local-tol (convex).
 LOCAL_SOLVERS = ("steps", "lbfgs", "cg")
 DTYPES = ("float32", "float64")
+# Where workers keep their shards and compute: auto = a GPU when the worker sees one.
+DEVICES = ("auto", "cpu", "cuda")
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 SAFEGUARDS = ("off", "backtrack", "adaptive-mu")  # DANE safeguards: algorithms/safeguard.py
 # Settings that define what is being trained: a resumed run must not change them.
@@ -49,6 +51,7 @@ class RunConfig:
     grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
     seed: int = 0
     dtype: str = "float32"
+    device: str = "auto"
     eval_every: int = 1
     scheduler: str | None = None
     host: str = "127.0.0.1"
@@ -63,6 +66,7 @@ class RunConfig:
         """Return self, or raise ValueError naming the first bad setting and its fix."""
         _choice("--algorithm", self.algorithm, ALGORITHMS)
         _choice("--dtype", self.dtype, DTYPES)
+        _choice("--device", self.device, DEVICES)
         _choice("--local-optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
         _choice("--local-solver", self.local_solver, LOCAL_SOLVERS)
         if not (math.isfinite(self.local_tol) and 0 < self.local_tol < 1):

@@ -19,7 +19,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline import tasks
-from dask_dane.pipeline.aggregate import reduction_groups
+from dask_dane.pipeline.aggregate import cross_worker_merges, reduction_groups
 from dask_dane.pipeline.algorithms.base import Strategy
 
 
@@ -37,6 +37,7 @@ class RoundPlan:
     shards: list[Any]  # Futures of ShardData, in shard order
     placement: list[str]  # worker address that holds each shard
     test_shard: Any | None = None  # Future of the test ShardData, or None to skip evaluation
+    test_worker: str | None = None  # where the test split was loaded: evaluate runs there
     # Futures of each shard's own state (algorithms/base.py), or None if the strategy has none.
     shard_states: list[Any] | None = None
 
@@ -77,6 +78,11 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
     b = _GraphBuilder(token=plan.token)
     t = plan.round_index
     num_receivers = len(set(plan.placement))
+    # Everything central (finishing phases, the update) runs where the reduction tree ends:
+    # the worker of shard 0. Pinning it, and each merge where its first input is, makes the
+    # transfers exactly those tasks.finish_phase counts; the driver scatters the weights there.
+    root = plan.placement[0]
+    partials_moved = cross_worker_merges(plan.placement)
     received_key: str | None = None
     previous_locals: list[str | None] = [None] * len(plan.shards)
     end_key: str | None = None
@@ -99,7 +105,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
             )
             depends = [k for k in (received_key, previous_locals[i]) if k]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
-        total_key = _reduce_tree(b, locals_, f"reduce_{name}", t)
+        total_key = _reduce_tree(b, locals_, plan.placement, f"reduce_{name}", t)
         end_key = b.add(
             b.key(f"finish_{name}", t),
             (
@@ -109,13 +115,21 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
                 plan.weights,
                 total_key,
                 end_key,
-                num_receivers,
+                num_receivers if phase == 0 else num_receivers - 1,
+                partials_moved,
             ),
             depends=[k for k in (total_key, end_key) if k],
+            worker=root,
         )
-        received_key = b.add(
-            b.key(f"broadcast_{name}", t), (tasks.sent_tensors, end_key), depends=[end_key]
-        )
+        if phase < len(plan.strategy.phases) - 1:
+            # What the next phase receives comes straight from the sum, beside
+            # finish_{name} rather than after it: one scheduling hop less between phases.
+            received_key = b.add(
+                b.key(f"broadcast_{name}", t),
+                (tasks.phase_broadcast, plan.strategy, phase, plan.weights, total_key),
+                depends=[total_key],
+                worker=root,
+            )
         previous_locals = locals_
         totals.append(total_key)
         ends.append(end_key)
@@ -129,39 +143,77 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         b.key("update", t),
         (tasks.finish_round, plan.strategy, plan.weights, plan.state, totals, ends, next_states),
         depends=totals + ends + (next_states or []),
+        worker=root,
     )
-    weights = b.add(b.key("weights", t), (tasks.round_weights, result), depends=[result])
-    state = b.add(b.key("state", t), (tasks.round_state, result), depends=[result])
+    weights = b.add(
+        b.key("weights", t), (tasks.round_weights, result), depends=[result], worker=root
+    )
+    state = b.add(b.key("state", t), (tasks.round_state, result), depends=[result], worker=root)
     evaluation = None
     if plan.test_shard is not None:
         evaluation = b.add(
             b.key("evaluate", t),
             (tasks.evaluate, plan.spec, plan.test_shard, weights),
             depends=[weights],
+            worker=plan.test_worker,  # the weights travel, never the test split
         )
     keys = RoundKeys(result=result, weights=weights, state=state, evaluation=evaluation)
     return b.graph(), keys
 
 
-def _reduce_tree(b: _GraphBuilder, keys: list[str], name: str, t: int) -> str:
-    """Pairwise sums up a tree (same order as aggregate.tree_reduce); returns the root key."""
-    level = 0
-    current = (
-        [
-            b.add(b.key(name, t, level, i), (tasks.combine, k), depends=[k])
-            for i, k in enumerate(keys)
-        ]
-        if len(keys) == 1
-        else keys
-    )
-    while len(current) > 1:
-        level += 1
-        current = [
-            b.add(
-                b.key(name, t, level, j),
-                (tasks.combine, *[current[i] for i in group]),
-                depends=[current[i] for i in group],
-            )
-            for j, group in enumerate(reduction_groups(len(current)))
-        ]
-    return current[0]
+@dataclass
+class _Node:
+    """A node of the pairwise reduction tree while the graph is built."""
+
+    worker: str
+    leaves: list[str]  # shard-task keys below it, in shard order
+    key: str | None = None  # its task (a leaf: the shard's own task), once one exists
+    local: bool = True  # all its leaves on `worker`: summed by one task there
+
+
+def _reduce_tree(b: _GraphBuilder, keys: list[str], placement: list[str], name: str, t: int) -> str:
+    """The pairwise sum over shards (aggregate.tree_reduce's order); returns the root's key.
+
+    Where a whole subtree lives on one worker, one task sums it there (in the same pairwise
+    order): a worker's shards cost one scheduling hop, not one per tree level. The merges
+    above, across workers, are one task each, pinned to the worker of their first input, so
+    only partial sums cross (aggregate.cross_worker_merges counts them).
+    """
+    level = [_Node(worker=w, leaves=[k], key=k) for k, w in zip(keys, placement, strict=True)]
+    depth = 0
+    while len(level) > 1:
+        depth += 1
+        merged = []
+        for j, group in enumerate(reduction_groups(len(level))):
+            nodes = [level[i] for i in group]
+            if len(nodes) == 1:
+                merged.append(nodes[0])
+            elif all(n.local for n in nodes) and nodes[0].worker == nodes[1].worker:
+                merged.append(
+                    _Node(worker=nodes[0].worker, leaves=nodes[0].leaves + nodes[1].leaves)
+                )
+            else:
+                parts = [_materialize(b, n, name, t) for n in nodes]
+                key = b.add(
+                    b.key(name, t, depth, j),
+                    (tasks.combine, *parts),
+                    depends=parts,
+                    worker=nodes[0].worker,
+                )
+                merged.append(_Node(worker=nodes[0].worker, leaves=[], key=key, local=False))
+        level = merged
+    if len(keys) == 1:  # a single shard: its report still becomes a sum (a Partial)
+        level[0].key = None
+    return _materialize(b, level[0], name, t)
+
+
+def _materialize(b: _GraphBuilder, node: _Node, name: str, t: int) -> str:
+    """The node's task: for a subtree on one worker, one pairwise sum over its leaves there."""
+    if node.key is None:
+        node.key = b.add(
+            b.key(name, t, "local", node.leaves[0].split("-")[2]),
+            (tasks.combine_tree, *node.leaves),
+            depends=node.leaves,
+            worker=node.worker,
+        )
+    return node.key

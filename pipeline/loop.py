@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import shutil
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +23,7 @@ import torch
 from distributed import Client
 
 from dask_dane.pipeline import tasks
+from dask_dane.pipeline.aggregate import shard_placement
 from dask_dane.pipeline.algorithms.base import for_round
 from dask_dane.pipeline.checkpoint import (
     load_checkpoint,
@@ -140,10 +142,11 @@ class _Loaded:
     shards: list[Any]
     test: Any
     placement: list[str]
+    test_worker: str
 
 
 def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> _Loaded:
-    """One pinned load task per shard (shard i on worker i mod W); the test split on worker 0.
+    """One pinned load task per shard (aggregate.shard_placement); the test split on worker 0.
 
     The futures are held for the whole run, so each shard stays in its worker's memory. If a
     worker dies, Dask reruns the load task elsewhere: zarr on disk is the source of truth.
@@ -151,7 +154,7 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> _Loaded
     its ValueError here, before the first round.
     """
     token = uuid.uuid4().hex[:8]
-    placement = [workers[i % len(workers)] for i in range(setup.store.num_shards)]
+    placement = shard_placement(setup.store.num_shards, workers)
     shards = [
         client.submit(
             tasks.load_shard,
@@ -173,7 +176,9 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> _Loaded
     for future in [*shards, test]:
         if future.status == "error":
             raise future.exception()
-    return _Loaded(token=token, shards=shards, test=test, placement=placement)
+    return _Loaded(
+        token=token, shards=shards, test=test, placement=placement, test_worker=workers[0]
+    )
 
 
 def _wait(client: Client, futures: list[Any], config: RunConfig) -> None:
@@ -181,19 +186,29 @@ def _wait(client: Client, futures: list[Any], config: RunConfig) -> None:
 
     Every few seconds the scheduler is asked for its identity; if the client has lost it, or
     it does not answer within --timeout, ClusterLost (a round may take any time; a silent
-    scheduler may not). Polls `done()` rather than `distributed.wait(timeout=...)`: each
-    timeout of the latter leaves a reference cycle that holds the round's futures until the
-    garbage collector runs, so finished rounds would linger on the scheduler.
+    scheduler may not). Done-callbacks wake the driver the moment the last future finishes
+    (polling would add its interval to every round); `distributed.wait(timeout=...)` is
+    avoided because each timeout leaves a reference cycle that holds the round's futures
+    until the garbage collector runs, so finished rounds would linger on the scheduler.
     """
+    pending = [future for future in futures if not future.done()]
+    if not pending:
+        return
+    all_done = threading.Event()
+    remaining = [len(pending)]
+    lock = threading.Lock()
+
+    def one_done(_future: Any) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                all_done.set()
+
+    for future in pending:
+        future.add_done_callback(one_done)
     poll = min(5.0, config.timeout)
-    next_check = time.monotonic() + poll
-    delay = 0.0005
-    while not all(future.done() for future in futures):
-        time.sleep(delay)
-        delay = min(2 * delay, 0.05)
-        if time.monotonic() >= next_check:
-            _check_scheduler(client, config)
-            next_check = time.monotonic() + poll
+    while not all_done.wait(poll):
+        _check_scheduler(client, config)
 
 
 def _check_scheduler(client: Client, config: RunConfig) -> None:
@@ -240,20 +255,21 @@ def _run_rounds(
     callbacks: Callbacks,
 ) -> None:
     config = setup.config
-    shards, test, token = loaded.shards, loaded.test, loaded.token
+    test = loaded.test
     for t in range(progress.round + 1, config.rounds + 1):
         evaluate = t % config.eval_every == 0 or t == config.rounds
         started = time.perf_counter()
         placement = loaded.placement
         try:
-            result, evaluation, attempts = _compute_round(
-                client, setup, progress, t, shards, placement, test if evaluate else None, token
+            result, evaluation, attempts, laps = _compute_round(
+                client, setup, progress, t, loaded, test if evaluate else None
             )
             loaded.placement = _current_placement(client, loaded, config)
         except ClusterLost as err:
             raise ClusterLost(_lost_message(config, run_dir, t, str(err))) from None
         row = _metrics_row(setup, progress, t, result, evaluation, time.perf_counter() - started)
         row["attempts"] = attempts
+        row.update(laps)  # where the driver's time went: scatter, submit, wait, gather
         # Shards whose worker was lost in this round and that Dask reloaded from zarr.
         row["shards_reloaded"] = sum(
             a != b for a, b in zip(placement, loaded.placement, strict=True)
@@ -276,11 +292,12 @@ def _lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> st
     )
 
 
-def _compute_round(client, setup, progress, t, shards, placement, test, token):  # type: ignore[no-untyped-def]
+def _compute_round(client, setup, progress, t, loaded, test):  # type: ignore[no-untyped-def]
     """Submit round t as one graph and wait for it, retrying if workers were lost.
 
     A retry reruns the round from the same weights with the same seeds, so its result is the
-    one the first attempt would have given.
+    one the first attempt would have given. Also returns where the driver's time went
+    (scatter, building and submitting the graph, waiting, gathering) for the metrics.
     """
     from distributed.client import FutureCancelledError
     from distributed.comm.core import CommClosedError
@@ -288,29 +305,34 @@ def _compute_round(client, setup, progress, t, shards, placement, test, token): 
 
     for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):
         futures = weights = state = shard_states = None
+        clock = _Clock()
         try:
-            # Wrapped in lists: scatter would spread a dict's items (the state) over keys.
-            weights, state = client.scatter([progress.weights, progress.state], hash=False)
-            shard_states = (
-                None
-                if progress.shard_states is None
-                else client.scatter(progress.shard_states, hash=False)
-            )
+            if attempt > 1:  # a worker was lost: where do its shards live now?
+                loaded.placement = _current_placement(client, loaded, setup.config)
+            placement = loaded.placement
+            # After a lost worker the placement may still name it: scatter anywhere then.
+            targets = placement if attempt == 1 else None
+            weights, state, shard_states = _scatter_inputs(client, progress, targets)
+            clock.lap("scatter_s")
             futures = _submit_round(
                 client,
                 setup,
                 progress,
                 t,
-                shards,
+                loaded.shards,
                 placement,
                 test,
-                f"{token}a{attempt}",
+                f"{loaded.token}a{attempt}",
                 weights,
                 state,
                 shard_states,
+                loaded.test_worker,
             )
+            clock.lap("submit_s")
             _wait(client, futures, setup.config)
+            clock.lap("wait_s")
             values = client.gather(futures)
+            clock.lap("gather_s")
         except (KilledWorker, FutureCancelledError, CommClosedError, OSError) as err:
             _check_scheduler(client, setup.config)  # the scheduler itself gone: stop now
             if attempt == MAX_ROUND_ATTEMPTS:
@@ -322,12 +344,64 @@ def _compute_round(client, setup, progress, t, shards, placement, test, token): 
         finally:
             # Release the round: nothing of it stays on the cluster.
             del futures, weights, state, shard_states
-        return values[0], (values[1] if len(values) > 1 else None), attempt
+        return values[0], (values[1] if len(values) > 1 else None), attempt, clock.laps
     raise AssertionError("unreachable")
 
 
+class _Clock:
+    """Named laps of the driver's time in a round (seconds), for the metrics row."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
+
+
+def _scatter_inputs(client: Client, progress: Progress, placement: list[str] | None) -> Any:
+    """The round's inputs onto the workers that need them first.
+
+    Weights and strategy state go to the worker where the reduction tree ends (graph.py);
+    each shard's own state (algorithms/base.py) to the worker holding the shard. Scattering
+    to a worker that has just died raises KeyError on the scheduler: reported as the lost
+    worker it is (OSError), so the round is retried, scattering anywhere (placement None).
+    """
+
+    def to(index: int) -> list[str] | None:
+        return [placement[index]] if placement else None
+
+    try:
+        # Wrapped in lists: scatter would spread a dict's items over keys.
+        weights, state = client.scatter(
+            [progress.weights, progress.state], hash=False, workers=to(0)
+        )
+        shard_states = None
+        if progress.shard_states is not None:
+            shard_states = [
+                client.scatter([s], hash=False, workers=to(i))[0]
+                for i, s in enumerate(progress.shard_states)
+            ]
+    except KeyError as err:
+        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
+    return weights, state, shard_states
+
+
 def _submit_round(  # type: ignore[no-untyped-def]
-    client, setup, progress, t, shards, placement, test, token, weights, state, shard_states
+    client,
+    setup,
+    progress,
+    t,
+    shards,
+    placement,
+    test,
+    token,
+    weights,
+    state,
+    shard_states,
+    test_worker,
 ):
     """Build round t's graph on the scattered inputs and submit it; returns the futures."""
     plan = RoundPlan(
@@ -341,6 +415,7 @@ def _submit_round(  # type: ignore[no-untyped-def]
         shards=shards,
         placement=placement,
         test_shard=test,
+        test_worker=test_worker,
         shard_states=shard_states,
     )
     graph, keys = build_round(plan)
@@ -366,6 +441,8 @@ def _metrics_row(setup, progress, t, result, evaluation, wall_s) -> dict[str, An
         # Beyond the required fields: straggler view and cluster size of this round.
         "median_worker_compute_s": statistics.median(compute),
         "num_workers": len(compute),
+        # Inside wall_s: benchmarks that time training alone subtract it.
+        "eval_s": evaluation.get("eval_s") if evaluation else None,
     }
     # Strategy-specific extras: DANE's safeguard decisions, adapted mu, gradient sample size.
     row.update({k: m[k] for k in ("safeguard_rejected", "mu", "grad_rows") if k in m})

@@ -13,8 +13,49 @@ from torch.nn import functional as F
 
 from dask_dane.models.flat import forward_flat
 
-# Rows per forward pass for full-shard passes: bounds activation memory on big shards.
-FULL_PASS_CHUNK = 2048
+# Full-shard passes go in chunks so that activation memory stays bounded on big shards:
+# on a CPU, the activations a chunk keeps for the backward pass stay near this many times
+# the model's own bytes (the memory bound of the scaling benchmark allows 20 model copies in
+# all); a GPU has memory to spare and wants big batches.
+CHUNK_MODEL_COPIES = 8
+CHUNK_BYTES_GPU = 256 * 2**20
+CHUNK_ROWS = (16, 4096)
+_PER_ROW: dict[tuple, int] = {}
+
+
+def chunk_rows(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
+    """Rows per chunk of a full pass over x."""
+    if x.device.type == "cuda":
+        budget = CHUNK_BYTES_GPU
+    else:
+        budget = CHUNK_MODEL_COPIES * num_params * x.element_size()
+    per_row = activation_bytes_per_row(model, x, num_params)
+    return min(max(budget // max(per_row, 1), CHUNK_ROWS[0]), CHUNK_ROWS[1])
+
+
+def activation_bytes_per_row(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
+    """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
+    key = (id(model), tuple(x.shape[1:]), x.dtype)
+    if key not in _PER_ROW:
+        saved = [_saved_bytes(model, x, num_params, rows) for rows in (1, 2)]
+        _PER_ROW[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
+    return _PER_ROW[key]
+
+
+def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) -> int:
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.device("meta"):
+        w = torch.empty(num_params, dtype=x.dtype, requires_grad=True)
+        batch = torch.empty((rows, *x.shape[1:]), dtype=x.dtype)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            forward_flat(model, w, batch)
+    return total
 
 
 class ShardObjective:
@@ -33,6 +74,7 @@ class ShardObjective:
         self.y = y
         self.task = task
         self.l2 = l2
+        self.chunk = chunk_rows(model, x, sum(p.numel() for p in model.parameters()))
 
     @property
     def num_samples(self) -> int:
@@ -52,11 +94,11 @@ class ShardObjective:
         return self.l2 * torch.dot(w, w) if self.l2 else 0.0
 
     def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]:
-        """Full-shard mean loss and its gradient at w, in chunks of FULL_PASS_CHUNK rows."""
+        """Full-shard mean loss and its gradient at w, in chunks of `self.chunk` rows."""
         w = w.detach().requires_grad_(True)
         total = 0.0
-        for start in range(0, self.num_samples, FULL_PASS_CHUNK):
-            stop = start + FULL_PASS_CHUNK
+        for start in range(0, self.num_samples, self.chunk):
+            stop = start + self.chunk
             loss = self._loss_sum(w, self.x[start:stop], self.y[start:stop]) / self.num_samples
             loss.backward()
             total += float(loss.detach())
@@ -76,8 +118,8 @@ class ShardObjective:
         """
         w = w.detach().requires_grad_(True)
         total = self._penalty(w)
-        for start in range(0, self.num_samples, FULL_PASS_CHUNK):
-            stop = start + FULL_PASS_CHUNK
+        for start in range(0, self.num_samples, self.chunk):
+            stop = start + self.chunk
             chunk = self._loss_sum(w, self.x[start:stop], self.y[start:stop])
             total = total + chunk / self.num_samples
         (grad,) = torch.autograd.grad(total, w, create_graph=True)
@@ -99,8 +141,8 @@ class ShardObjective:
     def evaluate(self, w: torch.Tensor) -> dict[str, float]:
         """Mean loss and (for classification) accuracy at w over the whole shard."""
         loss_sum, correct = 0.0, 0
-        for start in range(0, self.num_samples, FULL_PASS_CHUNK):
-            x, y = self.x[start : start + FULL_PASS_CHUNK], self.y[start : start + FULL_PASS_CHUNK]
+        for start in range(0, self.num_samples, self.chunk):
+            x, y = self.x[start : start + self.chunk], self.y[start : start + self.chunk]
             out = forward_flat(self.model, w, x)
             if self.task == "classification":
                 loss_sum += float(F.cross_entropy(out, y, reduction="sum"))

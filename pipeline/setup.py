@@ -50,6 +50,7 @@ class RunSetup:
             num_classes=self.store.num_classes,
             normalization=self.store.normalization,
             dtype=self.config.dtype,
+            device=self.config.device,
             **where,
         )
 

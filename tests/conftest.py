@@ -42,18 +42,20 @@ def digits_stores(tmp_path_factory) -> dict[int, Path]:
 @pytest.fixture(scope="session")
 def cluster_client():
     """One LocalCluster (2 processes x 1 thread, loopback only) shared by the cluster tests."""
+    import dask
     from distributed import Client, LocalCluster
 
-    from dask_dane.pipeline.cluster import TorchThreads
+    from dask_dane.pipeline.cluster import CLUSTER_CONFIG, TorchThreads
 
-    cluster = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR,
-    )
+    with dask.config.set(CLUSTER_CONFIG):
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        )
     client = Client(cluster)
     client.register_plugin(TorchThreads())
     yield client

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dask.utils import key_split
 
 from dask_dane.models.registry import ModelSpec
@@ -44,6 +46,27 @@ def test_dane_round_names_tasks_by_phase_round_and_shard():
     assert sum(name.startswith("reduce_local_solve-3-") for name in names) == 3
 
 
+def test_each_workers_shards_are_summed_by_one_task_there():
+    # 8 shards in blocks of 4 on 2 workers: one local sum per worker, one merge across.
+    plan = _plan(Dane(eta=1.0, mu=0.0, solver=SOLVER), num_shards=8)
+    workers = ["tcp://127.0.0.1:1000"] * 4 + ["tcp://127.0.0.1:1001"] * 4
+    graph, _ = build_round(replace(plan, placement=workers))
+
+    reduce = sorted(n for n in graph.layers if n.startswith("reduce_local_grad-3-"))
+    assert len(reduce) == 3
+    local_sums = [n for n in reduce if "-local-" in n]
+    assert {frozenset(graph.dependencies[n]) for n in local_sums} == {
+        frozenset(f"local_grad-3-{i}-ab12cd34" for i in range(4)),
+        frozenset(f"local_grad-3-{i}-ab12cd34" for i in range(4, 8)),
+    }
+    for name in local_sums:
+        first = min(graph.dependencies[name])
+        assert graph.layers[name].annotations["workers"] == [workers[int(first.split("-")[2])]]
+    (root,) = set(reduce) - set(local_sums)
+    assert graph.dependencies[root] == set(local_sums)
+    assert graph.layers[root].annotations["workers"] == [workers[0]]
+
+
 def test_local_tasks_are_pinned_to_their_shard_worker():
     graph, _ = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
 
@@ -58,6 +81,9 @@ def test_second_phase_depends_on_the_broadcast_and_its_own_first_phase_output():
 
     deps = graph.dependencies["local_solve-3-2-ab12cd34"]
     assert deps == {"broadcast_local_grad-3-ab12cd34", "local_grad-3-2-ab12cd34"}
+    # The broadcast is made from the phase's sum directly, not after finish_local_grad.
+    (total,) = graph.dependencies["broadcast_local_grad-3-ab12cd34"]
+    assert total.startswith("reduce_local_grad-3-")
 
 
 def test_single_phase_strategy_has_no_second_phase():
