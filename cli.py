@@ -172,6 +172,10 @@ def train(
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="auto (a GPU where a worker sees one) | cpu | cuda [auto]."),
+    ] = None,
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N rounds [1].")] = None,
     scheduler: Annotated[
         str | None, typer.Option(help="Address of a running Dask scheduler to use.")
@@ -461,6 +465,129 @@ def soak(
     if json_out is not None:
         write_json(result, json_out)
     typer.echo(markdown_table(result))
+
+
+@bench_app.command()
+def scaling(
+    store: Annotated[str, typer.Option(help="Store to train on (fixed for all counts).")],
+    model: Annotated[str, typer.Option(help="Model.")] = "lenet",
+    algorithm: Annotated[str, typer.Option(help="Algorithm.")] = "dane",
+    shards: Annotated[
+        int | None, typer.Option(help="Shards the store must hold (checked).")
+    ] = None,
+    workers: Annotated[str, typer.Option(help="Worker counts, comma-separated.")] = "1,2,4",
+    rounds: Annotated[int, typer.Option(help="Measured rounds per count (+1 warm-up).")] = 5,
+    local_steps: Annotated[int, typer.Option(help="Local steps K.")] = 10,
+    batch_size: Annotated[int, typer.Option(help="Minibatch size.")] = 64,
+    grad_sample: Annotated[int, typer.Option(help="DANE gradient rows per shard; 0: all.")] = 0,
+    device: Annotated[str, typer.Option(help="cpu | cuda (one worker per GPU).")] = "cpu",
+    reference: Annotated[bool, typer.Option(help="Also time reference.py.")] = True,
+    fixed_cost: Annotated[bool, typer.Option(help="Also time tiny rounds.")] = True,
+    network: Annotated[
+        list[str] | None,
+        typer.Option(help="BANDWIDTH_GBPS,LATENCY_MS to project onto (repeatable)."),
+    ] = None,
+    workdir: Annotated[Path, typer.Option(help="Run directories go here.")] = Path(
+        "bench-out/scaling"
+    ),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
+) -> None:
+    """Strong scaling: the same data and work on 1, 2, 4... workers, each round taken apart."""
+    from dask_dane.pipeline.benchmarks.network import STANDARD_NETWORKS, parse_network
+    from dask_dane.pipeline.benchmarks.scaling import ScalingSpec, run_scaling
+    from dask_dane.pipeline.benchmarks.scaling_report import markdown_table, plot, write_json
+
+    spec = ScalingSpec(
+        store=store,
+        model=model,
+        algorithm=algorithm,
+        shards=shards,
+        workers=_int_list(workers, "--workers"),
+        rounds=rounds,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        grad_sample=grad_sample,
+        device=device,
+        reference=reference,
+        fixed_cost=fixed_cost,
+        workdir=str(workdir),
+        networks=tuple(parse_network(n) for n in network) if network else STANDARD_NETWORKS,
+    ).validate()
+    result = run_scaling(spec, log=typer.echo)
+    result["command"] = "dane " + " ".join(sys.argv[1:])
+    if json_out is not None:
+        write_json(result, json_out)
+    if plot_out is not None:
+        plot(result, plot_out)
+    typer.echo(markdown_table(result))
+
+
+@bench_app.command()
+def ddp(
+    store: Annotated[str, typer.Option(help="Store to train on.")],
+    model: Annotated[str, typer.Option(help="Model.")] = "lenet",
+    workers: Annotated[int, typer.Option(help="DDP ranks = Dask workers.")] = 2,
+    epochs: Annotated[float, typer.Option(help="DDP: passes over the training set.")] = 2.0,
+    batch_size: Annotated[int, typer.Option(help="Minibatch per rank / shard.")] = 64,
+    lr: Annotated[
+        float, typer.Option(help="Learning rate (DDP, SGD, DANE's local solver).")
+    ] = 0.05,
+    momentum: Annotated[float, typer.Option(help="Momentum.")] = 0.9,
+    eval_every: Annotated[int, typer.Option(help="DDP: steps between evaluations.")] = 50,
+    dane_rounds: Annotated[int, typer.Option(help="DANE iterations.")] = 20,
+    local_steps: Annotated[int, typer.Option(help="DANE local steps K.")] = 50,
+    grad_sample: Annotated[int, typer.Option(help="DANE gradient rows per shard.")] = 1000,
+    sgd_rounds: Annotated[int, typer.Option(help="dask-dane synchronous SGD rounds.")] = 200,
+    target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.88,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = "cpu",
+    network: Annotated[
+        list[str] | None,
+        typer.Option(help="BANDWIDTH_GBPS,LATENCY_MS to project onto (repeatable)."),
+    ] = None,
+    workdir: Annotated[Path, typer.Option(help="Run directories go here.")] = Path("bench-out/ddp"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
+) -> None:
+    """PyTorch DDP against dask-dane's DANE and synchronous SGD on the same shards."""
+    from dask_dane.pipeline.benchmarks.ddp import DdpSpec
+    from dask_dane.pipeline.benchmarks.ddp_compare import CompareSpec, run_compare
+    from dask_dane.pipeline.benchmarks.network import STANDARD_NETWORKS, parse_network
+    from dask_dane.pipeline.benchmarks.scaling_report import (
+        compare_plot,
+        compare_table,
+        write_json,
+    )
+
+    spec = CompareSpec(
+        ddp=DdpSpec(
+            store=store,
+            model=model,
+            workers=workers,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            momentum=momentum,
+            eval_every=eval_every,
+            seed=seed,
+            target=target,
+            device=device,
+        ),
+        dane_rounds=dane_rounds,
+        local_steps=local_steps,
+        grad_sample=grad_sample,
+        sgd_rounds=sgd_rounds,
+        workdir=str(workdir),
+        networks=tuple(parse_network(n) for n in network) if network else STANDARD_NETWORKS,
+    ).validate()
+    result = run_compare(spec, log=typer.echo)
+    result["command"] = "dane " + " ".join(sys.argv[1:])
+    if json_out is not None:
+        write_json(result, json_out)
+    if plot_out is not None:
+        compare_plot(result, plot_out)
+    typer.echo(compare_table(result))
 
 
 def main() -> None:

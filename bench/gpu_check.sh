@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One short check of a GPU machine (or any machine): correctness on the GPU against the CPU
+# reference, strong scaling on the CPU cores (1, 2, 4, 8 workers, capped at the cores there
+# are) and on the GPUs (LocalCUDACluster, one worker per GPU). Installs nothing from the
+# network; prints a table last; finishes within 8 minutes on one H200 with 16 cores.
+#
+#   bash bench/gpu_check.sh [OUT_DIR]        (default: bench-out/gpu-check)
+#
+# Data: Fashion-MNIST from $FASHION_MNIST_DIR, else the Debian package's folder, else the
+# synthetic 28x28 source. `dane` is run as `python -m dask_dane.cli` so that a checkout put
+# on PYTHONPATH (no pip install) works too.
+set -uo pipefail
+OUT=${1:-bench-out/gpu-check}
+mkdir -p "$OUT"
+DANE=(python3 -m dask_dane.cli)
+CORES=$(python3 -c 'import os; print(os.cpu_count())')
+GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+echo "machine: $CORES CPU cores, $GPUS GPU(s)"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+python3 - <<'PY'
+import importlib
+for name in ("torch", "dask", "distributed", "zarr", "dask_cuda"):
+    try:
+        print(f"{name} {importlib.import_module(name).__version__}")
+    except Exception as err:  # dask_cuda is optional: LocalCluster shares the GPUs then
+        print(f"{name}: not importable ({type(err).__name__}: {err})")
+PY
+
+FMNIST=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+STORE="$OUT/images-8.zarr"
+if [ -d "$FMNIST" ]; then
+  "${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 8 --out "$STORE" --force
+else
+  "${DANE[@]}" prepare synthetic --samples 20000 --image-size 28 --shards 8 --out "$STORE" --force
+fi
+
+# 1. Correctness on the GPU: DANE with exact local solves on logistic regression, through
+#    Dask with the shards on the GPU, against the single-process reference on the CPU.
+if [ "$GPUS" -gt 0 ]; then
+  timeout 90 python3 -m dask_dane.pipeline.benchmarks.gpu_correctness --out "$OUT/correctness.json" \
+    || echo "GPU correctness check failed (exit $?)"
+fi
+
+# 2. Strong scaling on the CPU cores: workers 1, 2, 4, 8 (at most the cores), one thread each.
+WORKERS=$(python3 -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $CORES))")
+timeout 240 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
+  --workers "$WORKERS" --rounds 2 --local-steps 5 --grad-sample 256 --device cpu \
+  --workdir "$OUT/cpu" --json "$OUT/scaling-cpu.json" --plot "$OUT/scaling-cpu.png" \
+  --network 1,0.5 --network 10,0.05 > "$OUT/scaling-cpu.txt" 2> "$OUT/scaling-cpu.err" \
+  || echo "CPU scaling failed (exit $?): see $OUT/scaling-cpu.err"
+
+# 3. The GPUs: one worker per GPU, model and shards on the GPU.
+if [ "$GPUS" -gt 0 ]; then
+  GPU_WORKERS=$(python3 -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $GPUS))")
+  timeout 120 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
+    --workers "$GPU_WORKERS" --rounds 3 --local-steps 50 --device cuda --no-reference \
+    --no-fixed-cost --workdir "$OUT/gpu" --json "$OUT/scaling-gpu.json" \
+    --plot "$OUT/scaling-gpu.png" > "$OUT/scaling-gpu.txt" 2> "$OUT/scaling-gpu.err" \
+    || echo "GPU scaling failed (exit $?): see $OUT/scaling-gpu.err"
+fi
+
+echo
+if [ -f "$OUT/correctness.json" ]; then
+  python3 -c "import json; r = json.load(open('$OUT/correctness.json')); print('GPU correctness:', r['verdict'], r['detail'])"
+fi
+echo "== CPU cores =="; cat "$OUT/scaling-cpu.txt"
+if [ -f "$OUT/scaling-gpu.txt" ]; then echo "== GPUs =="; cat "$OUT/scaling-gpu.txt"; fi

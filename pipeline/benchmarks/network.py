@@ -1,0 +1,162 @@
+"""Projecting measured runs onto a real network: the alpha-beta model, stated once.
+
+On one machine communication is nearly free, which flatters methods with many small rounds.
+From a run's measured compute, fixed cost per round and counted bytes, `project_*` estimate
+its wall time on a network of bandwidth B (bytes/s) and latency a (s per message):
+
+    sending n bytes over one link        t(n) = a + n / B
+
+dask-dane, per round of W workers (graph.py's placement; P_k = bytes of phase k's input,
+Q_k = bytes of one shard's output in phase k, d = ceil(log2 W) levels of the reduction tree):
+
+    round = C * W0 / W  +  O  +  t(P_0)                    (driver scatters the weights)
+            + sum_k [ a + (W - 1) * P_k / B ]               (the reducing worker serves W-1)
+            + sum_k d * t(Q_k)                              (tree: one merge per level)
+            + t(P_0)                                        (driver gathers the new weights)
+
+  C: slowest worker's compute per round measured on W0 workers (strong scaling: the same work
+  spread over W); O: the measured fixed cost per round (scheduler, driver). Dask workers fetch
+  the phase input from the one worker that made it, so its uplink carries W - 1 copies: an
+  upper bound that a broadcast tree would cut to d * t(P_k).
+
+PyTorch DDP, per step (ring all-reduce of the G gradient bytes, as NCCL and gloo do):
+
+    step = S * W0 / W  +  2 (W - 1) * a  +  2 (W - 1) / W * G / B
+
+  S: measured compute per step on W0 ranks (the same global batch spread over W ranks).
+
+Time to a target accuracy = rounds (or steps) to target, as measured, times the projected
+round time: the projection assumes the number of rounds does not change with W, which holds
+for the strong-scaling setting measured (same data, same shards) and is an assumption beyond.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Network:
+    bandwidth_gbps: float  # gigabits per second
+    latency_ms: float  # one message, one way
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bandwidth_gbps * 1e9 / 8
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_ms / 1e3
+
+    def send_s(self, nbytes: float) -> float:
+        return self.latency_s + nbytes / self.bytes_per_s
+
+    @property
+    def label(self) -> str:
+        return f"{self.bandwidth_gbps:g} Gbit/s, {self.latency_ms:g} ms"
+
+
+# The issue's two reference networks: a commodity cluster and a good datacentre fabric.
+STANDARD_NETWORKS = (
+    Network(bandwidth_gbps=1.0, latency_ms=0.5),
+    Network(bandwidth_gbps=10.0, latency_ms=0.05),
+)
+PROJECTED_WORKERS = (2, 4, 8, 16, 32, 64)
+
+
+def parse_network(text: str) -> Network:
+    """'BANDWIDTH_GBPS,LATENCY_MS' (e.g. '1,0.5'); ValueError with the expected form."""
+    parts = text.split(",")
+    try:
+        bandwidth, latency = (float(p) for p in parts)
+    except ValueError:
+        raise ValueError(
+            f"--network {text!r} must be BANDWIDTH_GBPS,LATENCY_MS, e.g. 1,0.5"
+        ) from None
+    if not (bandwidth > 0 and latency >= 0 and math.isfinite(bandwidth + latency)):
+        raise ValueError(f"--network {text!r}: bandwidth must be positive and latency zero or more")
+    return Network(bandwidth_gbps=bandwidth, latency_ms=latency)
+
+
+def tree_depth(workers: int) -> int:
+    return math.ceil(math.log2(workers)) if workers > 1 else 0
+
+
+def dask_round_comm_s(
+    net: Network, workers: int, phase_inputs: list[int], phase_outputs: list[int]
+) -> float:
+    """Communication time of one dask-dane round (see the module docstring)."""
+    depth = tree_depth(workers)
+    total = 2 * net.send_s(phase_inputs[0])  # driver -> reducing worker, and back
+    for sent, gathered in zip(phase_inputs, phase_outputs, strict=True):
+        if workers > 1:
+            total += net.latency_s + (workers - 1) * sent / net.bytes_per_s
+        total += depth * net.send_s(gathered) if gathered else 0.0
+    return total
+
+
+def project_dask_round_s(
+    net: Network,
+    *,
+    workers: int,
+    measured_workers: int,
+    compute_s: float,
+    fixed_s: float,
+    phase_inputs: list[int],
+    phase_outputs: list[int],
+) -> float:
+    compute = compute_s * measured_workers / workers
+    return compute + fixed_s + dask_round_comm_s(net, workers, phase_inputs, phase_outputs)
+
+
+def ring_allreduce_s(net: Network, workers: int, nbytes: int) -> float:
+    if workers < 2:
+        return 0.0
+    return (
+        2 * (workers - 1) * net.latency_s + 2 * (workers - 1) / workers * nbytes / net.bytes_per_s
+    )
+
+
+def project_ddp_step_s(
+    net: Network, *, workers: int, measured_workers: int, compute_s: float, grad_bytes: int
+) -> float:
+    return compute_s * measured_workers / workers + ring_allreduce_s(net, workers, grad_bytes)
+
+
+def measure_loopback(payload_bytes: int = 32 * 2**20, pings: int = 200) -> Network:
+    """Loopback's own latency (half a small round trip) and bandwidth (one large send)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def echo() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(pings):
+                conn.sendall(conn.recv(1))
+            received = 0
+            while received < payload_bytes:
+                received += len(conn.recv(1 << 20))
+            conn.sendall(b"k")
+
+    thread = threading.Thread(target=echo, daemon=True)
+    thread.start()
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        started = time.perf_counter()
+        for _ in range(pings):
+            conn.sendall(b"x")
+            conn.recv(1)
+        latency = (time.perf_counter() - started) / pings / 2
+        payload = b"\0" * payload_bytes
+        started = time.perf_counter()
+        conn.sendall(payload)
+        conn.recv(1)
+        seconds = time.perf_counter() - started
+    thread.join()
+    server.close()
+    return Network(bandwidth_gbps=payload_bytes * 8 / seconds / 1e9, latency_ms=latency * 1e3)

@@ -1,0 +1,392 @@
+"""`dane bench scaling`: strong scaling over workers, with the round taken apart.
+
+Data, shards and work stay fixed; only the number of workers changes. For each count W a
+fresh cluster of W single-threaded workers trains `rounds` rounds (plus one warm-up round,
+left out of the medians). Per round it records, beside the wall time:
+
+- compute: the slowest worker's task time (the metrics' max_worker_compute_s);
+- transfer: the longest total of incoming transfers on one worker (Dask's transfer logs)
+  plus the driver's scatter;
+- driver: the driver's own work (building and submitting the graph, gathering, metrics,
+  checkpoint): the round's wall time outside waiting for the cluster;
+- scheduler/graph overhead: the rest of the wait (task dispatch, idle workers);
+- bytes moved by Dask (its transfer logs, plus what the driver scattered) against the
+  pipeline's comm_bytes, and the bytes through the driver.
+
+It also times the same rounds run by pipeline/reference.py in this process with one thread
+(the orchestration overhead of a 1-worker cluster), the fixed cost of a round on a tiny model
+and tiny shards (`fixed_cost`), each worker's peak memory against its bound, and projects
+round times onto real networks (network.py).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from dask.sizeof import sizeof
+
+from dask_dane.pipeline import sizes  # noqa: F401  (true sizes of tensors for sizeof)
+from dask_dane.pipeline.benchmarks import scaling_memory as memory
+from dask_dane.pipeline.benchmarks.network import (
+    PROJECTED_WORKERS,
+    Network,
+    measure_loopback,
+    project_dask_round_s,
+)
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.setup import initial_weights, prepare_run
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingSpec:
+    """One scaling benchmark; see `dane bench scaling --help`."""
+
+    store: str
+    model: str = "lenet"
+    algorithm: str = "dane"
+    shards: int | None = None  # None: the store's; else must match it
+    workers: tuple[int, ...] = (1, 2, 4)
+    rounds: int = 5
+    local_steps: int = 10
+    batch_size: int = 64
+    grad_sample: int = 0
+    device: str = "cpu"  # cpu | cuda (one worker per GPU)
+    dtype: str = "float32"
+    reference: bool = True
+    fixed_cost: bool = True
+    seed: int = 0
+    workdir: str = "bench-out/scaling"
+    networks: tuple[Network, ...] = ()
+
+    def validate(self) -> ScalingSpec:
+        if not self.workers or min(self.workers) < 1:
+            raise ValueError(f"--workers must list counts of at least 1 (got {self.workers})")
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"--device must be cpu or cuda (got {self.device!r})")
+        setup = prepare_run(self.config(1))  # store, model, settings: ValueError with a fix
+        if self.shards is not None and self.shards != setup.store.num_shards:
+            raise ValueError(
+                f"--shards {self.shards}, but {self.store} holds {setup.store.num_shards} "
+                f"shards; prepare it with `dane prepare ... --shards {self.shards}`"
+            )
+        if self.device == "cuda":
+            _check_gpus(max(self.workers))
+        return self
+
+    def config(self, workers: int, **changes: Any) -> RunConfig:
+        settings: dict[str, Any] = dict(
+            store=self.store,
+            out=str(Path(self.workdir) / f"run-{workers}"),
+            algorithm=self.algorithm,
+            model=self.model,
+            workers=workers,
+            rounds=self.rounds + 1,
+            local_steps=self.local_steps,
+            batch_size=self.batch_size,
+            grad_sample=self.grad_sample if self.algorithm == "dane" else 0,
+            seed=self.seed,
+            device=self.device,
+            dtype=self.dtype,
+            eval_every=10**6,  # only the last round evaluates (left out: it is the slowest)
+            dashboard_address="127.0.0.1:0",
+        )
+        settings.update(changes)
+        return RunConfig(**settings).validate()
+
+
+def _check_gpus(workers: int) -> None:
+    if not torch.cuda.is_available():
+        raise ValueError("--device cuda, but torch sees no GPU here; use --device cpu")
+    if workers > torch.cuda.device_count():
+        raise ValueError(
+            f"--device cuda runs one worker per GPU; --workers asks for {workers} but "
+            f"{torch.cuda.device_count()} GPU(s) are visible"
+        )
+
+
+@dataclass
+class _RoundLog:
+    """Rows and per-round Dask figures collected while a run trains."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    periods: list[float] = field(default_factory=list)
+    transfers: list[dict[str, float]] = field(default_factory=list)
+
+
+def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
+    """Every worker count, the reference and the fixed cost; returns the JSON-able result."""
+    spec = spec.validate()
+    workdir = Path(spec.workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    setup = prepare_run(spec.config(1))
+    model_bytes = sizeof(initial_weights(setup.spec, spec.seed))
+    result: dict[str, Any] = {
+        "spec": {**asdict(spec), "networks": [asdict(n) for n in spec.networks]},
+        "machine": _machine(),
+        "model_bytes": model_bytes,
+        "num_shards": setup.store.num_shards,
+        "phases": len(setup.strategy.phases),
+        "tasks_per_round": _tasks_per_round(setup),
+        "runs": [],
+    }
+    for workers in spec.workers:
+        log(f"{workers} worker(s) ...")
+        result["runs"].append(_run_workers(spec, workers, model_bytes))
+    base = result["runs"][0]["median"]["wall_s"] * spec.workers[0]
+    for run in result["runs"]:
+        run["speedup"] = base / run["median"]["wall_s"] / spec.workers[0]
+        run["efficiency"] = run["speedup"] / run["workers"] * spec.workers[0]
+    if spec.reference:
+        log("reference (one process, one thread) ...")
+        result["reference"] = _reference_rounds(spec)
+        one = next((r for r in result["runs"] if r["workers"] == 1), None)
+        if one:
+            result["overhead_ratio"] = one["median"]["wall_s"] / result["reference"]["median_s"]
+    if spec.fixed_cost:
+        log("fixed cost (tiny model, tiny shards) ...")
+        result["fixed_cost"] = fixed_cost(spec, workdir)
+    result["projection"] = _projection(result, spec)
+    return result
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def _tasks_per_round(setup: Any) -> int:
+    """Tasks in one round's graph (evaluation excluded), counted on a built graph."""
+    from dask_dane.pipeline.aggregate import shard_placement
+    from dask_dane.pipeline.graph import RoundPlan, build_round
+
+    num_shards = setup.store.num_shards
+    plan = RoundPlan(
+        strategy=setup.strategy,
+        spec=setup.spec,
+        seed=0,
+        round_index=1,
+        token="count",
+        weights="w",
+        state="s",
+        shards=[f"shard-{i}" for i in range(num_shards)],
+        placement=shard_placement(num_shards, ["a", "b"]),
+    )
+    graph, _ = build_round(plan)
+    return len(dict(graph))
+
+
+def _run_workers(spec: ScalingSpec, workers: int, model_bytes: int) -> dict[str, Any]:
+    """Train on a fresh cluster of `workers` workers; medians after the warm-up round."""
+    from dask_dane.pipeline.loop import Callbacks, train
+
+    config = spec.config(workers)
+    roundlog = _RoundLog()
+    with _cluster(config) as client:
+        setup = prepare_run(config)
+        bare = memory.worker_rss(client, setup)  # no data yet
+        last = [time.perf_counter(), time.time()]
+
+        def on_round(row: dict[str, Any]) -> None:
+            now, wall_now = time.perf_counter(), time.time()
+            roundlog.periods.append(now - last[0])
+            roundlog.transfers.append(_transfers_between(client, last[1], wall_now))
+            roundlog.rows.append(row)
+            last[:] = [time.perf_counter(), time.time()]
+
+        def on_start(dashboard: str, count: int) -> None:
+            last[:] = [time.perf_counter(), time.time()]
+
+        train(config, client=client, callbacks=Callbacks(on_start=on_start, on_round=on_round))
+        peak = memory.worker_peak_rss(client)
+    rounds = [
+        _breakdown(row, period, transfer, model_bytes)
+        for row, period, transfer in zip(
+            roundlog.rows, roundlog.periods, roundlog.transfers, strict=True
+        )
+    ][1:-1] or None  # warm-up and the evaluated last round left out
+    assert rounds, "--rounds must leave at least one round between warm-up and evaluation"
+    return {
+        "workers": workers,
+        "oversubscribed": workers * config.threads_per_worker > (os.cpu_count() or 1),
+        "rounds": rounds,
+        "median": {k: statistics.median(r[k] for r in rounds) for k in rounds[0]},
+        "memory": memory.check(setup, workers, bare, peak, model_bytes),
+    }
+
+
+def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
+    from dask_dane.pipeline.cluster import make_client
+
+    return make_client(config)
+
+
+def _transfers_between(client: Any, start: float, stop: float) -> dict[str, float]:
+    """Dask's incoming-transfer logs of all workers between two wall-clock times."""
+    per_worker = client.run(_incoming_transfers, start, stop)
+    seconds = [w["seconds"] for w in per_worker.values()]
+    return {
+        "bytes": sum(w["bytes"] for w in per_worker.values()),
+        "count": sum(w["count"] for w in per_worker.values()),
+        "max_worker_s": max(seconds) if seconds else 0.0,
+    }
+
+
+def _incoming_transfers(start: float, stop: float, dask_worker: Any = None) -> dict[str, float]:
+    entries = [
+        e for e in dask_worker.transfer_incoming_log if start <= e["start"] and e["stop"] <= stop
+    ]
+    return {
+        "bytes": float(sum(e["total"] for e in entries)),
+        "count": float(len(entries)),
+        "seconds": float(sum(e["duration"] for e in entries)),
+    }
+
+
+def _breakdown(
+    row: dict[str, Any], period: float, transfer: dict[str, float], model_bytes: int
+) -> dict[str, float]:
+    """One round's wall time taken apart (seconds) and its bytes."""
+    compute = row["max_worker_compute_s"]
+    moved = transfer["max_worker_s"]
+    waited = row["wait_s"]
+    scattered = model_bytes  # the weights; DANE without a safeguard has no state to send
+    return {
+        "wall_s": period,
+        "compute_s": compute,
+        "transfer_s": moved + row["scatter_s"],
+        "overhead_s": max(0.0, waited - compute - moved),
+        "driver_s": max(0.0, period - waited - row["scatter_s"]),
+        "comm_bytes": row["comm_bytes"],
+        "dask_bytes": transfer["bytes"] + scattered,
+        "dask_transfers": transfer["count"],
+        "client_bytes": scattered + model_bytes,  # weights out, new weights back
+    }
+
+
+def _reference_rounds(spec: ScalingSpec) -> dict[str, Any]:
+    """The same rounds by pipeline/reference.py, in this process, on one thread."""
+    from dask_dane.pipeline.reference import run_reference
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        setup = prepare_run(spec.config(1))
+        run = run_reference(setup, rounds=spec.rounds + 1, num_workers=1)
+    finally:
+        torch.set_num_threads(threads)
+    walls = [h["wall_s"] for h in run.history][1:-1]
+    return {"rounds_s": walls, "median_s": statistics.median(walls)}
+
+
+def fixed_cost(spec: ScalingSpec, workdir: Path) -> list[dict[str, Any]]:
+    """Round time with negligible compute: logistic regression on 8 tiny shards."""
+    from dask_dane.datasets.partition import PartitionSpec
+    from dask_dane.datasets.sources import SourceOptions, load_source
+    from dask_dane.datasets.store import write_store
+
+    shards = prepare_run(spec.config(1)).store.num_shards
+    store = workdir / f"tiny-{shards}.zarr"
+    raw = load_source("digits-tabular", SourceOptions(seed=spec.seed))
+    write_store(
+        raw, PartitionSpec(kind="iid", num_shards=shards, seed=spec.seed), store, force=True
+    )
+    tiny = replace(
+        spec,
+        store=str(store),
+        model="logistic",
+        local_steps=1,
+        batch_size=8,
+        grad_sample=0,
+        device="cpu",
+        dtype="float64",  # the digits-tabular store holds float64 features
+        rounds=max(spec.rounds, 20),
+        workdir=str(workdir / "tiny"),
+    )
+    model_bytes = sizeof(initial_weights(prepare_run(tiny.config(1)).spec, spec.seed))
+    tasks = _tasks_per_round(prepare_run(tiny.config(1)))
+    results = []
+    for workers in spec.workers:
+        median = _run_workers(tiny, workers, model_bytes)["median"]
+        results.append(
+            {
+                "workers": workers,
+                "shards": shards,
+                "ms_per_round": median["wall_s"] * 1e3,
+                "ms_per_task": median["wall_s"] * 1e3 / tasks,
+                "tasks_per_round": tasks,
+                "compute_ms": median["compute_s"] * 1e3,
+                "driver_ms": median["driver_s"] * 1e3,
+                "overhead_ms": median["overhead_s"] * 1e3,
+            }
+        )
+    return results
+
+
+def _projection(result: dict[str, Any], spec: ScalingSpec) -> dict[str, Any]:
+    """Round times on loopback (checked against the measured rounds) and on `networks`."""
+    loopback = measure_loopback()
+    fixed = {f["workers"]: f["ms_per_round"] / 1e3 for f in result.get("fixed_cost", [])}
+    phases, model_bytes = result["phases"], result["model_bytes"]
+    payload = [model_bytes] * phases
+    check = []
+    for run in result["runs"]:
+        w, median = run["workers"], run["median"]
+        projected = project_dask_round_s(
+            loopback,
+            workers=w,
+            measured_workers=w,
+            compute_s=median["compute_s"],
+            fixed_s=fixed.get(w, median["driver_s"] + median["overhead_s"]),
+            phase_inputs=payload,
+            phase_outputs=payload,
+        )
+        check.append(
+            {
+                "workers": w,
+                "measured_s": median["wall_s"],
+                "projected_s": projected,
+                "error_pct": 100 * (projected - median["wall_s"]) / median["wall_s"],
+            }
+        )
+    last = result["runs"][-1]
+    networks = []
+    for net in spec.networks:
+        rows = []
+        for w in PROJECTED_WORKERS:
+            rows.append(
+                {
+                    "workers": w,
+                    "round_s": project_dask_round_s(
+                        net,
+                        workers=w,
+                        measured_workers=last["workers"],
+                        compute_s=last["median"]["compute_s"],
+                        fixed_s=max(fixed.values()) if fixed else 0.0,
+                        phase_inputs=payload,
+                        phase_outputs=payload,
+                    ),
+                }
+            )
+        networks.append({"network": asdict(net), "label": net.label, "rounds": rows})
+    return {"loopback": asdict(loopback), "loopback_check": check, "networks": networks}
+
+
+def peak_rss_self() -> int:
+    """This process's peak resident memory in bytes (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
