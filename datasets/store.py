@@ -6,6 +6,7 @@ so a reader never sees half a store and an interrupted `prepare` leaves nothing 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import os
@@ -16,12 +17,15 @@ from pathlib import Path
 import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.core.sync import sync
+from zarr.storage import StorePath
 
 from dask_dane.datasets.partition import PartitionSpec, partition_rows
 from dask_dane.datasets.sources import RawDataset, check_raw_dataset
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 * 2**20  # chunks of about 4 MiB along the sample axis
+ARRAYS = ("train/x", "train/y", "test/x", "test/y")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,13 +81,15 @@ def _normalization(x: np.ndarray) -> dict:
 def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
     chunks = (min(len(data), _chunk_rows(data.shape[1:], data.dtype.itemsize)), *data.shape[1:])
     # A CRC32C checksum after compression: a corrupted or truncated chunk fails to load
-    # (read_shard names it) instead of decoding to plausible garbage.
+    # (read_shard names it) instead of decoding to plausible garbage. Every chunk is written,
+    # even one of zeros (zarr skips those by default), so a missing chunk file is damage.
     array = group.create_array(
         name,
         shape=data.shape,
         dtype=data.dtype,
         chunks=chunks,
         compressors=[ZstdCodec(), Crc32cCodec()],
+        config={"write_empty_chunks": True},
     )
     array[...] = data
 
@@ -178,7 +184,65 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
             f"{_brief(err)}); re-create it with `dane prepare`"
         ) from None
     _check_consistent(info, train_y.shape[0], test_y.shape[0], test_x.shape[1:])
+    _check_chunks_present(info, group)
     return info
+
+
+def _check_chunks_present(info: StoreInfo, group: zarr.Group) -> None:
+    """ValueError naming the array, rows and shards of a chunk whose file is missing."""
+    for name in ARRAYS:
+        array = group[name]
+        missing = _missing_chunk(array, 0, array.shape[0])
+        if missing is None:
+            continue
+        start, stop = _chunk_range(array, missing)
+        where = ""
+        if name.startswith("train/"):
+            hit = [str(i) for i, (a, b) in enumerate(info.shards) if a < stop and start < b]
+            where = f", shard{'s' if len(hit) > 1 else ''} {', '.join(hit)}"
+        raise ValueError(
+            f"store {info.path} is damaged: the chunk of {name} holding rows [{start}, {stop})"
+            f"{where} is missing (its file was deleted); re-create it with "
+            f"`dane prepare ... --out {info.path} --force`"
+        )
+
+
+def _missing_chunk(array: zarr.Array, start: int, stop: int) -> int | None:
+    """Index of the first chunk holding rows [start, stop) that is not in the store, or None.
+
+    zarr reads a chunk that is not stored as its fill value (zeros), without an error, and
+    the CRC32C codec never runs on it: it checks the bytes of a chunk, not that it exists.
+    This asks the store whether each chunk key exists (a stat on a local store); it reads no
+    data.
+    """
+    if stop <= start:
+        return None
+    rows = array.chunks[0]
+    indices = range(start // rows, (stop - 1) // rows + 1)
+    rest = (0,) * (array.ndim - 1)  # chunks run along the sample axis only
+    keys = [array.metadata.encode_chunk_key((i, *rest)) for i in indices]
+    found = sync(_exist([array.store_path / key for key in keys]))
+    return next((i for i, ok in zip(indices, found, strict=True) if not ok), None)
+
+
+async def _exist(paths: list[StorePath]) -> list[bool]:
+    return list(await asyncio.gather(*(path.exists() for path in paths)))
+
+
+def _first_missing(group: zarr.Group, split: str, start: int, stop: int) -> str | None:
+    """Which chunk of `split`'s x or y holding rows [start, stop) is missing, if one is."""
+    for name in (f"{split}/x", f"{split}/y"):
+        missing = _missing_chunk(group[name], start, stop)
+        if missing is not None:
+            a, b = _chunk_range(group[name], missing)
+            return f"the chunk of {name} holding rows [{a}, {b}) is missing (its file was deleted)"
+    return None
+
+
+def _chunk_range(array: zarr.Array, index: int) -> tuple[int, int]:
+    """The [start, stop) rows that chunk `index` holds."""
+    rows = array.chunks[0]
+    return index * rows, min((index + 1) * rows, array.shape[0])
 
 
 def _check_consistent(info: StoreInfo, num_train_y: int, num_test_y: int, test_shape) -> None:
@@ -268,12 +332,18 @@ def read_shard(
     what = f"shard {index} (rows [{start}, {stop}))" if split == "train" else "the test split"
     fix = "re-create the store with `dane prepare ... --force`"
     try:
-        x, y = read_rows(path, split, start, stop)
+        group = zarr.open_group(path, mode="r", zarr_format=3)
+        x_array, y_array = group[f"{split}/x"], group[f"{split}/y"]
+        missing = _first_missing(group, split, start, stop)
+        if missing is None:
+            x, y = x_array[start:stop], y_array[start:stop]
     except Exception as err:  # zarr, its codecs and the file system raise many types
         raise ValueError(
             f"store {path}: {what} cannot be read, a chunk is truncated or corrupted "
             f"({type(err).__name__}: {_brief(err)}); {fix}"
         ) from None
+    if missing is not None:
+        raise ValueError(f"store {path}: {what} cannot be read, {missing}; {fix}")
     if len(x) != stop - start or len(y) != stop - start:
         raise ValueError(f"store {path}: {what} has fewer rows than its range; {fix}")
     if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():

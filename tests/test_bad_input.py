@@ -64,6 +64,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     damaged("version", lambda p: _edit_attrs(p, format_version=FORMAT_VERSION + 98))
     damaged("corrupt", lambda p: _flip_byte(_chunk(p, "train/x")))
     damaged("truncated", lambda p: _truncate(_chunk(p, "train/y")))
+    damaged("deleted", lambda p: _chunk(p, "train/x").unlink())  # zarr would read zeros
     damaged("labels", lambda p: _edit_rows(p, "train/y", slice(5, 6), 10))
     damaged("nan", lambda p: _edit_rows(p, "train/x", slice(3, 4), np.nan))
     damaged("inf", lambda p: _edit_rows(p, "train/x", slice(7, 8), np.inf))
@@ -99,6 +100,10 @@ BAD_INPUT = {
     "store-format-version": (f"{TRAIN} {{version}} --out {{out}}", ["format_version 99"]),
     "store-corrupt-chunk": (f"{TRAIN} {{corrupt}} --out {{out}}", ["shard 0", "corrupted"]),
     "store-truncated-chunk": (f"{TRAIN} {{truncated}} --out {{out}}", ["shard 0", "truncated"]),
+    "store-deleted-chunk": (
+        f"{TRAIN} {{deleted}} --out {{out}}",
+        ["the chunk of train/x holding rows [0, ", "shards 0, 1 is missing", "--force"],
+    ),
     "store-labels-out-of-range": (f"{TRAIN} {{labels}} --out {{out}}", ["outside [0, 10)"]),
     "store-nan-features": (f"{TRAIN} {{nan}} --out {{out}}", ["shard 0", "NaN or infinite"]),
     "store-inf-features": (f"{TRAIN} {{inf}} --out {{out}}", ["shard 0", "NaN or infinite"]),

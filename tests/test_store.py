@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from dask_dane.datasets.store import (
     label_histograms,
     open_store,
     read_rows,
+    read_shard,
     write_store,
 )
 
@@ -243,3 +245,90 @@ def test_store_attributes_are_plain_json(synthetic, tmp_path):
     assert metadata["zarr_format"] == 3
     assert metadata["attributes"]["shards"] == [list(s) for s in open_store(path).shards]
     assert metadata["attributes"]["partition"] == {"kind": "iid", "seed": 4}
+
+
+# --- A chunk file deleted: zarr would read it as zeros, with no error ---------------------
+
+
+@pytest.fixture
+def chunked_digits(digits, tmp_path, monkeypatch):
+    """Digits in 4 iid shards, 100 images (64 bytes each) a chunk: shards span several chunks."""
+    monkeypatch.setattr(store_module, "CHUNK_BYTES", 64 * 100)
+    info = write_store(
+        digits, PartitionSpec(num_shards=4, seed=0), tmp_path / "s.zarr", force=False
+    )
+    assert zarr.open_group(info.path, mode="r")["train/x"].chunks[0] == 100
+    return info
+
+
+def _shard_args(info, index: int) -> dict:
+    start, stop = info.shards[index]
+    return dict(
+        path=info.path,
+        split="train",
+        start=start,
+        stop=stop,
+        index=index,
+        task=info.task,
+        num_classes=info.num_classes,
+    )
+
+
+def test_read_shard_names_the_shard_whose_chunk_file_was_deleted(chunked_digits, tmp_path):
+    info = chunked_digits
+    start, stop = info.shards[1]
+    chunk = start // 100 + 1  # a chunk wholly inside shard 1, none of shard 0's
+    assert 100 * chunk >= start and 100 * (chunk + 1) <= stop
+    (tmp_path / "s.zarr" / "train" / "x" / "c" / str(chunk) / "0" / "0" / "0").unlink()
+
+    with pytest.raises(ValueError) as raised:
+        read_shard(**_shard_args(info, 1))
+    x, y = read_shard(**_shard_args(info, 0))  # shard 0's chunks are all there
+
+    message = str(raised.value)
+    assert f"shard 1 (rows [{start}, {stop}))" in message
+    assert f"train/x holding rows [{100 * chunk}, {100 * (chunk + 1)}) is missing" in message
+    assert "dane prepare ... --force" in message
+    assert "\n" not in message
+    assert len(x) == len(y) == info.shards[0][1]
+
+
+def test_open_store_names_the_array_rows_and_shards_of_a_deleted_chunk(chunked_digits, tmp_path):
+    info = chunked_digits
+    (tmp_path / "s.zarr" / "train" / "y" / "c" / "0").unlink()  # 800 labels: shards 0-2
+
+    with pytest.raises(ValueError) as raised:
+        open_store(info.path)
+
+    assert str(raised.value) == (
+        f"store {info.path} is damaged: the chunk of train/y holding rows [0, 800), shards "
+        f"0, 1, 2 is missing (its file was deleted); re-create it with `dane prepare ... "
+        f"--out {info.path} --force`"
+    )
+
+
+def test_open_store_finds_a_deleted_chunk_of_the_test_split(chunked_digits, tmp_path):
+    info = chunked_digits
+    last = (info.num_test - 1) // 100
+    (tmp_path / "s.zarr" / "test" / "x" / "c" / str(last) / "0" / "0" / "0").unlink()
+
+    with pytest.raises(ValueError, match=rf"test/x holding rows \[{100 * last}, {info.num_test}\)"):
+        open_store(info.path)
+
+
+def test_chunks_of_zeros_are_stored_so_they_do_not_read_as_missing(digits, tmp_path):
+    zeros = replace(digits, y_test=np.zeros_like(digits.y_test))  # one chunk, all fill value
+
+    info = write_store(zeros, PartitionSpec(num_shards=2), tmp_path / "s.zarr", force=False)
+
+    assert (tmp_path / "s.zarr" / "test" / "y" / "c" / "0").is_file()
+    _, y = read_shard(
+        path=info.path,
+        split="test",
+        start=0,
+        stop=info.num_test,
+        index=0,
+        task=info.task,
+        num_classes=10,
+    )
+    np.testing.assert_array_equal(y, 0)
