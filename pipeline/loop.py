@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from distributed import Client
+from distributed import Client, span
 
 from dask_dane.pipeline import tasks
 from dask_dane.pipeline.aggregate import shard_placement
@@ -88,7 +88,13 @@ def train(
     progress = _start(setup, run_dir, resume=resume)
     try:
         if progress.round < config.rounds:
-            with nullcontext(client) if client else make_client(config) as active:
+            # One span for the whole run: without it the cluster, idle between rounds, opens
+            # a new default span every round, and workers keep per-span metrics for good (a
+            # slow leak, measured by `dane bench soak`).
+            with (
+                nullcontext(client) if client else make_client(config) as active,
+                span("dane-train"),
+            ):
                 workers = worker_addresses(active)
                 loaded = _load_shards(active, setup, workers)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(workers))
@@ -227,6 +233,20 @@ def _check_scheduler(client: Client, config: RunConfig) -> None:
         raise ClusterLost(reason)
 
 
+def _bounded(client: Client, config: RunConfig, method: Callable, *args: Any, **kwargs: Any) -> Any:
+    """client.method(*args, **kwargs), given at most --timeout seconds to answer.
+
+    A frozen scheduler (stopped, or its event loop blocked) keeps its sockets open, so no
+    connection ever fails and a plain scatter or gather waits for it forever. The
+    TimeoutError is an OSError: callers check the scheduler and raise ClusterLost.
+    """
+
+    async def run() -> Any:
+        return await method(*args, asynchronous=True, **kwargs)
+
+    return client.sync(run, callback_timeout=config.timeout)
+
+
 def _current_placement(client: Client, loaded: _Loaded, config: RunConfig) -> list[str]:
     """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
 
@@ -235,7 +255,8 @@ def _current_placement(client: Client, loaded: _Loaded, config: RunConfig) -> li
     """
     try:
         _wait(client, loaded.shards, config)  # shards being reloaded after a worker died
-        holders = client.who_has(loaded.shards)
+        keys = [future.key for future in loaded.shards]
+        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=config.timeout)
     except OSError:
         _check_scheduler(client, config)  # ClusterLost if it is the scheduler that went
         raise
@@ -312,7 +333,7 @@ def _compute_round(client, setup, progress, t, loaded, test):  # type: ignore[no
             placement = loaded.placement
             # After a lost worker the placement may still name it: scatter anywhere then.
             targets = placement if attempt == 1 else None
-            weights, state, shard_states = _scatter_inputs(client, progress, targets)
+            weights, state, shard_states = _scatter_inputs(client, progress, targets, setup.config)
             clock.lap("scatter_s")
             futures = _submit_round(
                 client,
@@ -331,7 +352,7 @@ def _compute_round(client, setup, progress, t, loaded, test):  # type: ignore[no
             clock.lap("submit_s")
             _wait(client, futures, setup.config)
             clock.lap("wait_s")
-            values = client.gather(futures)
+            values = _bounded(client, setup.config, client.gather, futures)
             clock.lap("gather_s")
         except (KilledWorker, FutureCancelledError, CommClosedError, OSError) as err:
             _check_scheduler(client, setup.config)  # the scheduler itself gone: stop now
@@ -361,7 +382,9 @@ class _Clock:
         self._last = now
 
 
-def _scatter_inputs(client: Client, progress: Progress, placement: list[str] | None) -> Any:
+def _scatter_inputs(
+    client: Client, progress: Progress, placement: list[str] | None, config: RunConfig
+) -> Any:
     """The round's inputs onto the workers that need them first.
 
     Weights and strategy state go to the worker where the reduction tree ends (graph.py);
@@ -373,17 +396,15 @@ def _scatter_inputs(client: Client, progress: Progress, placement: list[str] | N
     def to(index: int) -> list[str] | None:
         return [placement[index]] if placement else None
 
+    def scatter(data: list[Any], workers: list[str] | None) -> list[Any]:
+        return _bounded(client, config, client.scatter, data, hash=False, workers=workers)
+
     try:
         # Wrapped in lists: scatter would spread a dict's items over keys.
-        weights, state = client.scatter(
-            [progress.weights, progress.state], hash=False, workers=to(0)
-        )
+        weights, state = scatter([progress.weights, progress.state], to(0))
         shard_states = None
         if progress.shard_states is not None:
-            shard_states = [
-                client.scatter([s], hash=False, workers=to(i))[0]
-                for i, s in enumerate(progress.shard_states)
-            ]
+            shard_states = [scatter([s], to(i))[0] for i, s in enumerate(progress.shard_states)]
     except KeyError as err:
         raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
     return weights, state, shard_states

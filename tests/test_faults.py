@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from distributed import Client
@@ -322,6 +323,157 @@ def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
     summary = train(config, resume=True, client=cluster_client)
     assert summary["rounds"] == saved + 1
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, saved + 2))
+
+
+# A frozen scheduler (SIGSTOP): its process stays alive and its sockets open (the kernel still
+# accepts connections and acknowledges bytes), but nothing answers. Unlike a killed scheduler,
+# no connection fails: only the driver's own --timeout can notice. The driver must stop within
+# one request's --timeout, the scheduler check's --timeout and closing the client (up to twice
+# --timeout), plus a margin for a loaded CI machine.
+FROZEN_TIMEOUT_S = 5
+FROZEN_LIMIT_S = 4 * FROZEN_TIMEOUT_S + 20
+
+
+def _frozen_train_args(store: Path, out: Path, address: str) -> list[str]:
+    args = ["train", str(store), "--out", str(out), "--scheduler", address]
+    args += ["--rounds", "200", "--local-steps", "100", "--seed", "5", "--dtype", "float64"]
+    return [*args, "--timeout", str(FROZEN_TIMEOUT_S)]
+
+
+def _stopped_within_limit(driver: subprocess.Popen, frozen_at: float) -> tuple[str, float]:
+    """The driver's stderr once it exits, and seconds since the freeze; fails if it hangs."""
+    try:
+        _, stderr = driver.communicate(timeout=FROZEN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the driver still waits {FROZEN_LIMIT_S} s after the scheduler froze")
+    return stderr, time.monotonic() - frozen_at
+
+
+def _assert_cluster_lost(driver: subprocess.Popen, stderr: str, address: str, out: Path) -> None:
+    assert driver.returncode == 4, stderr
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: lost the Dask cluster at {address} in round ")
+    assert f"the scheduler did not answer within {FROZEN_TIMEOUT_S} s" in last
+    assert f"dane train --out {out} --resume" in last
+
+
+def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws(
+    digits_stores, tmp_path
+):
+    address, procs = _start_cluster(tmp_path, 1)
+    scheduler = procs[0]
+    out = tmp_path / "run"
+    watcher = Client(address, timeout=60)  # sees round 3's tasks run, then is left alone
+    frozen = threading.Event()
+
+    def freeze(worker: str) -> None:
+        os.kill(scheduler.pid, signal.SIGSTOP)
+        frozen.set()
+
+    driver = subprocess.Popen(
+        _dane(*_frozen_train_args(digits_stores[2], out, address)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Frozen while round 3's local solves run: the driver is waiting for the round.
+        _when_local_task_runs(watcher, 3, freeze, SOLVE_KEY)
+        deadline = time.monotonic() + 120
+        while not frozen.wait(0.05):
+            assert driver.poll() is None, driver.communicate()[1]
+            assert time.monotonic() < deadline, "round 3 never ran"
+        stderr, stopped_after = _stopped_within_limit(driver, time.monotonic())
+        os.kill(scheduler.pid, signal.SIGCONT)  # thawed: the same cluster takes the run back
+        resumed = subprocess.run(
+            _dane("train", "--out", str(out), "--resume", "--rounds", "3"),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        os.kill(scheduler.pid, signal.SIGCONT)  # never leave it stopped
+        watcher.close()
+        _stop(procs)
+
+    _assert_cluster_lost(driver, stderr, address, out)
+    assert "in round 3: " in stderr
+    assert stopped_after < FROZEN_LIMIT_S
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 3
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+
+
+# Run `dane train` with the scheduler frozen just before the driver's 3rd call of one function
+# (round 3), so that this very request meets the silent scheduler (the test above freezes it
+# while the driver waits for a round's tasks).
+FREEZE_BEFORE = """
+import os, signal, sys
+from distributed import Client
+from dask_dane.pipeline import loop
+
+name, pid = sys.argv[1], int(sys.argv[2])
+owner = loop if name.startswith("_") else Client
+original = getattr(owner, name)
+calls = []
+
+def freeze_on_third_call(*args, **kwargs):
+    calls.append(name)
+    if len(calls) == 3:
+        os.kill(pid, signal.SIGSTOP)
+    return original(*args, **kwargs)
+
+setattr(owner, name, freeze_on_third_call)
+sys.argv = ["dane", *sys.argv[3:]]
+from dask_dane.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    "request_name",
+    [
+        "scatter",  # the round's weights and state
+        "gather",  # the round's result, once its futures are done
+        "_current_placement",  # who_has: where the shards live after the round
+    ],
+)
+def test_scheduler_frozen_during_a_request_stops_within_timeout(
+    request_name, digits_stores, tmp_path
+):
+    address, procs = _start_cluster(tmp_path, 1)
+    scheduler = procs[0]
+    out = tmp_path / "run"
+    args = [request_name, str(scheduler.pid), *_frozen_train_args(digits_stores[2], out, address)]
+    # A request that opens a new connection fails after Dask's connect timeout (30 s); one on
+    # a pooled connection waits forever. Lifted, so that only --timeout can stop the driver.
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "600s"}
+    driver = subprocess.Popen(
+        [PY, "-c", FREEZE_BEFORE, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while psutil.Process(scheduler.pid).status() != psutil.STATUS_STOPPED:  # by the driver
+            assert driver.poll() is None, driver.communicate()[1]
+            assert time.monotonic() < deadline, "the scheduler was never frozen"
+            time.sleep(0.01)
+        stderr, stopped_after = _stopped_within_limit(driver, time.monotonic())
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        os.kill(scheduler.pid, signal.SIGCONT)  # never leave it stopped
+        _stop(procs)
+
+    _assert_cluster_lost(driver, stderr, address, out)
+    assert stopped_after < FROZEN_LIMIT_S
+    assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 2
 
 
 def test_diverging_run_stops_naming_the_round_and_keeps_the_last_good_checkpoint(
