@@ -4,11 +4,16 @@ After every round it records the driver's and the workers' resident memory, the 
 the scheduler and the futures the client holds (once the round's release messages have been
 processed), and the round's wall time. A healthy run holds exactly one future per shard plus
 the test split between rounds, and its memory and round times stay flat after warm-up.
+
+The cluster runs with distributed's fixed-length logs shortened (SOAK_DASK_CONFIG), so that
+they are full before the warm-up ends and the growth measured after it is growth that would
+not stop; and worker memory is read by process id, so that the soak adds nothing to it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import time
@@ -16,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import dask.config
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
@@ -27,6 +34,16 @@ from dask_dane.pipeline.loop import Callbacks, train
 SETTLE_S = 2.0  # how long a round's released keys may take to leave the scheduler
 LIMIT_GROWTH_PCT = 5.0
 LIMIT_DRIFT = 1.2  # final-window median round time over the post-warm-up one
+# Distributed keeps logs of fixed length: per worker the transfer logs, the state machine's
+# transition and stimulus logs (`low-level-log-length` entries each) and the profiler's
+# history (as many `profile.cycle`s); on the scheduler the transition log. Each grows until
+# full, then stays flat. At the defaults (1000 entries, 1 s cycles) the profiles fill for
+# 1000 s: a 300-round soak ended before that and read it as a 5 % leak (in a 1500 s run the
+# workers grew until 1000 s, then stayed flat). Here they are full within the warm-up.
+SOAK_DASK_CONFIG = {
+    "distributed.admin.low-level-log-length": 20,
+    "distributed.worker.profile.cycle": "100ms",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +93,29 @@ def _num_tasks(dask_scheduler) -> int:  # type: ignore[no-untyped-def]
     return len(dask_scheduler.tasks)
 
 
+def _log_fill(dask_worker) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
+    """[entries held, entries kept] of each of the worker's fixed-length logs."""
+    logs = {
+        "profile_history": dask_worker.profile_history,
+        "transfer_incoming_log": dask_worker.transfer_incoming_log,
+        "transfer_outgoing_log": dask_worker.transfer_outgoing_log,
+        "state_log": dask_worker.state.log,
+        "stimulus_log": dask_worker.state.stimulus_log,
+    }
+    return {name: [len(log), log.maxlen] for name, log in logs.items()}
+
+
+def _workers_rss(pids: list[int]) -> int:
+    """Summed resident memory of the local worker processes.
+
+    Read here by process id rather than with `client.run`: every `client.run` appends a line
+    to each worker's log (10 000 lines kept), memory that only the soak would cause.
+    """
+    import psutil
+
+    return sum(psutil.Process(pid).memory_info().rss for pid in pids)
+
+
 def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train spec.rounds rounds on one cluster, sampling after every round; returns the figures."""
     workdir = Path(spec.workdir)
@@ -87,7 +127,9 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
     shutil.rmtree(config.out, ignore_errors=True)
     expected = spec.workers + 1  # the held futures: one per shard, one for the test split
     samples: list[dict[str, Any]] = []
-    with make_client(config) as client:
+    logs_at_warmup: dict[str, Any] = {}  # full, if SOAK_DASK_CONFIG does what it says
+    with dask.config.set(SOAK_DASK_CONFIG), make_client(config) as client:
+        pids = list(client.run(os.getpid).values())
 
         def on_round(row: dict[str, Any]) -> None:
             started = time.perf_counter()
@@ -100,12 +142,14 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
                     "round": row["round"],
                     "wall_s": row["wall_s"],
                     "driver_rss": _rss(),
-                    "worker_rss": sum(client.run(_rss).values()),
+                    "worker_rss": _workers_rss(pids),
                     "scheduler_tasks": tasks,
                     "client_futures": len(client.futures),
                     "settle_s": time.perf_counter() - started,
                 }
             )
+            if row["round"] == spec.warmup:
+                logs_at_warmup.update(client.run(_log_fill))
             if row["round"] % 50 == 0:
                 log(f"round {row['round']}: {row['wall_s'] * 1e3:.0f} ms")
 
@@ -114,6 +158,8 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
         total_s = time.perf_counter() - started
     return {
         "spec": asdict(spec),
+        "dask_config": SOAK_DASK_CONFIG,
+        "logs_at_warmup": logs_at_warmup,
         "expected_tasks": expected,
         "total_s": total_s,
         "summary": summarize(samples, warmup=spec.warmup, expected=expected),
