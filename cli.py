@@ -494,9 +494,8 @@ def scaling(
     plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
 ) -> None:
     """Strong scaling: the same data and work on 1, 2, 4... workers, each round taken apart."""
-    from dask_dane.pipeline.benchmarks.network import STANDARD_NETWORKS, parse_network
     from dask_dane.pipeline.benchmarks.scaling import ScalingSpec, run_scaling
-    from dask_dane.pipeline.benchmarks.scaling_report import markdown_table, plot, write_json
+    from dask_dane.pipeline.benchmarks.scaling_report import markdown_table, plot
 
     spec = ScalingSpec(
         store=store,
@@ -512,15 +511,9 @@ def scaling(
         reference=reference,
         fixed_cost=fixed_cost,
         workdir=str(workdir),
-        networks=tuple(parse_network(n) for n in network) if network else STANDARD_NETWORKS,
+        networks=_networks(network),
     ).validate()
-    result = run_scaling(spec, log=typer.echo)
-    result["command"] = "dane " + " ".join(sys.argv[1:])
-    if json_out is not None:
-        write_json(result, json_out)
-    if plot_out is not None:
-        plot(result, plot_out)
-    typer.echo(markdown_table(result))
+    _save_bench(run_scaling(spec, log=typer.echo), json_out, plot_out, plot, markdown_table)
 
 
 @bench_app.command()
@@ -553,12 +546,7 @@ def ddp(
     """PyTorch DDP against dask-dane's DANE and synchronous SGD on the same shards."""
     from dask_dane.pipeline.benchmarks.ddp import DdpSpec
     from dask_dane.pipeline.benchmarks.ddp_compare import CompareSpec, run_compare
-    from dask_dane.pipeline.benchmarks.network import STANDARD_NETWORKS, parse_network
-    from dask_dane.pipeline.benchmarks.scaling_report import (
-        compare_plot,
-        compare_table,
-        write_json,
-    )
+    from dask_dane.pipeline.benchmarks.scaling_report import compare_plot, compare_table
 
     spec = CompareSpec(
         ddp=DdpSpec(
@@ -579,15 +567,34 @@ def ddp(
         grad_sample=grad_sample,
         sgd_rounds=sgd_rounds,
         workdir=str(workdir),
-        networks=tuple(parse_network(n) for n in network) if network else STANDARD_NETWORKS,
+        networks=_networks(network),
     ).validate()
-    result = run_compare(spec, log=typer.echo)
+    _save_bench(run_compare(spec, log=typer.echo), json_out, plot_out, compare_plot, compare_table)
+
+
+def _networks(given: list[str] | None) -> tuple:
+    """--network values, or the two reference networks when none is given."""
+    from dask_dane.pipeline.benchmarks.network import STANDARD_NETWORKS, parse_network
+
+    return tuple(parse_network(n) for n in given) if given else STANDARD_NETWORKS
+
+
+def _save_bench(
+    result: dict[str, Any],
+    json_out: Path | None,
+    plot_out: Path | None,
+    plot: Any,
+    table: Any,
+) -> None:
+    """Record the command, write the JSON and the PNG if asked, print the table."""
+    from dask_dane.pipeline.benchmarks.scaling_report import write_json
+
     result["command"] = "dane " + " ".join(sys.argv[1:])
     if json_out is not None:
         write_json(result, json_out)
     if plot_out is not None:
-        compare_plot(result, plot_out)
-    typer.echo(compare_table(result))
+        plot(result, plot_out)
+    typer.echo(table(result))
 
 
 def main() -> None:

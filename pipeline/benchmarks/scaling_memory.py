@@ -21,9 +21,10 @@ import torch
 from dask_dane.pipeline.aggregate import shard_placement
 
 MODEL_COPIES = 20
-# What a worker process moves around on its own while it runs tasks (glibc arenas, Dask's
-# message buffers), measured at 9-12 MiB on small shards: the extended bound allows it.
-PROCESS_SLACK = 16 * 2**20
+# What a worker process holds beyond live data while it runs tasks: Dask's message buffers
+# and glibc arenas (9-12 MiB measured on small shards), plus the freed memory that glibc may
+# keep, up to the MALLOC_TRIM_THRESHOLD_ that cluster.py sets (64 MiB; a speed trade-off).
+PROCESS_SLACK = 16 * 2**20 + 64 * 2**20
 
 
 def _rss(dask_worker: Any = None) -> int:
