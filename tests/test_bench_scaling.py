@@ -116,3 +116,12 @@ def test_network_formulas():
 def test_bad_network_is_rejected_with_the_form(text):
     with pytest.raises(ValueError, match="--network"):
         parse_network(text)
+
+
+def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
+    # The same comparison bench/gpu_check.sh runs on a GPU, here with the Dask run on the CPU.
+    from dask_dane.pipeline.benchmarks.gpu_correctness import check
+
+    result = check(tmp_path, device="cpu")
+    assert result["verdict"] == "PASS", result["detail"]
+    assert result["relative_error"] < 1e-9
