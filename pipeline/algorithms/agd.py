@@ -13,32 +13,19 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
-from dask_dane.pipeline.algorithms.gd import full_gradient
-from dask_dane.pipeline.objective import ShardObjective
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.gd import Gd
 
 
 @dataclass(frozen=True, kw_only=True)
-class Agd(StrategyDefaults):
-    lr: float
+class Agd(Gd):
+    """Gd's shard work (one full gradient); the update extrapolates with momentum beta."""
+
     beta: float
     name: str = "agd"
-    phases: tuple[str, ...] = ("local_grad",)
 
     def init_state(self, weights: torch.Tensor) -> Tensors:
         return {"x": weights.clone()}
-
-    def local(
-        self,
-        phase: int,
-        objective: ShardObjective,
-        weights: torch.Tensor,
-        received: Tensors,
-        previous: LocalOutput | None,
-        rng: torch.Generator,
-        shard_state: Tensors,
-    ) -> LocalOutput:
-        return full_gradient(objective, weights)
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         g = mean.tensors["grad"]

@@ -9,31 +9,17 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
+from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
+from dask_dane.pipeline.algorithms.fedprox import FedProx
 from dask_dane.pipeline.algorithms.local_solver import LocalSolver
-from dask_dane.pipeline.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedAvg(StrategyDefaults):
+class FedAvg(FedProx):
+    """FedProx with mu = 0 (fedprox.py) and K local steps; reports a pseudo-gradient norm."""
+
     solver: LocalSolver
     name: str = "fedavg"
-    phases: tuple[str, ...] = ("local_train",)
-
-    def local(
-        self,
-        phase: int,
-        objective: ShardObjective,
-        weights: torch.Tensor,
-        received: Tensors,
-        previous: LocalOutput | None,
-        rng: torch.Generator,
-        shard_state: Tensors,
-    ) -> LocalOutput:
-        v_i, first_loss = self.solver.solve(
-            objective, weights, linear=None, anchor=None, mu=0.0, rng=rng
-        )
-        return LocalOutput(tensors={"weights": v_i}, metrics={"train_loss": first_loss})
 
     def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
         v = mean.tensors["weights"]

@@ -3,6 +3,9 @@
 Legend: w = weights at the start of the round, v_i = shard i's local solution, mu = proximal
 strength. One round: v_i ~ argmin_v f_i(v) + (mu/2)||v - w||^2 (K steps, or exact for convex
 models); w <- mean_i v_i.
+
+With mu = 0 this is "solve locally, then average": FedAvg (K steps) and one-shot averaging
+(exact solves) are this class with their own names (fedavg.py, oneshot.py).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from dask_dane.pipeline.objective import ShardObjective
 
 @dataclass(frozen=True, kw_only=True)
 class FedProx(StrategyDefaults):
-    mu: float
     solver: Solver
+    mu: float = 0.0
     name: str = "fedprox"
     phases: tuple[str, ...] = ("local_train",)
 
@@ -33,6 +36,7 @@ class FedProx(StrategyDefaults):
         rng: torch.Generator,
         shard_state: Tensors,
     ) -> LocalOutput:
+        # (with mu = 0 the anchor plays no part in either solver)
         v_i, first_loss = self.solver.solve(
             objective, weights, linear=None, anchor=weights, mu=self.mu, rng=rng
         )
