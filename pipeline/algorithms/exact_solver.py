@@ -114,18 +114,27 @@ def _newton_cg(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  #
         # In exact arithmetic CG ends within d iterations; 3d allows for rounding.
         iterations = min(solver.max_iterations, 3 * v.numel())
         p = _conjugate_gradient(problem.hessian(v), -r, tol=target, max_iterations=iterations)
-        slope = float(torch.dot(r, p))
-        step = 1.0
-        for _ in range(40):  # backtracking: accept a decrease of h or of ||grad h||
-            candidate = v + step * p
-            h_new, r_new, _ = problem.value_and_grad(candidate)
-            if h_new <= h + 1e-4 * step * slope or float(r_new.norm()) < float(r.norm()):
-                break
-            step *= 0.5
-        else:
+        accepted = _backtrack(problem, v, h, r, p)
+        if accepted is None:
             break  # no step lowers h or ||grad h||: rounding noise, v is as good as it gets
-        v, h, r = candidate, h_new, r_new
+        v, h, r = accepted
     return v, first_loss
+
+
+def _backtrack(problem: _LocalProblem, v: torch.Tensor, h: float, r: torch.Tensor, p: torch.Tensor):  # type: ignore[no-untyped-def]
+    """Halve the step along p (at most 40 times) until h or ||grad h|| decreases.
+
+    Returns (v + step * p, its h, its gradient), or None if no step does.
+    """
+    slope = float(torch.dot(r, p))
+    step = 1.0
+    for _ in range(40):
+        candidate = v + step * p
+        h_new, r_new, _ = problem.value_and_grad(candidate)
+        if h_new <= h + 1e-4 * step * slope or float(r_new.norm()) < float(r.norm()):
+            return candidate, h_new, r_new
+        step *= 0.5
+    return None
 
 
 def _lbfgs(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
@@ -144,16 +153,10 @@ def _lbfgs(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  # typ
         p = -_two_loop(r, pairs)
         if not pairs:  # no curvature seen yet: a first step of length at most 1
             p = p / max(1.0, float(r.norm()))
-        slope = float(torch.dot(r, p))
-        step = 1.0
-        for _ in range(40):
-            candidate = v + step * p
-            h_new, r_new, _ = problem.value_and_grad(candidate)
-            if h_new <= h + 1e-4 * step * slope or float(r_new.norm()) < float(r.norm()):
-                break
-            step *= 0.5
-        else:
+        accepted = _backtrack(problem, v, h, r, p)
+        if accepted is None:
             break  # no step lowers h or ||grad h||: rounding noise, v is as good as it gets
+        candidate, h_new, r_new = accepted
         s_k, y_k = candidate - v, r_new - r
         curvature = float(torch.dot(s_k, y_k))
         if curvature > 1e-16 * float(s_k.norm()) * float(y_k.norm()):

@@ -318,8 +318,9 @@ def fixed_cost(spec: ScalingSpec, workdir: Path) -> list[dict[str, Any]]:
         rounds=max(spec.rounds, 20),
         workdir=str(workdir / "tiny"),
     )
-    model_bytes = sizeof(initial_weights(prepare_run(tiny.config(1)).spec, spec.seed))
-    tasks = _tasks_per_round(prepare_run(tiny.config(1)))
+    tiny_setup = prepare_run(tiny.config(1))
+    model_bytes = sizeof(initial_weights(tiny_setup.spec, spec.seed))
+    tasks = _tasks_per_round(tiny_setup)
     results = []
     for workers in spec.workers:
         median = _run_workers(tiny, workers, model_bytes)["median"]
