@@ -476,7 +476,10 @@ def scaling(
         int | None, typer.Option(help="Shards the store must hold (checked).")
     ] = None,
     workers: Annotated[str, typer.Option(help="Worker counts, comma-separated.")] = "1,2,4",
-    rounds: Annotated[int, typer.Option(help="Measured rounds per count (+1 warm-up).")] = 5,
+    rounds: Annotated[
+        int,
+        typer.Option(help="Rounds per count after a warm-up one; medians leave out the last."),
+    ] = 5,
     local_steps: Annotated[int, typer.Option(help="Local steps K.")] = 10,
     batch_size: Annotated[int, typer.Option(help="Minibatch size.")] = 64,
     grad_sample: Annotated[int, typer.Option(help="DANE gradient rows per shard; 0: all.")] = 0,

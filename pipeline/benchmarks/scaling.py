@@ -69,8 +69,11 @@ class ScalingSpec:
     def validate(self) -> ScalingSpec:
         if not self.workers or min(self.workers) < 1:
             raise ValueError(f"--workers must list counts of at least 1 (got {self.workers})")
-        if self.rounds < 1:
-            raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
+        if self.rounds < 2:
+            # rounds + 1 run: the warm-up round and the last (evaluated) one are left out.
+            raise ValueError(
+                f"--rounds must be at least 2, so that one round is measured (got {self.rounds})"
+            )
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda (got {self.device!r})")
         setup = prepare_run(self.config(1))  # store, model, settings: ValueError with a fix
@@ -219,8 +222,7 @@ def _run_workers(spec: ScalingSpec, workers: int, model_bytes: int) -> dict[str,
         for row, period, transfer in zip(
             roundlog.rows, roundlog.periods, roundlog.transfers, strict=True
         )
-    ][1:-1] or None  # warm-up and the evaluated last round left out
-    assert rounds, "--rounds must leave at least one round between warm-up and evaluation"
+    ][1:-1]  # warm-up and the evaluated last round left out (validate: rounds >= 2)
     return {
         "workers": workers,
         "oversubscribed": workers * config.threads_per_worker > (os.cpu_count() or 1),
