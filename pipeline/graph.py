@@ -2,8 +2,9 @@
 
 Per phase p of the strategy, for every shard i: `{phase}-{round}-{i}` runs on the worker that
 holds shard i; a pairwise tree of `reduce_{phase}` tasks sums the outputs on the workers;
-`finish_{phase}` averages and prepares what the next phase receives. `update-{round}` ends the
-round with the new weights, and `evaluate-{round}` scores them on the test split. Keys carry a
+`broadcast_{phase}` makes what the next phase receives from the sum. `update-{round}` finishes
+every phase (averages, byte counts) and ends the round with the new weights, and
+`evaluate-{round}` scores them on the test split. Keys carry a
 run token after the numbers so that two runs on one scheduler never share a key; Dask's
 dashboard groups tasks by the leading name, so the task stream reads `local_grad`,
 `local_solve`, ...
@@ -85,8 +86,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
     partials_moved = cross_worker_merges(plan.placement)
     received_key: str | None = None
     previous_locals: list[str | None] = [None] * len(plan.shards)
-    end_key: str | None = None
-    totals, ends = [], []
+    totals: list[str] = []
     for phase, name in enumerate(plan.strategy.phases):
         run = partial(tasks.run_local, seed=plan.seed, round_index=t)
         locals_ = []
@@ -106,24 +106,9 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
             depends = [k for k in (received_key, previous_locals[i]) if k]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
         total_key = _reduce_tree(b, locals_, plan.placement, f"reduce_{name}", t)
-        end_key = b.add(
-            b.key(f"finish_{name}", t),
-            (
-                tasks.finish_phase,
-                plan.strategy,
-                phase,
-                plan.weights,
-                total_key,
-                end_key,
-                num_receivers if phase == 0 else num_receivers - 1,
-                partials_moved,
-            ),
-            depends=[k for k in (total_key, end_key) if k],
-            worker=root,
-        )
         if phase < len(plan.strategy.phases) - 1:
-            # What the next phase receives comes straight from the sum, beside
-            # finish_{name} rather than after it: one scheduling hop less between phases.
+            # What the next phase receives, straight from the sum (the rest of finishing a
+            # phase, its metrics and byte counts, waits for the update, off the critical path).
             received_key = b.add(
                 b.key(f"broadcast_{name}", t),
                 (tasks.phase_broadcast, plan.strategy, phase, plan.weights, total_key),
@@ -132,17 +117,28 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
             )
         previous_locals = locals_
         totals.append(total_key)
-        ends.append(end_key)
     next_states = None
     if plan.shard_states is not None:  # each shard's state for the next round, from its worker
         next_states = [
             b.add(b.key("shard_state", t, i), (tasks.shard_state_of, k), depends=[k], worker=w)
             for i, (k, w) in enumerate(zip(previous_locals, plan.placement, strict=True))
         ]
+    # Each phase is finished (averaged, its bytes counted) inside the update: one task and
+    # one scheduling hop, where a finish task per phase cost a hop before the update.
+    inputs_moved = [num_receivers if p == 0 else num_receivers - 1 for p in range(len(totals))]
     result = b.add(
         b.key("update", t),
-        (tasks.finish_round, plan.strategy, plan.weights, plan.state, totals, ends, next_states),
-        depends=totals + ends + (next_states or []),
+        (
+            tasks.update_round,
+            plan.strategy,
+            plan.weights,
+            plan.state,
+            totals,
+            inputs_moved,
+            partials_moved,
+            next_states,
+        ),
+        depends=totals + (next_states or []),
         worker=root,
     )
     weights = b.add(

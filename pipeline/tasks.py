@@ -286,6 +286,27 @@ def finish_round(
     )
 
 
+def update_round(
+    strategy: Strategy,
+    weights: torch.Tensor,
+    state: Tensors,
+    totals: list[Partial],
+    inputs_moved: list[int],
+    partials_moved: int,
+    shard_states: list[Tensors] | None = None,
+) -> RoundResult:
+    """finish_phase for every phase in order, then finish_round: the round's last task.
+
+    `inputs_moved[p]` is finish_phase's `inputs_moved` for phase p. reference.py calls the two
+    steps itself (it needs each phase's broadcast as it goes); the result is the same.
+    """
+    ends: list[PhaseEnd] = []
+    for phase, (total, moved) in enumerate(zip(totals, inputs_moved, strict=True)):
+        previous = ends[-1] if ends else None
+        ends.append(finish_phase(strategy, phase, weights, total, previous, moved, partials_moved))
+    return finish_round(strategy, weights, state, totals, ends, shard_states)
+
+
 def round_weights(result: RoundResult) -> torch.Tensor:
     return result.weights
 

@@ -81,9 +81,20 @@ def test_second_phase_depends_on_the_broadcast_and_its_own_first_phase_output():
 
     deps = graph.dependencies["local_solve-3-2-ab12cd34"]
     assert deps == {"broadcast_local_grad-3-ab12cd34", "local_grad-3-2-ab12cd34"}
-    # The broadcast is made from the phase's sum directly, not after finish_local_grad.
+    # The broadcast is made from the phase's sum directly.
     (total,) = graph.dependencies["broadcast_local_grad-3-ab12cd34"]
     assert total.startswith("reduce_local_grad-3-")
+
+
+def test_update_finishes_every_phase_from_the_sums_directly():
+    # No finish task per phase: the update takes each phase's sum, one hop after the last.
+    graph, keys = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+
+    assert not [name for name in graph.layers if name.startswith("finish_")]
+    sums = graph.dependencies[keys.result]
+    assert len(sums) == 2
+    assert {key_split(k) for k in sums} == {"reduce_local_grad", "reduce_local_solve"}
+    assert graph.layers[keys.result].annotations["workers"] == ["tcp://127.0.0.1:1000"]
 
 
 def test_single_phase_strategy_has_no_second_phase():
