@@ -90,6 +90,20 @@ def test_outputs_reference_fixed_cost_and_projection(scaling):
     assert result["overhead_ratio"] > 0
     assert [f["workers"] for f in result["fixed_cost"]] == [1, 2]
     assert result["fixed_cost"][0]["tasks_per_round"] == result["tasks_per_round"]
+    # What limits the fixed cost, measured in the same run. 4 shards, DANE: scatter, local
+    # gradients, the per-worker sum, [the merge across workers,] the broadcast, local solves,
+    # the per-worker sum, [the merge,] the update.
+    one, two = result["fixed_cost"]
+    assert (one["dependent_steps"], two["dependent_steps"]) == (7, 9)
+    assert one["hop"]["same_worker_ms"] > 0 and "alternating_ms" not in one["hop"]
+    assert two["hop"]["alternating_ms"] > 0
+    for fixed in result["fixed_cost"]:
+        timeline = fixed["timeline"]
+        names = [t["task"] for t in timeline["timeline"]]
+        assert names.count("local_grad") == names.count("local_solve") == 4
+        assert names[-1] == "update" and "broadcast_local_grad" in names
+        assert 0 < timeline["busy_ms"] <= timeline["task_ms"]
+        assert timeline["busy_ms"] <= timeline["span_ms"] + 1e-6
     (network,) = result["projection"]["networks"]
     assert [r["workers"] for r in network["rounds"]] == [2, 4, 8, 16, 32, 64]
     assert all(r["round_s"] > 0 for r in network["rounds"])
@@ -135,3 +149,30 @@ def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
     result = check(tmp_path, device="cpu")
     assert result["verdict"] == "PASS", result["detail"]
     assert result["relative_error"] < 1e-9
+
+
+def test_round_profile_counts_the_longest_chain_and_busy_time():
+    from dask_dane.pipeline.benchmarks.round_profile import critical_path, round_timeline
+
+    # a -> b -> d and a -> c -> d: three dependent steps; e, after d, is not counted.
+    deps = {"a": set(), "b": {"a"}, "c": {"a"}, "d": {"b", "c", "outside"}, "e": {"d"}}
+    assert critical_path(deps, "d") == 3
+    assert critical_path(deps, "e") == 4
+
+    def record(key, worker, start, stop):
+        return {"key": key, "worker": worker,
+                "startstops": [{"action": "compute", "start": start, "stop": stop}]}  # fmt: skip
+
+    stream = [
+        record("local_grad-2-0-tok", "w0", 10.000, 10.004),
+        record("local_grad-2-1-tok", "w1", 10.002, 10.006),  # overlaps the first
+        record("update-2-tok", "w0", 10.010, 10.011),
+        record("load_shard-2-tok", "w0", 9.0, 9.5),  # a shard index, not a round
+        record("update-3-tok", "w0", 11.0, 11.1),  # another round
+    ]
+    timeline = round_timeline(stream, 2)
+    assert timeline["tasks"] == 3
+    assert timeline["span_ms"] == pytest.approx(11.0)
+    assert timeline["task_ms"] == pytest.approx(9.0)
+    assert timeline["busy_ms"] == pytest.approx(7.0)  # 0-6 ms and 10-11 ms
+    assert [t["worker"] for t in timeline["timeline"]] == [0, 1, 0]

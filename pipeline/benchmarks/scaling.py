@@ -34,6 +34,7 @@ import torch
 from dask.sizeof import sizeof
 
 from dask_dane.pipeline import sizes  # noqa: F401  (true sizes of tensors for sizeof)
+from dask_dane.pipeline.benchmarks import round_profile
 from dask_dane.pipeline.benchmarks import scaling_memory as memory
 from dask_dane.pipeline.benchmarks.network import (
     PROJECTED_WORKERS,
@@ -175,6 +176,20 @@ def _machine() -> dict[str, Any]:
 
 def _tasks_per_round(setup: Any) -> int:
     """Tasks in one round's graph (evaluation excluded), counted on a built graph."""
+    return len(dict(_round_graph(setup, ["a", "b"])[0]))
+
+
+def _dependent_steps(setup: Any, workers: int) -> int:
+    """Tasks on a round's longest dependency chain with `workers` workers (+1: the scatter).
+
+    Up to the update: the weights and state tasks after it run only in evaluated rounds.
+    """
+    graph, keys = _round_graph(setup, [f"w{j}" for j in range(workers)])
+    return round_profile.critical_path(dict(graph.dependencies), keys.result) + 1
+
+
+def _round_graph(setup: Any, workers: list[str]) -> tuple[Any, Any]:
+    """One round's graph (evaluation excluded) as graph.py builds it for `workers`."""
     from dask_dane.pipeline.aggregate import shard_placement
     from dask_dane.pipeline.graph import RoundPlan, build_round
 
@@ -188,14 +203,19 @@ def _tasks_per_round(setup: Any) -> int:
         weights="w",
         state="s",
         shards=[f"shard-{i}" for i in range(num_shards)],
-        placement=shard_placement(num_shards, ["a", "b"]),
+        placement=shard_placement(num_shards, workers),
     )
-    graph, _ = build_round(plan)
-    return len(dict(graph))
+    return build_round(plan)
 
 
-def _run_workers(spec: ScalingSpec, workers: int, model_bytes: int) -> dict[str, Any]:
-    """Train on a fresh cluster of `workers` workers; medians after the warm-up round."""
+def _run_workers(
+    spec: ScalingSpec, workers: int, model_bytes: int, *, profile_round: int | None = None
+) -> dict[str, Any]:
+    """Train on a fresh cluster of `workers` workers; medians after the warm-up round.
+
+    With `profile_round`, also that round's task timeline and the cluster's cost of one
+    dependent scheduling step (round_profile.py), under "profile".
+    """
     from dask_dane.pipeline.loop import Callbacks, train
 
     config = spec.config(workers)
@@ -215,8 +235,18 @@ def _run_workers(spec: ScalingSpec, workers: int, model_bytes: int) -> dict[str,
         def on_start(dashboard: str, count: int) -> None:
             last[:] = [time.perf_counter(), time.time()]
 
+        if profile_round:
+            client.get_task_stream(count=0)  # the scheduler records tasks from the first call
+        started = time.time()
         train(config, client=client, callbacks=Callbacks(on_start=on_start, on_round=on_round))
         peak = memory.worker_peak_rss(client)
+        profile = None
+        if profile_round:  # Dask's task stream: each task's start and stop since `started`
+            stream = client.get_task_stream(start=started)
+            profile = {
+                "hop": round_profile.hop_latency(client),
+                "timeline": round_profile.round_timeline(stream, profile_round),
+            }
     rounds = [
         _breakdown(row, period, transfer, model_bytes)
         for row, period, transfer in zip(
@@ -229,6 +259,7 @@ def _run_workers(spec: ScalingSpec, workers: int, model_bytes: int) -> dict[str,
         "rounds": rounds,
         "median": {k: statistics.median(r[k] for r in rounds) for k in rounds[0]},
         "memory": memory.check(setup, workers, bare, peak, model_bytes),
+        **({"profile": profile} if profile else {}),
     }
 
 
@@ -325,7 +356,8 @@ def fixed_cost(spec: ScalingSpec, workdir: Path) -> list[dict[str, Any]]:
     tasks = _tasks_per_round(tiny_setup)
     results = []
     for workers in spec.workers:
-        median = _run_workers(tiny, workers, model_bytes)["median"]
+        run = _run_workers(tiny, workers, model_bytes, profile_round=tiny.rounds // 2)
+        median = run["median"]
         results.append(
             {
                 "workers": workers,
@@ -336,6 +368,8 @@ def fixed_cost(spec: ScalingSpec, workdir: Path) -> list[dict[str, Any]]:
                 "compute_ms": median["compute_s"] * 1e3,
                 "driver_ms": median["driver_s"] * 1e3,
                 "overhead_ms": median["overhead_s"] * 1e3,
+                "dependent_steps": _dependent_steps(tiny_setup, workers),
+                **run["profile"],
             }
         )
     return results

@@ -38,6 +38,8 @@ def markdown_table(result: dict[str, Any]) -> str:
             f"{fixed['ms_per_round']:.1f} ms a round, {fixed['ms_per_task']:.2f} ms a task "
             f"({fixed['tasks_per_round']} tasks)"
         )
+        if "hop" in fixed:
+            lines.append("  " + _fixed_cost_explained(fixed))
     for check in result.get("projection", {}).get("loopback_check", []):
         lines.append(
             f"loopback projection, {check['workers']} worker(s): {check['projected_s']:.3f} s "
@@ -154,3 +156,20 @@ def compare_plot(result: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _fixed_cost_explained(fixed: dict[str, Any]) -> str:
+    """The fixed cost against what limits it: dependent steps x one step's cost, busy time."""
+    hop = fixed["hop"]
+    steps = fixed["dependent_steps"]
+    alternating = ""
+    if "alternating_ms" in hop:
+        alternating = f", {hop['alternating_ms']:.1f} ms alternating between two"
+    timeline = fixed.get("timeline") or {}
+    return (
+        f"{steps} dependent steps; one step of a chain of trivial tasks costs "
+        f"{hop['same_worker_ms']:.1f} ms on one worker{alternating}: {steps} x "
+        f"{hop['same_worker_ms']:.1f} = {steps * hop['same_worker_ms']:.0f} ms; round "
+        f"{timeline.get('round', '-')}: some worker computing {timeline.get('busy_ms', 0):.0f} of "
+        f"the {timeline.get('span_ms', 0):.0f} ms from its first task to its last"
+    )

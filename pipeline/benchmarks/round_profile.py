@@ -1,0 +1,111 @@
+"""Where a round's time goes when its compute is negligible (`dane bench scaling`'s fixed cost).
+
+Three measurements, each from the run itself rather than assumed:
+
+- `hop_latency`: what one dependent scheduling step costs on this cluster: a chain of trivial
+  tasks, each pinned and depending on the last (worker -> scheduler -> worker per step), on
+  one worker and alternating between two;
+- `critical_path`: how many such steps a round's graph chains one after another (its longest
+  dependency path to the update, counted on the graph graph.py builds for the run's
+  placement);
+- `round_timeline`: one round's tasks from Dask's task stream (start and stop per task), with
+  how much of the round some worker was computing and how much all of them waited.
+
+Together they explain a fixed cost: about (steps x hop latency) + each worker's serial task
+time + the driver's scatter and gather.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from dask.utils import key_split
+
+
+def _increment(value: int) -> int:
+    return value + 1
+
+
+def hop_latency(client: Any, hops: int = 20, repeats: int = 3) -> dict[str, float]:
+    """Milliseconds per dependent step of a chain of pinned one-line tasks (median of repeats)."""
+    workers = sorted(client.scheduler_info()["workers"])
+    result = {"same_worker_ms": _chain_ms(client, [workers[0]] * hops, repeats)}
+    if len(workers) > 1:
+        alternating = [workers[i % 2] for i in range(hops)]
+        result["alternating_ms"] = _chain_ms(client, alternating, repeats)
+    return result
+
+
+def _chain_ms(client: Any, path: list[str], repeats: int) -> float:
+    per_step = []
+    for _ in range(repeats):
+        value = client.submit(_increment, 0, workers=[path[0]], pure=False)
+        value.result()  # the chain starts from data already on its first worker
+        started = time.perf_counter()
+        for worker in path:
+            value = client.submit(_increment, value, workers=[worker], pure=False)
+        value.result()
+        per_step.append((time.perf_counter() - started) / len(path) * 1e3)
+        del value
+    return statistics.median(per_step)
+
+
+def critical_path(dependencies: dict[str, set[str]], target: str) -> int:
+    """Tasks on the longest dependency chain ending at `target` (dependent scheduling steps)."""
+    depth: dict[str, int] = {}
+
+    def depth_of(key: str) -> int:
+        if key not in depth:  # graphs of a round are a few dozen tasks: recursion is fine
+            inside = [d for d in dependencies[key] if d in dependencies]
+            depth[key] = 1 + max((depth_of(d) for d in inside), default=0)
+        return depth[key]
+
+    return depth_of(target)
+
+
+def round_timeline(stream: list[dict[str, Any]], round_index: int) -> dict[str, Any]:
+    """Round `round_index`'s tasks from a task stream, times in ms from its first task's start."""
+    tasks = []
+    for record in stream:
+        key = str(record["key"])
+        parts = key.split("-")
+        if key.startswith("load_") or len(parts) < 3 or parts[1] != str(round_index):
+            continue  # the shard loads' keys carry a shard index where rounds carry theirs
+        compute = [s for s in record["startstops"] if s["action"] == "compute"]
+        if compute:
+            span = (compute[0]["start"], compute[0]["stop"])
+            tasks.append({"task": key_split(key), "worker": record["worker"], "span": span})
+    if not tasks:
+        return {}
+    origin = min(t["span"][0] for t in tasks)
+    end = max(t["span"][1] for t in tasks)
+    workers = sorted({t["worker"] for t in tasks})
+    intervals = sorted(t["span"] for t in tasks)
+    return {
+        "round": round_index,
+        "tasks": len(tasks),
+        "span_ms": (end - origin) * 1e3,
+        "task_ms": sum(stop - start for start, stop in intervals) * 1e3,
+        "busy_ms": _union_length(intervals) * 1e3,  # some worker computing
+        "timeline": [
+            {
+                "task": t["task"],
+                "worker": workers.index(t["worker"]),
+                "start_ms": round((t["span"][0] - origin) * 1e3, 2),
+                "stop_ms": round((t["span"][1] - origin) * 1e3, 2),
+            }
+            for t in sorted(tasks, key=lambda t: t["span"])
+        ],
+    }
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by sorted (start, stop) intervals."""
+    covered, reach = 0.0, float("-inf")
+    for start, stop in intervals:
+        if stop > reach:
+            covered += stop - max(start, reach)
+            reach = stop
+    return covered
