@@ -6,6 +6,9 @@
 Started clusters (scheduler, nannies, workers, dashboard) listen on 127.0.0.1 unless the user
 asks for another `--host` / `--dashboard-address`. A remote scheduler is reached with TLS when
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
+
+Also the driver's requests that must not hang on a frozen scheduler: `wait_for`,
+`check_scheduler` and `bounded` (all bounded by `--timeout`; ClusterLost otherwise).
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.errors import ClusterLost
 
 
 class TorchThreads(WorkerPlugin):
@@ -173,3 +179,68 @@ def _security(config: RunConfig):  # type: ignore[no-untyped-def]
 def worker_addresses(client: Client) -> list[str]:
     """Addresses of the cluster's workers, sorted so shard placement is reproducible."""
     return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+# The driver's requests to the cluster, none of which may wait forever: a frozen scheduler
+# (stopped, or its event loop blocked) keeps its sockets open, so no connection ever fails.
+# Every wait here has a bound (--timeout) or checks that the scheduler still answers.
+
+
+def wait_for(client: Client, futures: list[Any], config: RunConfig) -> None:
+    """Wait for futures, however long they take, while the scheduler answers.
+
+    Every few seconds the scheduler is asked for its identity; if the client has lost it, or
+    it does not answer within --timeout, ClusterLost (a round may take any time; a silent
+    scheduler may not). Done-callbacks wake the driver the moment the last future finishes
+    (polling would add its interval to every round); `distributed.wait(timeout=...)` is
+    avoided because each timeout leaves a reference cycle that holds the round's futures
+    until the garbage collector runs, so finished rounds would linger on the scheduler.
+    """
+    pending = [future for future in futures if not future.done()]
+    if not pending:
+        return
+    all_done = threading.Event()
+    remaining = [len(pending)]
+    lock = threading.Lock()
+
+    def one_done(_future: Any) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                all_done.set()
+
+    for future in pending:
+        future.add_done_callback(one_done)
+    poll = min(5.0, config.timeout)
+    while not all_done.wait(poll):
+        check_scheduler(client, config)
+
+
+def check_scheduler(client: Client, config: RunConfig) -> None:
+    """ClusterLost unless the scheduler answers within --timeout."""
+    reason = None
+    if client.status != "running":
+        reason = f"the client lost the scheduler (client status {client.status})"
+    else:
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=config.timeout)
+        except (OSError, TimeoutError) as err:
+            reason = (
+                f"the scheduler did not answer within {config.timeout:g} s ({type(err).__name__})"
+            )
+    if reason:
+        raise ClusterLost(reason)
+
+
+def bounded(client: Client, config: RunConfig, method: Callable, *args: Any, **kwargs: Any) -> Any:
+    """client.method(*args, **kwargs), given at most --timeout seconds to answer.
+
+    A frozen scheduler (stopped, or its event loop blocked) keeps its sockets open, so no
+    connection ever fails and a plain scatter or gather waits for it forever. The
+    TimeoutError is an OSError: callers check the scheduler and raise ClusterLost.
+    """
+
+    async def run() -> Any:
+        return await method(*args, asynchronous=True, **kwargs)
+
+    return client.sync(run, callback_timeout=config.timeout)
