@@ -79,6 +79,15 @@ def test_memory_report_follows_the_bound_it_states(scaling):
             )
             assert worker["within"] == (worker["peak_mib"] <= worker["bound_mib"])
             assert worker["extended_bound_mib"] > worker["bound_mib"]
+        # Where the memory went, traced while the run trained: every round seen, the loads
+        # before them, and nothing above the peak the kernel reports (give or take 1 MiB:
+        # Linux updates the high-water mark behind ru_maxrss lazily).
+        assert len(run["memory_trace"]) == run["workers"]
+        for address, trace in run["memory_trace"].items():
+            assert list(trace["max_by_round_mib"]) == ["1", "2", "3"]  # --rounds 2, + warm-up
+            assert trace["start_mib"] <= trace["after_loads_mib"] <= trace["peak_mib"]
+            peak = next(w["peak_mib"] for w in run["memory"] if w["worker"] == address)
+            assert trace["peak_mib"] <= peak + 1
 
 
 def test_outputs_reference_fixed_cost_and_projection(scaling):
@@ -176,3 +185,25 @@ def test_round_profile_counts_the_longest_chain_and_busy_time():
     assert timeline["task_ms"] == pytest.approx(9.0)
     assert timeline["busy_ms"] == pytest.approx(7.0)  # 0-6 ms and 10-11 ms
     assert [t["worker"] for t in timeline["timeline"]] == [0, 1, 0]
+
+
+def test_memory_trace_summary_tells_loads_first_task_and_rounds_apart():
+    from dask_dane.pipeline.benchmarks.scaling_memory import trace_summary
+
+    mib = 2**20
+    samples = [
+        (0.0, 100 * mib, []),
+        (0.1, 150 * mib, ["load_shard-7-tok"]),  # shard 7, not round 7
+        (0.2, 160 * mib, ["load_test-tok"]),
+        (0.3, 200 * mib, ["local_grad-1-0-tok"]),
+        (0.4, 230 * mib, ["local_grad-1-0-tok"]),
+        (0.5, 240 * mib, ["local_grad-1-1-tok"]),
+        (0.6, 235 * mib, ["update-2-tok"]),
+        (0.7, 250 * mib, []),
+    ]
+    summary = trace_summary(samples)
+    assert summary["start_mib"] == 100
+    assert summary["after_loads_mib"] == 160
+    assert summary["first_round_task_mib"] == 230
+    assert summary["max_by_round_mib"] == {"1": 240, "2": 235}
+    assert summary["peak_mib"] == 250

@@ -223,6 +223,7 @@ def _run_workers(
     with _cluster(config) as client:
         setup = prepare_run(config)
         bare = memory.worker_rss(client, setup)  # no data yet
+        memory.start_trace(client)
         last = [time.perf_counter(), time.time()]
 
         def on_round(row: dict[str, Any]) -> None:
@@ -239,6 +240,7 @@ def _run_workers(
             client.get_task_stream(count=0)  # the scheduler records tasks from the first call
         started = time.time()
         train(config, client=client, callbacks=Callbacks(on_start=on_start, on_round=on_round))
+        trace = memory.stop_trace(client)  # first: the peak below then covers all samples
         peak = memory.worker_peak_rss(client)
         profile = None
         if profile_round:  # Dask's task stream: each task's start and stop since `started`
@@ -259,6 +261,7 @@ def _run_workers(
         "rounds": rounds,
         "median": {k: statistics.median(r[k] for r in rounds) for k in rounds[0]},
         "memory": memory.check(setup, workers, bare, peak, model_bytes),
+        "memory_trace": trace,
         **({"profile": profile} if profile else {}),
     }
 

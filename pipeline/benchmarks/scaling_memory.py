@@ -21,10 +21,12 @@ import torch
 from dask_dane.pipeline.aggregate import shard_placement
 
 MODEL_COPIES = 20
-# What a worker process holds beyond live data while it runs tasks: Dask's message buffers
-# and glibc arenas (9-12 MiB measured on small shards), plus the freed memory that glibc may
-# keep, up to the MALLOC_TRIM_THRESHOLD_ that cluster.py sets (64 MiB; a speed trade-off).
-PROCESS_SLACK = 16 * 2**20 + 64 * 2**20
+# What a worker process holds beyond its data, the model copies and the bare footprint while
+# it runs tasks, as traced (`trace_summary`; docs/results.md, Memory): loading shards costs
+# about 40 MiB more than their bytes (zarr's codecs and decode buffers), and Dask's message
+# buffers and allocator arenas take 9-12 MiB; 80 MiB in all, a measured allowance.
+PROCESS_SLACK = 80 * 2**20
+TRACE_INTERVAL_S = 0.01  # RSS samples on each worker while a run trains
 
 
 def _rss(dask_worker: Any = None) -> int:
@@ -78,6 +80,77 @@ def worker_rss(client: Any, setup: Any) -> dict[str, int]:
         for w in workers
     ]
     return dict(zip(workers, client.gather(warm), strict=True))
+
+
+def _start_trace(interval: float, dask_worker: Any = None) -> None:
+    """Sample this worker's RSS, and the tasks it is running, every `interval` seconds."""
+    import threading
+    import time
+
+    import psutil
+
+    process, samples, stop = psutil.Process(), [], threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(interval):
+            running = [str(ts.key) for ts in list(dask_worker.state.executing)]
+            samples.append((time.time(), process.memory_info().rss, running))
+
+    dask_worker._dane_rss_trace = (samples, stop)
+    threading.Thread(target=sample, name="dane-rss-trace", daemon=True).start()
+
+
+def _stop_trace(dask_worker: Any = None) -> list[tuple[float, int, list[str]]]:
+    samples, stop = dask_worker._dane_rss_trace
+    stop.set()
+    del dask_worker._dane_rss_trace
+    return samples
+
+
+def start_trace(client: Any) -> None:
+    """Start sampling every worker's RSS (stop_trace ends it and summarises)."""
+    client.run(_start_trace, TRACE_INTERVAL_S)
+
+
+def stop_trace(client: Any) -> dict[str, dict[str, Any]]:
+    """Per worker: where its RSS went, from the samples since start_trace (trace_summary)."""
+    return {address: trace_summary(s) for address, s in client.run(_stop_trace).items()}
+
+
+def trace_summary(samples: list[tuple[float, int, list[str]]]) -> dict[str, Any]:
+    """RSS at the start, after the shard loads, over the run's first round task, per round.
+
+    Round tasks name their round second (`local_grad-3-...`); the loads, named `load_...`,
+    carry a shard index there instead. MiB throughout.
+    """
+    mib = 2**-20
+    start = samples[0][1] if samples else 0
+    loads = [rss for _, rss, keys in samples if any(k.startswith("load_") for k in keys)]
+    by_round: dict[int, int] = {}
+    first_key, first_rss = None, 0
+    for _, rss, keys in samples:
+        for key in keys:
+            round_index = _round_of(key)
+            if round_index is None:
+                continue
+            by_round[round_index] = max(by_round.get(round_index, 0), rss)
+            first_key = first_key or key
+            if key == first_key:
+                first_rss = max(first_rss, rss)
+    return {
+        "start_mib": start * mib,
+        "after_loads_mib": max(loads, default=start) * mib,
+        "first_round_task_mib": first_rss * mib,
+        "max_by_round_mib": {str(t): rss * mib for t, rss in sorted(by_round.items())},
+        "peak_mib": max((rss for _, rss, _ in samples), default=0) * mib,
+    }
+
+
+def _round_of(key: str) -> int | None:
+    parts = key.split("-")
+    if key.startswith("load_") or len(parts) < 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
 
 
 def worker_peak_rss(client: Any) -> dict[str, dict[str, int]]:
