@@ -125,7 +125,6 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         ]
     # Each phase is finished (averaged, its bytes counted) inside the update: one task and
     # one scheduling hop, where a finish task per phase cost a hop before the update.
-    inputs_moved = [num_receivers if p == 0 else num_receivers - 1 for p in range(len(totals))]
     result = b.add(
         b.key("update", t),
         (
@@ -134,7 +133,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
             plan.weights,
             plan.state,
             totals,
-            inputs_moved,
+            num_receivers,
             partials_moved,
             next_states,
         ),

@@ -78,9 +78,9 @@ def run_reference(
                 for i, shard in enumerate(shards)
             ]
             total = tree_reduce([to_partial(r) for r in reports])
-            inputs_moved = receivers if phase == 0 else receivers - 1
+            moved = tasks.inputs_moved(phase, receivers)
             end = tasks.finish_phase(
-                strategy, phase, run.weights, total, end, inputs_moved, partials_moved
+                strategy, phase, run.weights, total, end, moved, partials_moved
             )
             received, previous = end.sent.tensors, reports
             totals.append(total)

@@ -286,23 +286,34 @@ def finish_round(
     )
 
 
+def inputs_moved(phase: int, receivers: int) -> int:
+    """Copies of a phase's input that reach the `receivers` workers holding shards.
+
+    Phase 0's input is the weights: the driver sends one copy to the reducing worker, which
+    sends one to each other worker. A later phase's broadcast is made on the reducing worker,
+    so every other worker receives one copy.
+    """
+    return receivers if phase == 0 else receivers - 1
+
+
 def update_round(
     strategy: Strategy,
     weights: torch.Tensor,
     state: Tensors,
     totals: list[Partial],
-    inputs_moved: list[int],
+    receivers: int,
     partials_moved: int,
     shard_states: list[Tensors] | None = None,
 ) -> RoundResult:
     """finish_phase for every phase in order, then finish_round: the round's last task.
 
-    `inputs_moved[p]` is finish_phase's `inputs_moved` for phase p. reference.py calls the two
-    steps itself (it needs each phase's broadcast as it goes); the result is the same.
+    reference.py calls the two steps itself (it needs each phase's broadcast as it goes); the
+    result is the same.
     """
     ends: list[PhaseEnd] = []
-    for phase, (total, moved) in enumerate(zip(totals, inputs_moved, strict=True)):
+    for phase, total in enumerate(totals):
         previous = ends[-1] if ends else None
+        moved = inputs_moved(phase, receivers)
         ends.append(finish_phase(strategy, phase, weights, total, previous, moved, partials_moved))
     return finish_round(strategy, weights, state, totals, ends, shard_states)
 
