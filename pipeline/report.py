@@ -100,10 +100,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     list of Path
         The files written: test_accuracy.png and train_loss.png.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    from matplotlib import pyplot as plt
+    plt = pyplot()
 
     if not run_dirs:
         raise ValueError("no run directories given; pass one or more `dane train --out` folders")
@@ -131,7 +128,23 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
         # Room at the bottom for the legend, one line per two runs.
         fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(runs) + 1) // 2), 1, 1))
         path = out / name
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
+        save_figure(fig, path, dpi=90)
         written.append(path)
     return written
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only (no display needed); imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
+    """Write a figure (its folder made if need be) and free it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)

@@ -450,10 +450,9 @@ def _json_default(value: Any) -> Any:
 def plot(result: dict[str, Any], path: Path) -> None:
     """Suboptimality against iteration: rows = DANE's mu values (+ a row comparing the
     algorithms at the largest N), columns = m, one line per N (mean of log10 over seeds)."""
-    import matplotlib
+    from dask_dane.pipeline.report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cells = result["cells"]
     machines = sorted({c["machines"] for c in cells})
@@ -497,9 +496,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
             ax.set_title(f"algorithms, m={m}, N={n}")
             _decorate(ax, result["threshold"])
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _mean_curve(group: list[dict[str, Any]]) -> list[float]:

@@ -50,10 +50,9 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Speedup against workers with the ideal line, and the round's breakdown."""
-    import matplotlib
+    from dask_dane.pipeline.report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    plt = pyplot()
 
     runs = result["runs"]
     workers = [r["workers"] for r in runs]
@@ -89,9 +88,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.set_ylabel("seconds per round (median)")
     right.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def compare_table(result: dict[str, Any]) -> str:
@@ -133,10 +130,9 @@ def compare_table(result: dict[str, Any]) -> str:
 
 def compare_plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against communication rounds and against training wall time."""
-    import matplotlib
+    from dask_dane.pipeline.report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for method in result["methods"].values():
@@ -153,9 +149,7 @@ def compare_plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylim(max(0.0, result["target"] - 0.3), 1.0)
         ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _fixed_cost_explained(fixed: dict[str, Any]) -> str:
