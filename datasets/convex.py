@@ -1,15 +1,14 @@
-"""Tabular sources for the convex experiments: the DANE paper's synthetic ridge problem and
-scikit-learn's digits as flat feature rows.
+"""The DANE paper's synthetic ridge problem, a tabular source for the convex experiments.
+
+(scikit-learn's digits as flat feature rows, `digits-tabular`, is in sources.py next to the
+image version it flattens.)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:  # sources.py imports this module for its SOURCES table
-    from dask_dane.datasets.sources import RawDataset, SourceOptions
+from .raw import RawDataset, SourceOptions
 
 RIDGE_DIM = 500  # d of the DANE paper's synthetic experiment (Shamir et al. 2014, section 7)
 RIDGE_DECAY = 1.2  # covariance diag(i^-1.2), i = 1..d
@@ -23,8 +22,6 @@ def make_ridge_source(options: SourceOptions) -> RawDataset:
     `samples` (default 6000) is the number of training rows, the paper's N; the test split is
     drawn separately from the same distribution (test_fraction * N rows), so that N is exact.
     """
-    from dask_dane.datasets.sources import RawDataset
-
     num_train = options.samples or RIDGE_SAMPLES
     num_test = max(1, round(num_train * options.test_fraction))
     rng = np.random.default_rng(options.seed)
@@ -40,27 +37,4 @@ def make_ridge_source(options: SourceOptions) -> RawDataset:
         x_test=x[num_train:],
         y_test=y[num_train:],
         attrs={"l2": RIDGE_L2},
-    )
-
-
-def load_digits_tabular_source(options: SourceOptions) -> RawDataset:
-    """scikit-learn's digits as rows of 64 float64 features in [0, 1] (pixel / 16)."""
-    from sklearn.datasets import load_digits
-
-    from dask_dane.datasets.sources import RawDataset, split_train_test
-
-    bunch = load_digits()
-    x = bunch.data.astype(np.float64) / 16.0
-    y = bunch.target.astype(np.int64)
-    x_train, y_train, x_test, y_test = split_train_test(
-        x, y, test_fraction=options.test_fraction, seed=options.seed
-    )
-    return RawDataset(
-        source="digits-tabular",
-        task="classification",
-        num_classes=10,
-        x_train=x_train,
-        y_train=y_train,
-        x_test=x_test,
-        y_test=y_test,
     )

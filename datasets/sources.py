@@ -7,52 +7,15 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from dask_dane.datasets.convex import load_digits_tabular_source, make_ridge_source
+from .convex import make_ridge_source
+from .raw import RawDataset, SourceOptions, split_train_test
 
-
-@dataclass(frozen=True, kw_only=True)
-class RawDataset:
-    """A source's output: train and test arrays plus what the store records about them."""
-
-    source: str
-    task: str  # "classification" | "regression"
-    num_classes: int
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    attrs: dict = field(default_factory=dict)  # extra store attributes, e.g. {"l2": 0.005}
-
-
-@dataclass(frozen=True, kw_only=True)
-class SourceOptions:
-    """Options common to sources; a source ignores those it has no use for."""
-
-    seed: int = 0
-    samples: int | None = None
-    test_fraction: float = 0.2
-    image_size: int = 8
-    num_classes: int = 10
-    path: str | None = None  # idx / npz / fashion-mnist: where the files are
-
-
-def split_train_test(
-    x: np.ndarray, y: np.ndarray, *, test_fraction: float, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Stratified, seeded split, so that every class appears in both parts in proportion."""
-    rng = np.random.default_rng(seed)
-    test_rows: list[np.ndarray] = []
-    for label in np.unique(y):
-        rows = rng.permutation(np.flatnonzero(y == label))
-        test_rows.append(rows[: round(len(rows) * test_fraction)])
-    is_test = np.zeros(len(y), dtype=bool)
-    is_test[np.concatenate(test_rows)] = True
-    return x[~is_test], y[~is_test], x[is_test], y[is_test]
+__all__ = ["RawDataset", "SourceOptions", "load_source", "split_train_test"]
 
 
 def load_digits_source(options: SourceOptions) -> RawDataset:
@@ -73,6 +36,20 @@ def load_digits_source(options: SourceOptions) -> RawDataset:
         y_train=y_train,
         x_test=x_test,
         y_test=y_test,
+    )
+
+
+def load_digits_tabular_source(options: SourceOptions) -> RawDataset:
+    """scikit-learn's digits as rows of 64 float64 features in [0, 1] (pixel / 16).
+
+    The same images, labels and train/test split as the `digits` source, flattened.
+    """
+    images = load_digits_source(options)
+    return replace(
+        images,
+        source="digits-tabular",
+        x_train=images.x_train.reshape(len(images.x_train), -1).astype(np.float64) / 16.0,
+        x_test=images.x_test.reshape(len(images.x_test), -1).astype(np.float64) / 16.0,
     )
 
 
@@ -134,7 +111,7 @@ def load_idx_source(options: SourceOptions, *, source: str = "idx") -> RawDatase
 
     Images are stored as (N, 1, H, W), uint8 when the files hold bytes.
     """
-    from dask_dane.datasets.idx import read_idx_dir
+    from .idx import read_idx_dir
 
     if options.path is None:
         raise ValueError("source idx needs a directory: use `idx:DIR` or --path DIR")

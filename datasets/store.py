@@ -20,8 +20,8 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
-from dask_dane.datasets.partition import PartitionSpec, partition_rows
-from dask_dane.datasets.sources import RawDataset, check_raw_dataset
+from .partition import PartitionSpec, partition_rows
+from .sources import RawDataset, check_raw_dataset
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 4 * 2**20  # chunks of about 4 MiB along the sample axis

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dask_dane.models.cnn1d import cnn1d, cnn1d_features
-from dask_dane.models.lenet import lenet
-from dask_dane.models.linear import linear, logistic
-from dask_dane.models.mlp import mlp
-from dask_dane.models.resnet8 import resnet8
-from dask_dane.models.small_cnn import small_cnn
+from .cnn1d import cnn1d, cnn1d_features
+from .lenet import lenet
+from .linear import linear, logistic
+from .mlp import mlp
+from .resnet8 import resnet8
+from .small_cnn import small_cnn
 
 
 @dataclass(frozen=True, kw_only=True)

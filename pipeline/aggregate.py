@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput
+from .algorithms.base import LocalOutput
 
 
 def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:

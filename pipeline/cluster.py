@@ -24,8 +24,8 @@ from typing import Any
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.errors import ClusterLost
+from .config import RunConfig
+from .errors import ClusterLost
 
 
 class TorchThreads(WorkerPlugin):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dask_dane.pipeline import tasks
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.setup import prepare_run
+from . import tasks
+from .checkpoint import load_checkpoint
+from .config import RunConfig
+from .setup import prepare_run
 
 
 def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[str, float]]:
@@ -22,6 +22,6 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[
 
 
 def _num_parameters(setup) -> int:  # type: ignore[no-untyped-def]
-    from dask_dane.pipeline.setup import initial_weights
+    from .setup import initial_weights
 
     return initial_weights(setup.spec, 0).numel()

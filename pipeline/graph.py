@@ -18,10 +18,10 @@ from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from dask_dane.models.registry import ModelSpec
-from dask_dane.pipeline import tasks
-from dask_dane.pipeline.aggregate import cross_worker_merges, reduction_groups
-from dask_dane.pipeline.algorithms.base import Strategy
+from ..models.registry import ModelSpec
+from . import tasks
+from .aggregate import cross_worker_merges, reduction_groups
+from .algorithms.base import Strategy
 
 
 @dataclass(frozen=True, kw_only=True)

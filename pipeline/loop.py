@@ -23,21 +23,21 @@ from typing import Any
 import torch
 from distributed import Client, span
 
-from dask_dane.pipeline import tasks
-from dask_dane.pipeline.aggregate import shard_placement
-from dask_dane.pipeline.algorithms.base import for_round
-from dask_dane.pipeline.cluster import (
+from . import tasks
+from .aggregate import shard_placement
+from .algorithms.base import for_round
+from .cluster import (
     bounded,
     check_scheduler,
     make_client,
     wait_for,
     worker_addresses,
 )
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.errors import ClusterLost, TrainingDiverged
-from dask_dane.pipeline.graph import RoundPlan, build_round
-from dask_dane.pipeline.metrics import append_metrics
-from dask_dane.pipeline.progress import (
+from .config import RunConfig
+from .errors import ClusterLost, TrainingDiverged
+from .graph import RoundPlan, build_round
+from .metrics import append_metrics
+from .progress import (
     Progress,
     advance,
     check_finite,
@@ -46,8 +46,8 @@ from dask_dane.pipeline.progress import (
     start_progress,
     summary,
 )
-from dask_dane.pipeline.rundir import RunDir
-from dask_dane.pipeline.setup import RunSetup, prepare_run
+from .rundir import RunDir
+from .setup import RunSetup, prepare_run
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dask_dane.pipeline.checkpoint import atomic_write_bytes
+from .checkpoint import atomic_write_bytes
 
 # The fields every metrics.jsonl line has, in this order (DESIGN.md section 3).
 FIELDS = (

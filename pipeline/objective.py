@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from dask_dane.models.flat import forward_flat
+from ..models.flat import forward_flat
 
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from dask_dane.pipeline.checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.errors import TrainingDiverged
-from dask_dane.pipeline.metrics import FIELDS, keep_rounds_up_to
-from dask_dane.pipeline.rundir import RunDir
-from dask_dane.pipeline.setup import RunSetup, initial_weights
+from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
+from .config import RunConfig
+from .errors import TrainingDiverged
+from .metrics import FIELDS, keep_rounds_up_to
+from .rundir import RunDir
+from .setup import RunSetup, initial_weights
 
 
 @dataclass
@@ -142,7 +142,7 @@ def save_progress(
 
 
 def summary(setup: RunSetup, run_dir: RunDir, progress: Progress) -> dict[str, Any]:
-    from dask_dane.pipeline.metrics import read_metrics
+    from .metrics import read_metrics
 
     rows = read_metrics(run_dir.metrics)
     last = rows[-1] if rows else {}

@@ -13,15 +13,15 @@ from typing import Any
 
 import torch
 
-from dask_dane.pipeline import tasks
-from dask_dane.pipeline.aggregate import (
+from . import tasks
+from .aggregate import (
     cross_worker_merges,
     shard_placement,
     to_partial,
     tree_reduce,
 )
-from dask_dane.pipeline.algorithms.base import for_round
-from dask_dane.pipeline.setup import RunSetup, initial_weights
+from .algorithms.base import for_round
+from .setup import RunSetup, initial_weights
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dask_dane.pipeline.metrics import read_metrics
+from .metrics import read_metrics
 
 # (metrics field, axis title, file name)
 QUANTITIES = (

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dask_dane.pipeline.checkpoint import atomic_write_bytes
-from dask_dane.pipeline.config import IDENTITY_KEYS, RunConfig, read_toml, to_toml
-from dask_dane.pipeline.metrics import read_metrics
+from .checkpoint import atomic_write_bytes
+from .config import IDENTITY_KEYS, RunConfig, read_toml, to_toml
+from .metrics import read_metrics
 
 
 @dataclass(frozen=True)

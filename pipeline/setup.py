@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dask_dane.datasets.partition import PartitionSpec
-from dask_dane.datasets.sources import SourceOptions, load_source
-from dask_dane.datasets.store import StoreInfo, open_store, write_store
-from dask_dane.models.flat import flatten_parameters
-from dask_dane.models.registry import (
+from ..datasets.partition import PartitionSpec
+from ..datasets.sources import SourceOptions, load_source
+from ..datasets.store import StoreInfo, open_store, write_store
+from ..models.flat import flatten_parameters
+from ..models.registry import (
     ModelSpec,
     build_model,
     check_model_fits,
     check_model_task,
     is_convex,
 )
-from dask_dane.pipeline.algorithms import Strategy, make_strategy
-from dask_dane.pipeline.config import RunConfig
+from .algorithms import Strategy, make_strategy
+from .config import RunConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,8 +16,8 @@ import sys
 import torch
 from dask.sizeof import sizeof
 
-from dask_dane.pipeline.aggregate import Partial, ShardReport
-from dask_dane.pipeline.algorithms.base import LocalOutput
+from .aggregate import Partial, ShardReport
+from .algorithms.base import LocalOutput
 
 
 @sizeof.register(torch.Tensor)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dask_dane.datasets.store import read_shard
-from dask_dane.models.registry import ModelSpec, build_model
-from dask_dane.pipeline.aggregate import (
+from ..datasets.store import read_shard
+from ..models.registry import ModelSpec, build_model
+from .aggregate import (
     Partial,
     ShardReport,
     mean_of,
@@ -25,10 +25,10 @@ from dask_dane.pipeline.aggregate import (
     tensor_bytes,
     tree_reduce,
 )
-from dask_dane.pipeline.aggregate import to_partial as _to_partial
-from dask_dane.pipeline.algorithms.base import LocalOutput, Strategy, Tensors
-from dask_dane.pipeline.objective import ShardObjective
-from dask_dane.pipeline.sizes import register_dataclasses
+from .aggregate import to_partial as _to_partial
+from .algorithms.base import LocalOutput, Strategy, Tensors
+from .objective import ShardObjective
+from .sizes import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)

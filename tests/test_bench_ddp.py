@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from dask_dane.bench.ddp import DdpSpec, run_ddp
+from dask_dane.bench.ddp_rank import epoch_batches, rank_seed
 from dask_dane.models.flat import forward_flat
 from dask_dane.models.registry import build_model
-from dask_dane.pipeline.benchmarks.ddp import DdpSpec, run_ddp
-from dask_dane.pipeline.benchmarks.ddp_rank import epoch_batches, rank_seed
 from dask_dane.pipeline.setup import initial_weights, prepare_run
 from dask_dane.pipeline.tasks import evaluate, load_shard
 

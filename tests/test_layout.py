@@ -1,4 +1,9 @@
-"""The one-way import rules of DESIGN.md section 2, checked on the source files."""
+"""The one-way import rules of DESIGN.md section 2, checked on the source files.
+
+The repository root is the package `dask_dane`, and imports inside it are relative, so the
+edges are resolved here from the files alone (as an editor or an import-graph tool would),
+without importing anything.
+"""
 
 from __future__ import annotations
 
@@ -8,41 +13,115 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Modules allowed to import `distributed` (DESIGN.md: only the cluster, graph and driver).
+PACKAGE = "dask_dane"
+# Modules allowed to import `distributed` (DESIGN.md: the cluster, graph and driver; bench/).
 DISTRIBUTED_IMPORTERS = {"pipeline/cluster.py", "pipeline/graph.py", "pipeline/loop.py"}
+TYPER_IMPORTERS = {"cli.py", "bench/app.py"}
+# Layers in import order: a module may import its own layer and those after it, never before.
+LAYERS = ("cli", "bench", "pipeline", "models|datasets")
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([PACKAGE, *parts])
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _sources(folder: str = "") -> list[Path]:
+    skip = {"tests", ".venv", ".git", ".pixi", "build"}
+    return sorted(
+        p for p in (ROOT / folder).rglob("*.py") if not skip & set(p.relative_to(ROOT).parts)
+    )
+
+
+MODULES = {_module(p) for p in _sources()}
 
 
 def _imports(path: Path) -> set[str]:
+    """Every module `path` imports (anywhere in the file), relative imports resolved."""
+    package = _module(path) if _is_package(path) else _module(path).rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from . import tasks` imports the module tasks; `from .x import f`, module x.
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                names.add(candidate if candidate in MODULES else base)
     return names
 
 
-def _sources(folder: str) -> list[Path]:
-    return sorted((ROOT / folder).rglob("*.py"))
+def _own(names: set[str]) -> set[str]:
+    return {n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    return next(i for i, layer in enumerate(LAYERS) if top in layer.split("|") or i == 3)
+
+
+def test_imports_inside_the_package_are_relative():
+    for path in _sources():
+        tree = ast.parse(path.read_text())
+        absolute = [
+            node.lineno
+            for node in ast.walk(tree)
+            if (isinstance(node, ast.ImportFrom) and not node.level and node.module or "")
+            .split(".")[0]
+            .startswith(PACKAGE)
+            or (
+                isinstance(node, ast.Import) and any(a.name.startswith(PACKAGE) for a in node.names)
+            )
+        ]
+        assert not absolute, f"{path.relative_to(ROOT)}:{absolute} imports {PACKAGE} absolutely"
+
+
+def test_relative_imports_resolve_to_files_of_the_tree():
+    for path in _sources():
+        missing = _own(_imports(path)) - MODULES
+        assert not missing, f"{path.relative_to(ROOT)} imports {missing}, which is no file here"
+
+
+def test_imports_point_one_way_cli_bench_pipeline_models_datasets():
+    for path in _sources():
+        module = _module(path)
+        if module == PACKAGE:
+            continue
+        upward = {n for n in _own(_imports(path)) if n != PACKAGE and _layer(n) < _layer(module)}
+        assert not upward, f"{path.relative_to(ROOT)} imports {upward} (DESIGN.md section 2)"
 
 
 @pytest.mark.parametrize("folder", ["models", "datasets"])
 def test_models_and_datasets_never_import_pipeline(folder):
+    found = set()
     for path in _sources(folder):
-        bad = {n for n in _imports(path) if n.startswith("dask_dane.pipeline")}
+        found |= _own(_imports(path))
+        bad = {n for n in _imports(path) if n.startswith(f"{PACKAGE}.pipeline")}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+    assert found, f"no import inside {folder}/ was resolved: is the parser blind?"
 
 
-def test_only_cli_imports_typer():
-    for folder in ("pipeline", "models", "datasets"):
-        for path in _sources(folder):
-            assert not any(n.split(".")[0] == "typer" for n in _imports(path)), path
-
-
-def test_only_cluster_graph_and_loop_import_distributed():
-    for path in _sources("pipeline"):
+def test_only_cli_and_the_bench_app_import_typer():
+    for path in _sources():
         relative = str(path.relative_to(ROOT))
-        if relative in DISTRIBUTED_IMPORTERS:
+        uses_typer = any(n.split(".")[0] == "typer" for n in _imports(path))
+        assert not uses_typer or relative in TYPER_IMPORTERS, relative
+
+
+def test_only_cluster_graph_loop_and_bench_import_distributed():
+    for path in _sources():
+        relative = str(path.relative_to(ROOT))
+        if relative in DISTRIBUTED_IMPORTERS or relative.startswith("bench/"):
             continue
         uses = {n for n in _imports(path) if n.split(".")[0] in ("distributed", "dask_cuda")}
         assert not uses, f"{relative} imports {uses}"
@@ -50,13 +129,24 @@ def test_only_cluster_graph_and_loop_import_distributed():
 
 def test_algorithms_use_torch_only():
     for path in _sources("pipeline/algorithms"):
-        third_party = {n.split(".")[0] for n in _imports(path)} - {
-            "__future__",
-            "dataclasses",
-            "typing",
-            "math",
-            "collections",
-            "torch",
-            "dask_dane",
-        }
-        assert not (third_party & {"dask", "distributed", "numpy", "zarr"}), path
+        third_party = {n.split(".")[0] for n in _imports(path)} - {PACKAGE}
+        assert not (third_party & {"dask", "distributed", "numpy", "zarr", "typer"}), path
+
+
+def test_the_module_graph_has_no_cycle():
+    graph = {_module(p): _own(_imports(p)) - {PACKAGE} for p in _sources()}
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycle = path[path.index(target) :] + [target]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])

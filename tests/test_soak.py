@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dask_dane.pipeline.benchmarks.soak import SoakSpec, markdown_table, run_soak, write_json
+from dask_dane.bench.soak import SoakSpec, markdown_table, run_soak, write_json
 
 pytestmark = pytest.mark.cluster
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dask_dane.pipeline.algorithms.admm import Admm
-from dask_dane.pipeline.algorithms.agd import Agd
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Strategy
-from dask_dane.pipeline.algorithms.dane import Dane
-from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
-from dask_dane.pipeline.algorithms.fedavg import FedAvg
-from dask_dane.pipeline.algorithms.fedprox import FedProx
-from dask_dane.pipeline.algorithms.gd import Gd
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver, Solver
-from dask_dane.pipeline.algorithms.oneshot import OneShot
-from dask_dane.pipeline.algorithms.sgd import Sgd
-from dask_dane.pipeline.config import RunConfig
+from ..config import RunConfig
+from .admm import Admm
+from .agd import Agd
+from .base import LocalOutput, RoundUpdate, Strategy
+from .dane import Dane
+from .exact_solver import ExactSolver
+from .fedavg import FedAvg
+from .fedprox import FedProx
+from .gd import Gd
+from .local_solver import LocalSolver, Solver
+from .oneshot import OneShot
+from .sgd import Sgd
 
 __all__ = ["LocalOutput", "RoundUpdate", "Strategy", "make_strategy"]
 

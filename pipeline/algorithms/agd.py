@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
-from dask_dane.pipeline.algorithms.gd import Gd
+from .base import LocalOutput, RoundUpdate, Tensors
+from .gd import Gd
 
 
 @dataclass(frozen=True, kw_only=True)

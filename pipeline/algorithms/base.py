@@ -24,7 +24,7 @@ from typing import Protocol
 
 import torch
 
-from dask_dane.pipeline.objective import ShardObjective
+from ..objective import ShardObjective
 
 Tensors = dict[str, torch.Tensor]
 

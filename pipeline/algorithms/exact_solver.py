@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.objective import ShardObjective
+from ..objective import ShardObjective
 
 EXACT_METHODS = ("lbfgs", "cg")
 

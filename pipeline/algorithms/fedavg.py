@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, Tensors
-from dask_dane.pipeline.algorithms.fedprox import FedProx
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver
+from .base import LocalOutput, RoundUpdate, Tensors
+from .fedprox import FedProx
+from .local_solver import LocalSolver
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
-from dask_dane.pipeline.algorithms.local_solver import Solver
-from dask_dane.pipeline.objective import ShardObjective
+from ..objective import ShardObjective
+from .base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
+from .local_solver import Solver
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
-from dask_dane.pipeline.objective import ShardObjective
+from ..objective import ShardObjective
+from .base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
 
 
 def full_gradient(objective: ShardObjective, weights: torch.Tensor) -> LocalOutput:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
-from dask_dane.pipeline.objective import ShardObjective
+from ..objective import ShardObjective
+from .exact_solver import ExactSolver
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dask_dane.pipeline.algorithms.fedprox import FedProx
+from .fedprox import FedProx
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dask_dane.pipeline.config import SAFEGUARDS
+from ..config import SAFEGUARDS
 
 MAX_HALVINGS = 3  # at most 3 halvings: the shortest step tried is d / 8
 MU_START = 0.1  # adaptive-mu: the mu a rejection sets when the configured mu is 0

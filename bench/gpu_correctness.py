@@ -9,7 +9,7 @@ first digits. (A first version used exact Newton-CG solves; on the H200 it did n
 90 s, probably CG iterating to its 5000-step limit where GPU rounding kept the residual above
 the 1e-10 tolerance; the SGD steps are the path the CNN runs take.)
 
-    python -m dask_dane.pipeline.benchmarks.gpu_correctness --out correctness.json
+    python -m dask_dane.bench.gpu_correctness --out correctness.json
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ TOLERANCE = 1e-9
 
 
 def check(workdir: Path, device: str = "cuda") -> dict:
-    from dask_dane.datasets.partition import PartitionSpec
-    from dask_dane.datasets.sources import SourceOptions, load_source
-    from dask_dane.datasets.store import write_store
-    from dask_dane.pipeline.checkpoint import load_checkpoint
-    from dask_dane.pipeline.config import RunConfig
-    from dask_dane.pipeline.loop import train
-    from dask_dane.pipeline.reference import run_reference
-    from dask_dane.pipeline.rundir import RunDir
-    from dask_dane.pipeline.setup import initial_weights, prepare_run
+    from ..datasets.partition import PartitionSpec
+    from ..datasets.sources import SourceOptions, load_source
+    from ..datasets.store import write_store
+    from ..pipeline.checkpoint import load_checkpoint
+    from ..pipeline.config import RunConfig
+    from ..pipeline.loop import train
+    from ..pipeline.reference import run_reference
+    from ..pipeline.rundir import RunDir
+    from ..pipeline.setup import initial_weights, prepare_run
 
     store = workdir / "digits-tabular-4.zarr"
     raw = load_source("digits-tabular", SourceOptions(seed=0))

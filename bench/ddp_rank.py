@@ -30,17 +30,17 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from dask_dane.models.flat import flatten_parameters, unflatten
-from dask_dane.models.registry import ModelSpec, build_model
-from dask_dane.pipeline.benchmarks.ddp import (
+from ..models.flat import flatten_parameters, unflatten
+from ..models.registry import ModelSpec, build_model
+from ..pipeline.setup import RunSetup, initial_weights, prepare_run
+from ..pipeline.tasks import ShardData, evaluate, load_shard
+from .ddp_spec import (
     COLLECTIVE_TIMEOUT_S,
     DdpSpec,
     rank_shards,
     steps_per_epoch,
     total_steps,
 )
-from dask_dane.pipeline.setup import RunSetup, initial_weights, prepare_run
-from dask_dane.pipeline.tasks import ShardData, evaluate, load_shard
 
 
 def rank_main(rank: int, spec: DdpSpec, port: int, out_dir: str) -> None:

@@ -18,144 +18,22 @@ Dask run that it mirrors is `DdpSpec.run_config()`.
 from __future__ import annotations
 
 import json
-import math
 import socket
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 
-from dask_dane.pipeline.aggregate import shard_placement
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.setup import RunSetup, prepare_run
+from ..pipeline.setup import RunSetup, prepare_run
+from .ddp_rank import rank_main
+from .ddp_spec import DdpSpec, allreduce_bytes_per_rank, rank_rows, steps_per_epoch
 
-DEVICES = ("auto", "cpu", "cuda")
-# A rank blocked this long in a collective (a peer died) raises instead of waiting forever;
-# the parent notices a dead rank much sooner (POLL_S) and stops the others.
-COLLECTIVE_TIMEOUT_S = 300.0
-POLL_S = 0.2
+POLL_S = 0.2  # how often the parent looks for a dead rank
 STOP_GRACE_S = 5.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class DdpSpec:
-    """One DDP benchmark run; see `dane bench ddp --help`."""
-
-    store: str  # a store written by `dane prepare`
-    model: str = "lenet"
-    workers: int = 2  # DDP ranks = processes on 127.0.0.1
-    epochs: float = 2.0  # passes over the training set (fractional allowed)
-    batch_size: int = 64  # per rank
-    lr: float = 0.05
-    momentum: float = 0.9
-    eval_every: int = 50  # steps between test evaluations (rank 0)
-    seed: int = 0
-    target: float = 0.88  # test accuracy whose first crossing is reported
-    dtype: str = "float32"
-    device: str = "auto"  # auto | cpu | cuda
-
-    def validate(self) -> DdpSpec:
-        """Return self, or raise ValueError naming the first bad setting and its fix."""
-        if self.workers < 1:
-            raise ValueError(f"--workers must be at least 1 (got {self.workers})")
-        if not (math.isfinite(self.epochs) and self.epochs > 0):
-            raise ValueError(f"--epochs must be a positive number (got {self.epochs}); e.g. 1")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr must be a positive number (got {self.lr}); e.g. 0.05")
-        if not (math.isfinite(self.target) and 0 < self.target <= 1):
-            raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
-        if self.device not in DEVICES:
-            raise ValueError(f"unknown --device {self.device!r}; choose one of: auto, cpu, cuda")
-        if self.device == "cuda" and _gpus() == 0:
-            raise ValueError("--device cuda but torch sees no GPU; pass --device cpu or auto")
-        if self.device == "cuda" and _gpus() < self.workers:
-            raise ValueError(
-                f"--device cuda needs one GPU per rank (NCCL refuses two ranks on one GPU) and "
-                f"{_gpus()} are visible for --workers {self.workers}; pass --workers {_gpus()} "
-                "or fewer, or --device cpu"
-            )
-        # batch size, momentum, eval interval, dtype, store and model: checked as for `dane train`
-        setup = prepare_run(self.run_config().validate())
-        if setup.store.num_shards < self.workers:
-            raise ValueError(
-                f"store {self.store} has {setup.store.num_shards} shards, too few for --workers "
-                f"{self.workers} (each rank holds the shards i mod workers); pass --workers "
-                f"{setup.store.num_shards} or fewer, or prepare the store with more --shards"
-            )
-        if steps_per_epoch(setup, self.workers, self.batch_size) < 1:
-            smallest = min(rank_rows(setup, self.workers))
-            raise ValueError(
-                f"--batch-size {self.batch_size} exceeds the {smallest} rows of the smallest "
-                f"rank; pass --batch-size {smallest} or less"
-            )
-        return self
-
-    def run_config(self) -> RunConfig:
-        """The `dane train` run this mirrors: synchronous SGD on the same store and shards."""
-        return RunConfig(
-            store=self.store,
-            algorithm="sgd",
-            model=self.model,
-            workers=self.workers,
-            batch_size=self.batch_size,
-            local_lr=self.lr,
-            momentum=self.momentum,
-            eval_every=self.eval_every,
-            seed=self.seed,
-            dtype=self.dtype,
-        )
-
-    def backend_and_device(self) -> tuple[str, str]:
-        """("nccl", "cuda") with a GPU per rank (auto or cuda), else ("gloo", "cpu")."""
-        if self.device == "cuda" or (self.device == "auto" and _gpus() >= self.workers):
-            return "nccl", "cuda"
-        return "gloo", "cpu"
-
-
-def _gpus() -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def rank_shards(num_shards: int, workers: int, rank: int) -> list[int]:
-    """The shards rank `rank` holds: the Dask pipeline's placement (aggregate.shard_placement)."""
-    placement = shard_placement(num_shards, list(range(workers)))
-    return [i for i, holder in enumerate(placement) if holder == rank]
-
-
-def rank_rows(setup: RunSetup, workers: int) -> list[int]:
-    """Training rows per rank."""
-    shards = setup.store.shards
-    return [
-        sum(shards[i][1] - shards[i][0] for i in rank_shards(len(shards), workers, rank))
-        for rank in range(workers)
-    ]
-
-
-def steps_per_epoch(setup: RunSetup, workers: int, batch_size: int) -> int:
-    """Steps that every rank can take per pass over its rows: the smallest rank sets it."""
-    return min(rank_rows(setup, workers)) // batch_size
-
-
-def total_steps(epochs: float, per_epoch: int) -> int:
-    return max(1, round(epochs * per_epoch))
-
-
-def allreduce_bytes_per_rank(grad_bytes: int, workers: int) -> float:
-    """Bytes one rank sends per all-reduce of `grad_bytes` in a ring all-reduce.
-
-    Reduce-scatter then all-gather, each W-1 transfers of 1/W of the buffer: 2(W-1)/W * bytes
-    per rank. It is the standard cost model; gloo and NCCL may pick another algorithm for a
-    given size, with the same or similar traffic. It does not depend on DDP's bucketing.
-    """
-    return 2 * (workers - 1) * grad_bytes / workers
-
-
-# ---------------------------------------------------------------------------------------------
-# The parent: spawn the ranks, watch them, assemble the result
 
 
 def run_ddp(spec: DdpSpec) -> dict[str, Any]:
@@ -192,8 +70,6 @@ def run_ddp(spec: DdpSpec) -> dict[str, Any]:
 
 def _run_ranks(spec: DdpSpec, out_dir: Path) -> None:
     """Start one process per rank, wait for all; RuntimeError as soon as one fails."""
-    from dask_dane.pipeline.benchmarks.ddp_rank import rank_main  # it imports this module
-
     context = mp.get_context("spawn")
     port = _free_port()
     processes = [

@@ -6,7 +6,7 @@ A TOML file lists the runs: a `[defaults]` table of RunConfig settings shared by
 another for the CPUs, and the cluster starts once); each writes its usual run directory, and
 the JSON holds every run's settings, summary and accuracy curve against communication rounds.
 
-    python -m dask_dane.pipeline.benchmarks.training --configs runs.toml --json out.json
+    python -m dask_dane.bench.training --configs runs.toml --json out.json
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from dask_dane.pipeline.config import RunConfig, check_settings
-from dask_dane.pipeline.metrics import read_metrics
+from ..pipeline.config import RunConfig, check_settings
+from ..pipeline.metrics import read_metrics
 
 
 def read_runs(path: str | Path, workdir: str | Path) -> list[tuple[str, RunConfig]]:
@@ -62,8 +62,8 @@ def curve(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def run_all(runs: list[tuple[str, RunConfig]], json_out: Path) -> list[dict]:
     """Train every run on one LocalCluster; rewrite `json_out` after each run."""
-    from dask_dane.pipeline.cluster import make_client
-    from dask_dane.pipeline.loop import train
+    from ..pipeline.cluster import make_client
+    from ..pipeline.loop import train
 
     results: list[dict] = []
     with make_client(runs[0][1]) as client:

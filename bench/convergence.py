@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from dask_dane.datasets.partition import PartitionSpec
-from dask_dane.datasets.sources import SourceOptions, load_source
-from dask_dane.datasets.store import StoreInfo, open_store, write_store
-from dask_dane.pipeline import tasks
-from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import Callbacks, TrainingDiverged, train
-from dask_dane.pipeline.setup import initial_weights, prepare_run
+from ..datasets.partition import PartitionSpec
+from ..datasets.sources import SourceOptions, load_source
+from ..datasets.store import StoreInfo, open_store, write_store
+from ..pipeline import tasks
+from ..pipeline.algorithms.exact_solver import ExactSolver
+from ..pipeline.config import RunConfig
+from ..pipeline.loop import Callbacks, TrainingDiverged, train
+from ..pipeline.setup import initial_weights, prepare_run
 
 PROBLEMS = ("ridge", "logistic")
 BENCH_ALGORITHMS = ("dane", "admm", "one-shot", "gd", "agd", "fedprox")
@@ -291,7 +291,7 @@ def run_convergence(
     `on_cell` receives the result so far after every cell (the CLI writes it to --json, so
     an interrupted grid keeps what it finished).
     """
-    from dask_dane.pipeline.cluster import make_client
+    from ..pipeline.cluster import make_client
 
     spec.validate()
     if client is None:
@@ -450,7 +450,7 @@ def _json_default(value: Any) -> Any:
 def plot(result: dict[str, Any], path: Path) -> None:
     """Suboptimality against iteration: rows = DANE's mu values (+ a row comparing the
     algorithms at the largest N), columns = m, one line per N (mean of log10 over seeds)."""
-    from dask_dane.pipeline.report import pyplot, save_figure
+    from ..pipeline.report import pyplot, save_figure
 
     plt = pyplot()
 

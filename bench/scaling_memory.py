@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dask_dane.pipeline.aggregate import shard_placement
+from ..pipeline.aggregate import shard_placement
 
 MODEL_COPIES = 20
 # What a worker process holds beyond its data, the model copies and the bare footprint while
@@ -39,8 +39,8 @@ def _warm_rss(spec: Any, device: str, load_args: dict, dask_worker: Any = None) 
     """Read two rows of the store, run the model and an optimizer step; then read the RSS."""
     import torch
 
-    from dask_dane.models.registry import build_model
-    from dask_dane.pipeline.tasks import load_shard, resolve_device
+    from ..models.registry import build_model
+    from ..pipeline.tasks import load_shard, resolve_device
 
     load_shard(**{**load_args, "start": 0, "stop": 2})  # zarr's I/O thread and codecs
 
@@ -67,7 +67,7 @@ def _peak(dask_worker: Any = None) -> dict[str, int]:
 
 def worker_rss(client: Any, setup: Any) -> dict[str, int]:
     """Resident memory of each worker, by address, once it has used the libraries once."""
-    from dask_dane.pipeline.setup import initial_weights
+    from ..pipeline.setup import initial_weights
 
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     args = (setup.spec, setup.config.device, setup.shard_args(0))
@@ -179,8 +179,8 @@ def check(
     model_bytes: int,
 ) -> list[dict[str, Any]]:
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within."""
-    from dask_dane.pipeline.objective import activation_bytes_per_row
-    from dask_dane.pipeline.tasks import _architecture
+    from ..pipeline.objective import activation_bytes_per_row
+    from ..pipeline.tasks import _architecture
 
     held = data_bytes(setup, workers)
     x = torch.empty((1, *setup.spec.sample_shape), dtype=getattr(torch, setup.config.dtype))

@@ -24,12 +24,12 @@ from typing import Any
 
 import dask.config
 
-from dask_dane.datasets.partition import PartitionSpec
-from dask_dane.datasets.sources import SourceOptions, load_source
-from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.cluster import make_client
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import Callbacks, train
+from ..datasets.partition import PartitionSpec
+from ..datasets.sources import SourceOptions, load_source
+from ..datasets.store import write_store
+from ..pipeline.cluster import make_client
+from ..pipeline.config import RunConfig
+from ..pipeline.loop import Callbacks, train
 
 SETTLE_S = 2.0  # how long a round's released keys may take to leave the scheduler
 LIMIT_GROWTH_PCT = 5.0

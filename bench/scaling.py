@@ -33,17 +33,17 @@ from typing import Any
 import torch
 from dask.sizeof import sizeof
 
-from dask_dane.pipeline import sizes  # noqa: F401  (true sizes of tensors for sizeof)
-from dask_dane.pipeline.benchmarks import round_profile
-from dask_dane.pipeline.benchmarks import scaling_memory as memory
-from dask_dane.pipeline.benchmarks.network import (
+from ..pipeline import sizes  # noqa: F401  (true sizes of tensors for sizeof)
+from ..pipeline.config import RunConfig
+from ..pipeline.setup import initial_weights, prepare_run
+from . import round_profile
+from . import scaling_memory as memory
+from .network import (
     PROJECTED_WORKERS,
     Network,
     measure_loopback,
     project_dask_round_s,
 )
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.setup import initial_weights, prepare_run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,8 +190,8 @@ def _dependent_steps(setup: Any, workers: int) -> int:
 
 def _round_graph(setup: Any, workers: list[str]) -> tuple[Any, Any]:
     """One round's graph (evaluation excluded) as graph.py builds it for `workers`."""
-    from dask_dane.pipeline.aggregate import shard_placement
-    from dask_dane.pipeline.graph import RoundPlan, build_round
+    from ..pipeline.aggregate import shard_placement
+    from ..pipeline.graph import RoundPlan, build_round
 
     num_shards = setup.store.num_shards
     plan = RoundPlan(
@@ -216,7 +216,7 @@ def _run_workers(
     With `profile_round`, also that round's task timeline and the cluster's cost of one
     dependent scheduling step (round_profile.py), under "profile".
     """
-    from dask_dane.pipeline.loop import Callbacks, train
+    from ..pipeline.loop import Callbacks, train
 
     config = spec.config(workers)
     roundlog = _RoundLog()
@@ -267,7 +267,7 @@ def _run_workers(
 
 
 def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
-    from dask_dane.pipeline.cluster import make_client
+    from ..pipeline.cluster import make_client
 
     return make_client(config)
 
@@ -317,7 +317,7 @@ def _breakdown(
 
 def _reference_rounds(spec: ScalingSpec) -> dict[str, Any]:
     """The same rounds by pipeline/reference.py, in this process, on one thread."""
-    from dask_dane.pipeline.reference import run_reference
+    from ..pipeline.reference import run_reference
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -332,9 +332,9 @@ def _reference_rounds(spec: ScalingSpec) -> dict[str, Any]:
 
 def fixed_cost(spec: ScalingSpec, workdir: Path) -> list[dict[str, Any]]:
     """Round time with negligible compute: logistic regression on 8 tiny shards."""
-    from dask_dane.datasets.partition import PartitionSpec
-    from dask_dane.datasets.sources import SourceOptions, load_source
-    from dask_dane.datasets.store import write_store
+    from ..datasets.partition import PartitionSpec
+    from ..datasets.sources import SourceOptions, load_source
+    from ..datasets.store import write_store
 
     shards = prepare_run(spec.config(1)).store.num_shards
     store = workdir / f"tiny-{shards}.zarr"

@@ -50,7 +50,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Speedup against workers with the ideal line, and the round's breakdown."""
-    from dask_dane.pipeline.report import pyplot, save_figure
+    from ..pipeline.report import pyplot, save_figure
 
     plt = pyplot()
 
@@ -130,7 +130,7 @@ def compare_table(result: dict[str, Any]) -> str:
 
 def compare_plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against communication rounds and against training wall time."""
-    from dask_dane.pipeline.report import pyplot, save_figure
+    from ..pipeline.report import pyplot, save_figure
 
     plt = pyplot()
 

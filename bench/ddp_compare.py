@@ -16,16 +16,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dask_dane.pipeline.benchmarks.ddp import DdpSpec, run_ddp
-from dask_dane.pipeline.benchmarks.network import (
+from ..pipeline.config import RunConfig
+from ..pipeline.metrics import read_metrics
+from .ddp import DdpSpec, run_ddp
+from .network import (
     PROJECTED_WORKERS,
     Network,
     measure_loopback,
     project_dask_round_s,
     project_ddp_step_s,
 )
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.metrics import read_metrics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +79,8 @@ class CompareSpec:
 
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, then DANE and SGD through Dask; returns the JSON-able comparison."""
-    from dask_dane.pipeline.cluster import make_client
-    from dask_dane.pipeline.loop import train
+    from ..pipeline.cluster import make_client
+    from ..pipeline.loop import train
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)
