@@ -211,8 +211,8 @@ def train(
     flags = {k: v for k, v in locals().items() if k not in ("config", "resume")}
     from .pipeline.config import check_settings, resolve_config
     from .pipeline.loop import train as run_training
+    from .pipeline.run_setup import ensure_default_store
     from .pipeline.rundir import RunDir, check_same_run
-    from .pipeline.setup import ensure_default_store
 
     base: dict[str, Any] = {}
     if resume:

@@ -27,11 +27,13 @@ import torch
 from ..datasets.partition import PartitionSpec
 from ..datasets.sources import SourceOptions, load_source
 from ..datasets.store import StoreInfo, open_store, write_store
-from ..pipeline import tasks
 from ..pipeline.algorithms.exact_solver import ExactSolver
+from ..pipeline.algorithms.local_solver import LocalProblem
 from ..pipeline.config import RunConfig
 from ..pipeline.loop import Callbacks, TrainingDiverged, train
-from ..pipeline.setup import initial_weights, prepare_run
+from ..pipeline.run_setup import initial_weights, prepare_run
+from ..pipeline.shards import make_objective
+from ..pipeline.tasks import load_shard
 
 PROBLEMS = ("ridge", "logistic")
 BENCH_ALGORITHMS = ("dane", "admm", "one-shot", "gd", "agd", "fedprox")
@@ -143,16 +145,15 @@ def prepare_problem(spec: ConvergenceSpec, *, machines: int, samples: int, seed:
     config = _config(spec, str(path), "dane", seed=seed, mu=0.0, out=str(root / "unused"))
     setup = prepare_run(config)
     shard_args = [setup.shard_args(i) for i in range(info.num_shards)]
-    full = tasks.make_objective(
+    full = make_objective(
         setup.spec,
-        tasks.load_shard(**{**shard_args[0], "start": 0, "stop": info.num_train, "index": 0}),
+        load_shard(**{**shard_args[0], "start": 0, "stop": info.num_train, "index": 0}),
     )
     w0 = initial_weights(setup.spec, seed)
-    w_star, _ = ExactSolver(method="cg", tol=1e-13).solve(
-        full, w0, linear=None, anchor=None, mu=0.0, rng=torch.Generator()
-    )
+    exact = ExactSolver(local_solver="cg", local_tol=1e-13)
+    w_star, _ = exact.solve(LocalProblem(full), w0, torch.Generator())
     f_star, _ = full.loss_and_grad(w_star)
-    shards = [tasks.make_objective(setup.spec, tasks.load_shard(**a)) for a in shard_args]
+    shards = [make_objective(setup.spec, load_shard(**a)) for a in shard_args]
     return Problem(
         store=str(path),
         info=info,

@@ -5,7 +5,7 @@ one thread each like the Dask workers; NCCL with one GPU per rank on CUDA). Ever
 defines the problem comes from the pipeline's own pieces, so that only the training method
 differs from a Dask run on the same store:
 
-- the model and its initial weights: setup.initial_weights under the run seed;
+- the model and its initial weights: run_setup.initial_weights under the run seed;
 - the data: rank r holds the shards the Dask pipeline places on worker r (contiguous blocks),
   loaded and normalised by tasks.load_shard;
 - the loss: mean minibatch loss plus the store's L2 penalty, as ShardObjective.batch_loss;
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from ..pipeline.setup import RunSetup, prepare_run
+from ..pipeline.run_setup import RunSetup, prepare_run
 from .ddp_rank import rank_main
 from .ddp_spec import DdpSpec, allreduce_bytes_per_rank, rank_rows, steps_per_epoch
 

@@ -32,8 +32,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..models.flat import flatten_parameters, unflatten
 from ..models.registry import ModelSpec, build_model
-from ..pipeline.setup import RunSetup, initial_weights, prepare_run
-from ..pipeline.tasks import ShardData, evaluate, load_shard
+from ..pipeline.run_setup import RunSetup, initial_weights, prepare_run
+from ..pipeline.shards import ShardData
+from ..pipeline.tasks import evaluate, load_shard
 from .ddp_spec import (
     COLLECTIVE_TIMEOUT_S,
     DdpSpec,

@@ -10,7 +10,7 @@ import torch
 
 from ..pipeline.aggregate import shard_placement
 from ..pipeline.config import RunConfig
-from ..pipeline.setup import RunSetup, prepare_run
+from ..pipeline.run_setup import RunSetup, prepare_run
 
 DEVICES = ("auto", "cpu", "cuda")
 # A rank blocked this long in a collective (a peer died) raises instead of waiting forever;

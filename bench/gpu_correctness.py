@@ -33,8 +33,8 @@ def check(workdir: Path, device: str = "cuda") -> dict:
     from ..pipeline.config import RunConfig
     from ..pipeline.loop import train
     from ..pipeline.reference import run_reference
+    from ..pipeline.run_setup import initial_weights, prepare_run
     from ..pipeline.rundir import RunDir
-    from ..pipeline.setup import initial_weights, prepare_run
 
     store = workdir / "digits-tabular-4.zarr"
     raw = load_source("digits-tabular", SourceOptions(seed=0))

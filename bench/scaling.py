@@ -22,7 +22,6 @@ round times onto real networks (network.py).
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import statistics
 import time
@@ -35,7 +34,7 @@ from dask.sizeof import sizeof
 
 from ..pipeline import sizes  # noqa: F401  (true sizes of tensors for sizeof)
 from ..pipeline.config import RunConfig
-from ..pipeline.setup import initial_weights, prepare_run
+from ..pipeline.run_setup import initial_weights, prepare_run
 from . import round_profile
 from . import scaling_memory as memory
 from .network import (
@@ -182,7 +181,7 @@ def _tasks_per_round(setup: Any) -> int:
 def _dependent_steps(setup: Any, workers: int) -> int:
     """Tasks on a round's longest dependency chain with `workers` workers (+1: the scatter).
 
-    Up to the update: the weights and state tasks after it run only in evaluated rounds.
+    Up to the update: the weights and evaluate tasks after it run only in evaluated rounds.
     """
     graph, keys = _round_graph(setup, [f"w{j}" for j in range(workers)])
     return round_profile.critical_path(dict(graph.dependencies), keys.result) + 1
@@ -191,19 +190,30 @@ def _dependent_steps(setup: Any, workers: int) -> int:
 def _round_graph(setup: Any, workers: list[str]) -> tuple[Any, Any]:
     """One round's graph (evaluation excluded) as graph.py builds it for `workers`."""
     from ..pipeline.aggregate import shard_placement
-    from ..pipeline.graph import RoundPlan, build_round
+    from ..pipeline.comm import layout
+    from ..pipeline.graph import RoundPlan, ShardSet, build_round
+    from ..pipeline.tasks import RoundInput
 
     num_shards = setup.store.num_shards
+    placement = shard_placement(num_shards, workers)
+    data = ShardSet(
+        token="count",
+        shards=[f"shard-{i}" for i in range(num_shards)],
+        placement=placement,
+        test="test",
+        test_worker=placement[0],
+    )
+    round_input = RoundInput(
+        strategy=setup.strategy, spec=setup.spec, seed=0, index=1, layout=layout(placement)
+    )
     plan = RoundPlan(
-        strategy=setup.strategy,
-        spec=setup.spec,
-        seed=0,
-        round_index=1,
+        round_input=round_input,
         token="count",
         weights="w",
         state="s",
-        shards=[f"shard-{i}" for i in range(num_shards)],
-        placement=shard_placement(num_shards, workers),
+        shard_states=None,
+        data=data,
+        evaluate=False,
     )
     return build_round(plan)
 
@@ -425,8 +435,3 @@ def _projection(result: dict[str, Any], spec: ScalingSpec) -> dict[str, Any]:
             )
         networks.append({"network": asdict(net), "label": net.label, "rounds": rows})
     return {"loopback": asdict(loopback), "loopback_check": check, "networks": networks}
-
-
-def peak_rss_self() -> int:
-    """This process's peak resident memory in bytes (Linux reports kilobytes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -40,7 +40,8 @@ def _warm_rss(spec: Any, device: str, load_args: dict, dask_worker: Any = None) 
     import torch
 
     from ..models.registry import build_model
-    from ..pipeline.tasks import load_shard, resolve_device
+    from ..pipeline.shards import resolve_device
+    from ..pipeline.tasks import load_shard
 
     load_shard(**{**load_args, "start": 0, "stop": 2})  # zarr's I/O thread and codecs
 
@@ -67,7 +68,7 @@ def _peak(dask_worker: Any = None) -> dict[str, int]:
 
 def worker_rss(client: Any, setup: Any) -> dict[str, int]:
     """Resident memory of each worker, by address, once it has used the libraries once."""
-    from ..pipeline.setup import initial_weights
+    from ..pipeline.run_setup import initial_weights
 
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     args = (setup.spec, setup.config.device, setup.shard_args(0))
@@ -180,11 +181,11 @@ def check(
 ) -> list[dict[str, Any]]:
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within."""
     from ..pipeline.objective import activation_bytes_per_row
-    from ..pipeline.tasks import _architecture
+    from ..pipeline.shards import architecture
 
     held = data_bytes(setup, workers)
     x = torch.empty((1, *setup.spec.sample_shape), dtype=getattr(torch, setup.config.dtype))
-    model = _architecture(setup.spec)
+    model = architecture(setup.spec)
     num_params = sum(p.numel() for p in model.parameters())
     # A minibatch's activations kept for the backward pass: they scale with --batch-size,
     # not with the model, so the issue's bound cannot cover them for every batch size.

@@ -16,11 +16,6 @@ import torch
 from .algorithms.base import LocalOutput
 
 
-def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
-    """Bytes of the tensor payload: what moving these tensors costs on the wire."""
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
 @dataclass(frozen=True, kw_only=True)
 class ShardReport:
     """One shard's output of one phase, with what the pipeline accounts for."""
@@ -83,24 +78,9 @@ def shard_placement(num_shards: int, workers: list[str]) -> list[str]:
 
     Blocks, not round robin, so that the pairwise tree (which sums in shard order) adds each
     worker's shards on that worker, and partial sums cross between workers only W - 1 times
-    when W divides m evenly in powers of two (cross_worker_merges counts the general case).
+    when W divides m evenly in powers of two (comm.cross_worker_merges counts the general case).
     """
     return [workers[i * len(workers) // num_shards] for i in range(num_shards)]
-
-
-def cross_worker_merges(placement: list[str]) -> int:
-    """Partial sums that move between workers in the pairwise tree over shards so placed.
-
-    Each merge runs on the worker of its first input (graph.py pins it there), so a merge
-    whose second input lives elsewhere moves one partial sum.
-    """
-    level, moved = list(placement), 0
-    while len(level) > 1:
-        moved += sum(
-            1 for g in reduction_groups(len(level)) if len(g) == 2 and level[g[0]] != level[g[1]]
-        )
-        level = [level[g[0]] for g in reduction_groups(len(level))]
-    return moved
 
 
 def tree_reduce(parts: list[Partial]) -> Partial:

@@ -24,7 +24,7 @@ from typing import Any
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .config import RunConfig
+from .config import ClusterSettings
 from .errors import ClusterLost
 
 
@@ -68,7 +68,7 @@ def gpus_available() -> bool:
     return True
 
 
-def uses_cuda_cluster(config: RunConfig) -> bool:
+def uses_cuda_cluster(config: ClusterSettings) -> bool:
     """A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu."""
     return config.device != "cpu" and gpus_available()
 
@@ -90,14 +90,14 @@ CLUSTER_CONFIG = {
 }
 
 
-def _start_cluster(config: RunConfig):  # type: ignore[no-untyped-def]
+def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     import dask
 
     with dask.config.set(CLUSTER_CONFIG):  # read once, when the scheduler starts
         return _new_cluster(config)
 
 
-def _new_cluster(config: RunConfig):  # type: ignore[no-untyped-def]
+def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     common = dict(
         host=config.host,
         dashboard_address=config.dashboard_address,
@@ -122,8 +122,11 @@ def _new_cluster(config: RunConfig):  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def make_client(config: RunConfig) -> Iterator[Client]:
-    """A connected client; a cluster started here is closed on exit."""
+def make_client(config: ClusterSettings) -> Iterator[Client]:
+    """A connected client; a cluster started here is closed on exit.
+
+    `config` is the run's cluster section (a RunConfig is one).
+    """
     if config.scheduler:
         security = _security(config)
         if (
@@ -162,7 +165,7 @@ def make_client(config: RunConfig) -> Iterator[Client]:
         client_log.setLevel(level)
 
 
-def _security(config: RunConfig):  # type: ignore[no-untyped-def]
+def _security(config: ClusterSettings):  # type: ignore[no-untyped-def]
     """TLS from --tls-* when given; otherwise Dask's config (distributed.comm.tls.*) applies."""
     from distributed.security import Security
 
@@ -186,7 +189,7 @@ def worker_addresses(client: Client) -> list[str]:
 # Every wait here has a bound (--timeout) or checks that the scheduler still answers.
 
 
-def wait_for(client: Client, futures: list[Any], config: RunConfig) -> None:
+def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
     """Wait for futures, however long they take, while the scheduler answers.
 
     Every few seconds the scheduler is asked for its identity; if the client has lost it, or
@@ -211,28 +214,26 @@ def wait_for(client: Client, futures: list[Any], config: RunConfig) -> None:
 
     for future in pending:
         future.add_done_callback(one_done)
-    poll = min(5.0, config.timeout)
+    poll = min(5.0, timeout)
     while not all_done.wait(poll):
-        check_scheduler(client, config)
+        check_scheduler(client, timeout)
 
 
-def check_scheduler(client: Client, config: RunConfig) -> None:
+def check_scheduler(client: Client, timeout: float) -> None:
     """ClusterLost unless the scheduler answers within --timeout."""
     reason = None
     if client.status != "running":
         reason = f"the client lost the scheduler (client status {client.status})"
     else:
         try:
-            client.sync(client.scheduler.identity, callback_timeout=config.timeout)
+            client.sync(client.scheduler.identity, callback_timeout=timeout)
         except (OSError, TimeoutError) as err:
-            reason = (
-                f"the scheduler did not answer within {config.timeout:g} s ({type(err).__name__})"
-            )
+            reason = f"the scheduler did not answer within {timeout:g} s ({type(err).__name__})"
     if reason:
         raise ClusterLost(reason)
 
 
-def bounded(client: Client, config: RunConfig, method: Callable, *args: Any, **kwargs: Any) -> Any:
+def bounded(client: Client, timeout: float, method: Callable, *args: Any, **kwargs: Any) -> Any:
     """client.method(*args, **kwargs), given at most --timeout seconds to answer.
 
     A frozen scheduler (stopped, or its event loop blocked) keeps its sockets open, so no
@@ -243,4 +244,4 @@ def bounded(client: Client, config: RunConfig, method: Callable, *args: Any, **k
     async def run() -> Any:
         return await method(*args, asynchronous=True, **kwargs)
 
-    return client.sync(run, callback_timeout=config.timeout)
+    return client.sync(run, callback_timeout=timeout)

@@ -1,7 +1,14 @@
 """RunConfig: every setting of a training run, validated before any work starts.
 
+Settings come in five sections (data, model, algorithm, cluster, run), each a frozen dataclass
+that checks its own values. RunConfig joins them into one flat, keyword-only dataclass whose
+field names are the `dane train` flags with '-' written as '_': a flag, its TOML key and its
+field are one name. The algorithm section's hyperparameters are checked by the algorithm that
+uses them (algorithms/: each strategy validates its own fields when the registry builds it).
+
 Precedence: built-in defaults < a TOML file (--config) < command-line flags. The resolved
-configuration is written to the run directory as config.toml, and `--resume` reads it back.
+configuration is written to the run directory as config.toml, one [table] per section, and
+`--resume` reads it back; flat keys, as older files hold them, read the same.
 """
 
 from __future__ import annotations
@@ -13,46 +20,56 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ALGORITHMS = ("dane", "sgd", "fedavg", "fedprox", "one-shot", "admm", "gd", "agd")
-# "steps": K minibatch steps of --local-optimizer; lbfgs / cg: solve to --local-tol (convex).
-LOCAL_SOLVERS = ("steps", "lbfgs", "cg")
+from .algorithms import make_strategy
+
 DTYPES = ("float32", "float64")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
 DEVICES = ("auto", "cpu", "cuda")
-LOCAL_OPTIMIZERS = ("sgd", "adam")
-SAFEGUARDS = ("off", "backtrack", "adaptive-mu")  # DANE safeguards: algorithms/safeguard.py
 # Settings that define what is being trained: a resumed run must not change them.
 IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunConfig:
-    """One training run. Field names are the CLI flags with '-' written as '_'."""
-
+class DataSettings:
     store: str | None = None  # None: the embedded default (digits, one shard per worker)
-    out: str = "runs/latest"
-    algorithm: str = "dane"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
     model: str = "small-cnn"
-    workers: int = 2
-    threads_per_worker: int = 1
-    rounds: int = 20
+    dtype: str = "float32"
+    l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
+
+    def check_model(self) -> None:
+        _choice("--dtype", self.dtype, DTYPES)
+        if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
+            raise ValueError(f"--l2 must be zero or positive (got {self.l2})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmSettings:
+    """The algorithm and every hyperparameter flag; the algorithm picks those it uses."""
+
+    algorithm: str = "dane"
     eta: float = 1.0
     mu: float = 0.0
     local_steps: int = 30
     local_lr: float = 0.05
     local_optimizer: str = "sgd"
-    local_solver: str = "steps"
+    local_solver: str = "steps"  # steps: K minibatch steps; lbfgs / cg: solve to --local-tol
     local_tol: float = 1e-10  # lbfgs / cg: stop at ||grad|| <= tol * ||grad at start||
     rho: float = 1.0  # admm: penalty of the consensus constraint
-    l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
     momentum: float = 0.9
     batch_size: int = 32
     safeguard: str = "off"  # dane: off | backtrack | adaptive-mu (algorithms/safeguard.py)
     grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
-    seed: int = 0
-    dtype: str = "float32"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSettings:
+    workers: int = 2
+    threads_per_worker: int = 1
     device: str = "auto"
-    eval_every: int = 1
     scheduler: str | None = None
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
@@ -62,58 +79,12 @@ class RunConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
 
-    def validate(self) -> RunConfig:
-        """Return self, or raise ValueError naming the first bad setting and its fix."""
-        _choice("--algorithm", self.algorithm, ALGORITHMS)
-        _choice("--dtype", self.dtype, DTYPES)
+    def check_cluster(self) -> None:
         _choice("--device", self.device, DEVICES)
-        _choice("--local-optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
-        _choice("--local-solver", self.local_solver, LOCAL_SOLVERS)
-        if not (math.isfinite(self.local_tol) and 0 < self.local_tol < 1):
-            raise ValueError(
-                f"--local-tol must be in (0, 1), a relative gradient norm (got {self.local_tol}); "
-                "e.g. 1e-10"
-            )
-        _positive("--rho", self.rho)
-        _choice("--safeguard", self.safeguard, SAFEGUARDS)
-        if self.safeguard != "off" and self.algorithm != "dane":
-            raise ValueError(
-                f"--safeguard {self.safeguard} applies to --algorithm dane only; "
-                "drop it or use --algorithm dane"
-            )
-        if self.grad_sample and self.algorithm != "dane":
-            raise ValueError(
-                f"--grad-sample applies to --algorithm dane only (its gradient phase); drop it "
-                f"for {self.algorithm}"
-            )
-        if self.grad_sample < 0:
-            raise ValueError(
-                f"--grad-sample must be 0 (the full shard) or a number of rows (got "
-                f"{self.grad_sample})"
-            )
-        if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
-            raise ValueError(f"--l2 must be zero or positive (got {self.l2})")
-        for flag, value in (
-            ("--workers", self.workers),
-            ("--threads-per-worker", self.threads_per_worker),
-            ("--rounds", self.rounds),
-            ("--local-steps", self.local_steps),
-            ("--batch-size", self.batch_size),
-            ("--eval-every", self.eval_every),
-        ):
-            if value < 1:
-                raise ValueError(f"{flag} must be at least 1 (got {value})")
-        _positive("--eta", self.eta)
-        _positive("--local-lr", self.local_lr)
+        _at_least_one(
+            ("--workers", self.workers), ("--threads-per-worker", self.threads_per_worker)
+        )
         _positive("--timeout", self.timeout)
-        if not (math.isfinite(self.mu) and self.mu >= 0):
-            raise ValueError(f"--mu must be zero or positive (got {self.mu})")
-        if not (math.isfinite(self.momentum) and 0 <= self.momentum < 1):
-            raise ValueError(f"--momentum must be in [0, 1) (got {self.momentum})")
-        self._validate_tls()
-        return self
-
-    def _validate_tls(self) -> None:
         given = {
             "--tls-ca-file": self.tls_ca_file,
             "--tls-cert": self.tls_cert,
@@ -132,8 +103,53 @@ class RunConfig:
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{flag} {path} is not a file; check the path")
 
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    out: str = "runs/latest"
+    rounds: int = 20
+    seed: int = 0
+    eval_every: int = 1
+
+    def check_run(self) -> None:
+        _at_least_one(("--rounds", self.rounds), ("--eval-every", self.eval_every))
+
+
+# The sections in the order config.toml lists them; their fields are RunConfig's.
+SECTIONS: dict[str, type] = {
+    "data": DataSettings,
+    "model": ModelSettings,
+    "algorithm": AlgorithmSettings,
+    "cluster": ClusterSettings,
+    "run": RunSettings,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, DataSettings):
+    """One training run: every section's fields, flat (field names are the CLI flags)."""
+
+    def validate(self) -> RunConfig:
+        """Return self, or raise ValueError naming the first bad setting and its fix."""
+        self.strategy()  # the algorithm checks its own hyperparameters
+        self.check_model()
+        self.check_cluster()
+        self.check_run()
+        return self
+
+    def strategy(self) -> Any:
+        """The algorithm with its hyperparameters (algorithms/ registry)."""
+        return make_strategy(self.algorithm, self.as_dict())
+
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def section_of(key: str) -> str:
+    """The section a RunConfig field belongs to."""
+    return next(
+        name for name, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}
+    )
 
 
 def _choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
@@ -144,6 +160,12 @@ def _choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
 def _positive(flag: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{flag} must be a positive number (got {value})")
+
+
+def _at_least_one(*flags: tuple[str, int]) -> None:
+    for flag, value in flags:
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1 (got {value})")
 
 
 def _field_types() -> dict[str, tuple[type, ...]]:
@@ -161,10 +183,13 @@ def _field_types() -> dict[str, tuple[type, ...]]:
 
 
 def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Reject unknown keys and wrong types, naming the key; return settings with '-' as '_'."""
+    """Reject unknown keys and wrong types, naming the key; return flat settings, '-' as '_'.
+
+    Keys may stand at the top level or in their section's table ([algorithm] eta = 1).
+    """
     types = _field_types()
     checked: dict[str, Any] = {}
-    for raw_key, value in settings.items():
+    for raw_key, value in _flatten(settings, origin).items():
         key = raw_key.replace("-", "_")
         if key not in types:
             raise ValueError(
@@ -179,8 +204,30 @@ def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
     return checked
 
 
+def _flatten(settings: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Section tables merged into one flat table; a key in the wrong section is an error.
+
+    `model` and `algorithm` name both a section and a setting: a table is the section.
+    """
+    flat: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name not in SECTIONS or (not isinstance(value, dict) and name in _field_types()):
+            flat[name] = value
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"{origin}: {name!r} must be a table ([{name}]) of settings")
+        for raw_key, setting in value.items():
+            key = raw_key.replace("-", "_")
+            if key in _field_types() and section_of(key) != name:
+                raise ValueError(
+                    f"{origin}: key {raw_key!r} belongs in [{section_of(key)}], not [{name}]"
+                )
+            flat[raw_key] = setting
+    return flat
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file (top-level keys, or a [train] table)."""
+    """Settings from a TOML file (top-level keys, section tables, or a [train] table)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -207,15 +254,16 @@ def resolve_config(
 
 
 def to_toml(config: RunConfig) -> str:
-    """config.toml text; None values (unset optional settings) are left out."""
+    """config.toml text, one table per section; None values (unset settings) are left out."""
     lines = ["# dask-dane run configuration, as resolved when the run started"]
-    for key, value in config.as_dict().items():
-        if value is None:
-            continue
-        if isinstance(value, str):
-            lines.append(f"{key} = {_toml_string(value)}")
-        else:
-            lines.append(f"{key} = {value!r}")
+    for name, section in SECTIONS.items():
+        lines.append(f"\n[{name}]")
+        for f in dataclasses.fields(section):
+            value = getattr(config, f.name)
+            if value is None:
+                continue
+            text = _toml_string(value) if isinstance(value, str) else repr(value)
+            lines.append(f"{f.name} = {text}")
     return "\n".join(lines) + "\n"
 
 

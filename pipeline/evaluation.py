@@ -4,24 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from . import tasks
 from .checkpoint import load_checkpoint
 from .config import RunConfig
-from .setup import prepare_run
+from .run_setup import initial_weights, prepare_run
 
 
 def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[str, float]]:
     """(round, {loss, accuracy}) of the weights in `checkpoint`."""
     setup = prepare_run(config)
     saved = load_checkpoint(checkpoint)
-    weights = saved["weights"].to(getattr(__import__("torch"), config.dtype))
-    if weights.numel() != _num_parameters(setup):
+    weights = saved["weights"].to(getattr(torch, config.dtype))
+    if weights.numel() != initial_weights(setup.spec, 0).numel():
         raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
     test = tasks.load_shard(**setup.test_args())
     return int(saved["round"]), tasks.evaluate(setup.spec, test, weights)
-
-
-def _num_parameters(setup) -> int:  # type: ignore[no-untyped-def]
-    from .setup import initial_weights
-
-    return initial_weights(setup.spec, 0).numel()

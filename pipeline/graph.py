@@ -2,52 +2,58 @@
 
 Per phase p of the strategy, for every shard i: `{phase}-{round}-{i}` runs on the worker that
 holds shard i; a pairwise tree of `reduce_{phase}` tasks sums the outputs on the workers;
-`broadcast_{phase}` makes what the next phase receives from the sum. `update-{round}` finishes
-every phase (averages, byte counts) and ends the round with the new weights, and
-`evaluate-{round}` scores them on the test split. Keys carry a
-run token after the numbers so that two runs on one scheduler never share a key; Dask's
-dashboard groups tasks by the leading name, so the task stream reads `local_grad`,
-`local_solve`, ...
+`broadcast_{phase}` finishes the phase once (its average, what the next phase receives, its
+byte count), and both the next phase and the update take its output. `update-{round}`
+finishes the last phase and ends the round with the new weights, and `evaluate-{round}`
+scores them on the test split. Keys carry a run token after the numbers so that two runs on
+one scheduler never share a key; Dask's dashboard groups tasks by the leading name, so the
+task stream reads `local_grad`, `local_solve`, ...
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from ..models.registry import ModelSpec
 from . import tasks
-from .aggregate import cross_worker_merges, reduction_groups
-from .algorithms.base import Strategy
+from .aggregate import reduction_groups
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardSet:
+    """The run's data on the cluster: shard futures (held for the whole run), where each
+    shard lives now, and the test split's future and worker."""
+
+    token: str  # the run's token, in every key of its tasks
+    shards: list[Any]  # Futures of ShardData, in shard order
+    placement: list[str]  # the worker address that holds each shard
+    test: Any  # Future of the test split's ShardData
+    test_worker: str  # where the test split was loaded: evaluations run there
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundPlan:
-    """What a round's graph is built from: data references (futures) and settings."""
+    """The driver's one input for a round: what its graph is built from.
 
-    strategy: Strategy
-    spec: ModelSpec
-    seed: int
-    round_index: int
-    token: str
-    weights: Any  # Future of the weights tensor
-    state: Any  # Future of the strategy state
-    shards: list[Any]  # Futures of ShardData, in shard order
-    placement: list[str]  # worker address that holds each shard
-    test_shard: Any | None = None  # Future of the test ShardData, or None to skip evaluation
-    test_worker: str | None = None  # where the test split was loaded: evaluate runs there
-    # Futures of each shard's own state (algorithms/base.py), or None if the strategy has none.
-    shard_states: list[Any] | None = None
+    `round_input` is plain data that every task receives; the rest are futures the driver
+    scattered for this round, and the run's data.
+    """
+
+    round_input: tasks.RoundInput
+    token: str  # in every key: the run's token and the attempt (a retry's keys are new)
+    weights: Any  # Future of the weights tensor, on the worker of shard 0
+    state: Any  # Future of the strategy's driver state, there too
+    shard_states: list[Any] | None  # Futures of each shard's own state, on its worker
+    data: ShardSet
+    evaluate: bool = True  # score the new weights on the test split
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundKeys:
-    result: str
-    weights: str
-    state: str
+    result: str  # the update: a tasks.RoundResult
+    weights: str | None  # the new weights alone (what the evaluation fetches), if evaluated
     evaluation: str | None
 
 
@@ -77,83 +83,70 @@ class _GraphBuilder:
 def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
     """The graph of one round and the keys of its outputs."""
     b = _GraphBuilder(token=plan.token)
-    t = plan.round_index
-    num_receivers = len(set(plan.placement))
+    round_input, data = plan.round_input, plan.data
+    t, phases = round_input.index, round_input.strategy.phases
     # Everything central (finishing phases, the update) runs where the reduction tree ends:
     # the worker of shard 0. Pinning it, and each merge where its first input is, makes the
-    # transfers exactly those tasks.finish_phase counts; the driver scatters the weights there.
-    root = plan.placement[0]
-    partials_moved = cross_worker_merges(plan.placement)
-    received_key: str | None = None
-    previous_locals: list[str | None] = [None] * len(plan.shards)
-    totals: list[str] = []
-    for phase, name in enumerate(plan.strategy.phases):
-        run = partial(tasks.run_local, seed=plan.seed, round_index=t)
+    # transfers exactly those comm.py counts; the driver scatters the weights there.
+    root = data.placement[0]
+    ended: list[str] = []  # each finished phase: the next phase's input, and the update's
+    previous_locals: list[str | None] = [None] * len(data.shards)
+    for phase, name in enumerate(phases):
+        received = ended[-1] if ended else None
         locals_ = []
-        for i, (shard, worker) in enumerate(zip(plan.shards, plan.placement, strict=True)):
-            received = received_key if received_key else {}
+        for i, (shard, worker) in enumerate(zip(data.shards, data.placement, strict=True)):
+            own_state = plan.shard_states[i] if plan.shard_states is not None else None
             task = (
-                run,
-                plan.strategy,
+                tasks.run_local,
+                round_input,
                 phase,
-                plan.spec,
                 shard,
                 plan.weights,
                 received,
                 previous_locals[i],
-                plan.shard_states[i] if plan.shard_states is not None else None,
+                own_state,
             )
-            depends = [k for k in (received_key, previous_locals[i]) if k]
+            depends = [k for k in (received, previous_locals[i]) if k]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
-        total_key = _reduce_tree(b, locals_, plan.placement, f"reduce_{name}", t)
-        if phase < len(plan.strategy.phases) - 1:
-            # What the next phase receives, straight from the sum (the rest of finishing a
-            # phase, its metrics and byte counts, waits for the update, off the critical path).
-            received_key = b.add(
+        total = _reduce_tree(b, locals_, data.placement, f"reduce_{name}", t)
+        previous_locals = locals_
+        if phase == len(phases) - 1:
+            break
+        # The phase's average and broadcast, made once: the next phase's shards and the
+        # update both take this task's output.
+        ended.append(
+            b.add(
                 b.key(f"broadcast_{name}", t),
-                (tasks.phase_broadcast, plan.strategy, phase, plan.weights, total_key),
-                depends=[total_key],
+                (tasks.finish_phase, round_input, phase, total, received, plan.weights),
+                depends=[total, *ended[-1:]],
                 worker=root,
             )
-        previous_locals = locals_
-        totals.append(total_key)
+        )
     next_states = None
     if plan.shard_states is not None:  # each shard's state for the next round, from its worker
         next_states = [
             b.add(b.key("shard_state", t, i), (tasks.shard_state_of, k), depends=[k], worker=w)
-            for i, (k, w) in enumerate(zip(previous_locals, plan.placement, strict=True))
+            for i, (k, w) in enumerate(zip(previous_locals, data.placement, strict=True))
         ]
-    # Each phase is finished (averaged, its bytes counted) inside the update: one task and
-    # one scheduling hop, where a finish task per phase cost a hop before the update.
+    # The last phase is finished inside the update: one task and one scheduling hop.
     result = b.add(
         b.key("update", t),
-        (
-            tasks.update_round,
-            plan.strategy,
-            plan.weights,
-            plan.state,
-            totals,
-            num_receivers,
-            partials_moved,
-            next_states,
-        ),
-        depends=totals + (next_states or []),
+        (tasks.update_round, round_input, plan.weights, plan.state, ended, total, next_states),
+        depends=[*ended, total, *(next_states or [])],
         worker=root,
     )
-    weights = b.add(
-        b.key("weights", t), (tasks.round_weights, result), depends=[result], worker=root
-    )
-    state = b.add(b.key("state", t), (tasks.round_state, result), depends=[result], worker=root)
-    evaluation = None
-    if plan.test_shard is not None:
+    weights = evaluation = None
+    if plan.evaluate:
+        weights = b.add(
+            b.key("weights", t), (tasks.round_weights, result), depends=[result], worker=root
+        )
         evaluation = b.add(
             b.key("evaluate", t),
-            (tasks.evaluate, plan.spec, plan.test_shard, weights),
+            (tasks.evaluate, round_input.spec, data.test, weights),
             depends=[weights],
-            worker=plan.test_worker,  # the weights travel, never the test split
+            worker=data.test_worker,  # the weights travel, never the test split
         )
-    keys = RoundKeys(result=result, weights=weights, state=state, evaluation=evaluation)
-    return b.graph(), keys
+    return b.graph(), RoundKeys(result=result, weights=weights, evaluation=evaluation)
 
 
 @dataclass
@@ -172,7 +165,7 @@ def _reduce_tree(b: _GraphBuilder, keys: list[str], placement: list[str], name: 
     Where a whole subtree lives on one worker, one task sums it there (in the same pairwise
     order): a worker's shards cost one scheduling hop, not one per tree level. The merges
     above, across workers, are one task each, pinned to the worker of their first input, so
-    only partial sums cross (aggregate.cross_worker_merges counts them).
+    only partial sums cross (comm.cross_worker_merges counts them).
     """
     level = [_Node(worker=w, leaves=[k], key=k) for k, w in zip(keys, placement, strict=True)]
     depth = 0

@@ -1,13 +1,15 @@
-"""Per-round metrics: the JSONL file of a run directory (one object per round)."""
+"""Per-round metrics: the row of a round, built in one place, and the run's JSONL file."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
 from .checkpoint import atomic_write_bytes
+from .tasks import RoundResult
 
 # The fields every metrics.jsonl line has, in this order (DESIGN.md section 3).
 FIELDS = (
@@ -23,6 +25,50 @@ FIELDS = (
     "cum_comm_bytes",
     "comm_rounds",
 )
+
+
+def round_row(
+    *,
+    round_index: int,
+    algorithm: str,
+    result: RoundResult,
+    evaluation: dict[str, float] | None,
+    wall_s: float,
+    cum_comm_bytes: int,
+    comm_rounds: int,
+    best_accuracy: float,
+    driver: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A round's metrics.jsonl line (the Dask driver's and the reference runner's alike).
+
+    `cum_comm_bytes`, `comm_rounds` and `best_accuracy` are the run's totals before this
+    round; `driver` adds what only the Dask driver knows (attempts, where its time went).
+    """
+    metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
+    accuracy = evaluation.get("accuracy") if evaluation else None
+    row: dict[str, Any] = {
+        "round": round_index,
+        "algorithm": algorithm,
+        "train_loss": metrics.get("train_loss"),
+        "test_loss": evaluation["loss"] if evaluation else None,
+        "test_accuracy": accuracy,
+        "grad_norm": metrics.get("grad_norm"),
+        "wall_s": wall_s,
+        "max_worker_compute_s": compute[-1],
+        "comm_bytes": result.comm_bytes,
+        "cum_comm_bytes": cum_comm_bytes + result.comm_bytes,
+        "comm_rounds": comm_rounds + result.comm_phases,
+        # Beyond the required fields: straggler view and cluster size of this round.
+        "median_worker_compute_s": statistics.median(compute),
+        "num_workers": len(compute),
+        # Inside wall_s: benchmarks that time training alone subtract it.
+        "eval_s": evaluation.get("eval_s") if evaluation else None,
+    }
+    # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them.
+    row.update({k: v for k, v in metrics.items() if k not in row})
+    row["is_best"] = accuracy is not None and accuracy > best_accuracy
+    row.update(driver or {})
+    return row
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -13,88 +13,99 @@ from typing import Any
 
 import torch
 
-from . import tasks
-from .aggregate import (
-    cross_worker_merges,
-    shard_placement,
-    to_partial,
-    tree_reduce,
-)
-from .algorithms.base import for_round
-from .setup import RunSetup, initial_weights
+from . import comm, tasks
+from .aggregate import shard_placement, to_partial, tree_reduce
+from .metrics import round_row
+from .run_setup import RunSetup
+from .run_state import RunState
+from .shards import ShardData
 
 
 @dataclass
 class ReferenceRun:
-    weights: torch.Tensor
-    state: dict[str, torch.Tensor]
-    shard_states: list[dict[str, torch.Tensor]] | None = None
+    """Where the reference run ended, and its metrics rows (as metrics.jsonl would hold)."""
+
+    run: RunState
     history: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def weights(self) -> torch.Tensor:
+        return self.run.weights
 
-def run_reference(
-    setup: RunSetup,
-    *,
-    rounds: int,
-    num_workers: int,
-    weights: torch.Tensor | None = None,
-    state: dict[str, torch.Tensor] | None = None,
-    start_round: int = 1,
-    shard_states: list[dict[str, torch.Tensor]] | None = None,
-) -> ReferenceRun:
-    """Run rounds start_round..rounds; `num_workers` only sets the communication count."""
-    strategy, config = setup.strategy, setup.config
-    w = initial_weights(setup.spec, config.seed) if weights is None else weights
-    s = strategy.init_state(w) if state is None else state
+    @property
+    def state(self) -> Any:
+        """The strategy's driver state."""
+        return self.run.state
+
+    @property
+    def shard_states(self) -> list[Any] | None:
+        return self.run.shard_states
+
+
+def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> ReferenceRun:
+    """Run rounds 1..rounds; `num_workers` only sets the communication count."""
+    config = setup.config
     shards = [tasks.load_shard(**setup.shard_args(i)) for i in range(setup.store.num_shards)]
     test = tasks.load_shard(**setup.test_args())
     # Only for the communication count: where the Dask run would place the shards.
-    placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
-    receivers, partials_moved = len(set(placement)), cross_worker_merges(placement)
-    if shard_states is None:
-        shard_states = [strategy.init_shard_state(w) for _ in shards]
-        shard_states = shard_states if any(shard_states) else None
-    run = ReferenceRun(weights=w, state=s, shard_states=shard_states)
-    for t in range(start_round, rounds + 1):
+    layout = comm.layout(shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)]))
+    reference = ReferenceRun(run=RunState.fresh(setup))
+    for t in range(1, rounds + 1):
         started = time.perf_counter()
-        strategy = for_round(setup.strategy, run.state)
-        received: dict[str, torch.Tensor] = {}
-        previous: list[Any] = [None] * len(shards)
-        totals, ends, end = [], [], None
-        for phase in range(len(strategy.phases)):
-            reports = [
-                tasks.run_local(
-                    strategy,
-                    phase,
-                    setup.spec,
-                    shard,
-                    run.weights,
-                    received,
-                    previous[i],
-                    run.shard_states[i] if run.shard_states is not None else None,
-                    seed=config.seed,
-                    round_index=t,
-                )
-                for i, shard in enumerate(shards)
-            ]
-            total = tree_reduce([to_partial(r) for r in reports])
-            moved = tasks.inputs_moved(phase, receivers)
-            end = tasks.finish_phase(
-                strategy, phase, run.weights, total, end, moved, partials_moved
-            )
-            received, previous = end.sent.tensors, reports
-            totals.append(total)
-            ends.append(end)
-        next_states = None
-        if run.shard_states is not None:
-            next_states = [tasks.shard_state_of(report) for report in previous]
-        result = tasks.finish_round(strategy, run.weights, run.state, totals, ends, next_states)
-        run.weights, run.state = result.weights, result.state
-        run.shard_states = result.shard_states
-        metrics = {"round": t, **result.metrics}
+        state = reference.run
+        round_input = tasks.RoundInput(
+            strategy=setup.strategy,
+            spec=setup.spec,
+            seed=config.seed,
+            index=t,
+            layout=layout,
+            round_data=setup.strategy.round_data(state.state),
+        )
+        result = _round(round_input, shards, state)
+        evaluation = None
         if t % config.eval_every == 0 or t == rounds:
-            evaluation = tasks.evaluate(setup.spec, test, run.weights)
-            metrics.update({f"test_{k}": v for k, v in evaluation.items()})
-        metrics["wall_s"] = time.perf_counter() - started  # the benchmarks' baseline round
-        run.history.append(metrics)
-    return run
+            evaluation = tasks.evaluate(setup.spec, test, result.weights)
+        row = round_row(
+            round_index=t,
+            algorithm=setup.strategy.name,
+            result=result,
+            evaluation=evaluation,
+            wall_s=time.perf_counter() - started,  # the benchmarks' baseline round
+            cum_comm_bytes=state.cum_comm_bytes,
+            comm_rounds=state.cum_comm_rounds,
+            best_accuracy=state.best_accuracy,
+        )
+        state.advance(result, row)
+        reference.history.append(row)
+    return reference
+
+
+def _round(
+    round_input: tasks.RoundInput, shards: list[ShardData], state: RunState
+) -> tasks.RoundResult:
+    """One round: every phase's local work, pairwise sums and end, then the update."""
+    ended: list[tasks.PhaseEnd] = []
+    previous: list[Any] = [None] * len(shards)
+    phases = round_input.strategy.phases
+    for phase in range(len(phases)):
+        received = ended[-1] if ended else None
+        reports = [
+            tasks.run_local(
+                round_input,
+                phase,
+                shard,
+                state.weights,
+                received,
+                previous[i],
+                state.shard_states[i] if state.shard_states is not None else None,
+            )
+            for i, shard in enumerate(shards)
+        ]
+        total = tree_reduce([to_partial(r) for r in reports])
+        previous = reports
+        if phase < len(phases) - 1:
+            ended.append(tasks.finish_phase(round_input, phase, total, received, state.weights))
+    next_states = None
+    if state.shard_states is not None:
+        next_states = [tasks.shard_state_of(report) for report in previous]
+    return tasks.update_round(round_input, state.weights, state.state, ended, total, next_states)

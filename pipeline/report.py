@@ -8,12 +8,13 @@ labelled with its algorithm and the settings that distinguish it (from its confi
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import RunConfig
 from .metrics import read_metrics
+from .rundir import RunDir
 
 # (metrics field, axis title, file name)
 QUANTITIES = (
@@ -35,41 +36,26 @@ class RunCurves:
 
 def load_run(path: str | Path) -> RunCurves:
     """Read a run directory's config.toml and metrics.jsonl; ValueError if it is not one."""
-    path = Path(path)
-    config_file, metrics_file = path / "config.toml", path / "metrics.jsonl"
-    if not config_file.exists() or not metrics_file.exists():
+    run = RunDir(Path(path))
+    if not run.config.exists() or not run.metrics.exists():
         raise ValueError(
-            f"{path} is not a run directory (it needs config.toml and metrics.jsonl); pass "
+            f"{run.root} is not a run directory (it needs config.toml and metrics.jsonl); pass "
             "the --out folder of a `dane train` run"
         )
-    rows = read_metrics(metrics_file)
+    rows = read_metrics(run.metrics)
     if not rows:
-        raise ValueError(f"{path} has no completed round yet; train it first")
-    return RunCurves(path=path, label=run_label(tomllib.loads(config_file.read_text())), rows=rows)
+        raise ValueError(f"{run.root} has no completed round yet; train it first")
+    return RunCurves(path=run.root, label=run_label(run.saved_config()), rows=rows)
 
 
-def run_label(config: dict[str, Any]) -> str:
-    """The algorithm and the settings that distinguish it, e.g. 'dane mu=0 K=50 lr=0.05'."""
-    algorithm = config.get("algorithm", "?")
-    parts = [algorithm]
-    if algorithm == "dane":
-        parts += [f"eta={config.get('eta', 1.0):g}", f"mu={config.get('mu', 0.0):g}"]
-        if config.get("safeguard", "off") != "off":
-            parts.append(f"safeguard={config['safeguard']}")
-        if config.get("grad_sample"):
-            parts.append(f"grad-sample={config['grad_sample']}")
-    if algorithm == "fedprox":
-        parts.append(f"mu={config.get('mu', 0.0):g}")
-    if algorithm in ("dane", "fedavg", "fedprox", "one-shot", "admm"):
-        if config.get("local_solver", "steps") == "steps":
-            parts.append(f"K={config.get('local_steps')}")
-        else:
-            parts.append(str(config["local_solver"]))
-    parts += [f"lr={config.get('local_lr'):g}", f"B={config.get('batch_size')}"]
-    store = config.get("store")
-    if store:
-        parts.append(f"[{Path(str(store)).stem}]")
-    return " ".join(parts)
+def run_label(settings: dict[str, Any]) -> str:
+    """The algorithm's own label (its key settings) and the store, e.g. 'dane mu=0 K=50 ...'.
+
+    `settings` are a run's saved settings (config.toml); missing ones take their defaults.
+    """
+    config = RunConfig(**settings)
+    label = config.strategy().label()
+    return f"{label} [{Path(config.store).stem}]" if config.store else label
 
 
 def _x_values(rows: list[dict[str, Any]]) -> dict[str, list[float]]:

@@ -2,55 +2,60 @@
 
 Each takes plain data (tensors, frozen dataclasses) and returns plain data, so the same
 functions serve the Dask graph (graph.py) and the single-process reference (reference.py).
+A round's data takes one path through them: every shard's `run_local`, the pairwise sums
+(`combine`, `combine_tree`), each phase finished once (`finish_phase`: its average, its
+broadcast, its bytes) and the round ended once (`update_round`, which finishes the last
+phase and calls the strategy's update).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..datasets.store import read_shard
-from ..models.registry import ModelSpec, build_model
-from .aggregate import (
-    Partial,
-    ShardReport,
-    mean_of,
-    merge,
-    tensor_bytes,
-    tree_reduce,
-)
-from .aggregate import to_partial as _to_partial
-from .algorithms.base import LocalOutput, Strategy, Tensors
-from .objective import ShardObjective
+from ..models.registry import ModelSpec
+from . import comm
+from .aggregate import Partial, ShardReport, mean_of, merge, to_partial, tree_reduce
+from .algorithms import Broadcast, LocalContext, RoundEnd, Strategy
+from .shards import ShardData, make_objective, resolve_device
 from .sizes import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShardData:
-    """A shard's rows as tensors, normalised and in the run's dtype; lives on one worker."""
+class RoundInput:
+    """What every task of round t is given besides its data: the same object in each."""
 
-    index: int
-    x: torch.Tensor
-    y: torch.Tensor
-    task: str
+    strategy: Strategy
+    spec: ModelSpec
+    seed: int  # the run's seed
+    index: int  # t, counted from 1
+    layout: comm.Layout  # where the shards live, for the byte counts
+    round_data: Any = None  # strategy.round_data(driver state as the round starts)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PhaseEnd:
-    """The averaged outcome of one phase: what goes out next, and its communication cost."""
+    """One phase, finished once: what it sent on, its metrics, and what it moved.
 
-    mean: LocalOutput
-    sent: LocalOutput  # tensors for the next phase + metrics such as grad_norm
+    The next phase's shards receive this object (for `broadcast.tensors`); it carries no
+    averaged tensors, so nothing beyond the broadcast travels to them.
+    """
+
+    broadcast: Broadcast  # what the next phase receives (nothing after the last phase)
+    metrics: dict[str, float]  # the phase's averaged metrics and its broadcast's
     comm_bytes: int
     # Whether the phase sent or gathered tensors at all: a communication round of the
     # algorithm, whatever the layout (on one worker DANE's solve phase moves no bytes).
-    communicated: bool = True
+    communicated: bool
+    compute_by_worker: dict[str, float]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,13 +63,15 @@ class RoundResult:
     """Everything the driver keeps from a round."""
 
     weights: torch.Tensor
-    state: Tensors
-    metrics: dict[str, float] = field(default_factory=dict)
+    state: Any  # the strategy's driver state for the next round
+    metrics: dict[str, float]  # the strategy's averaged metrics, its broadcasts' and update's
+    comm_bytes: int
+    comm_phases: int  # phases that moved tensors: the round's communication rounds
     compute_by_worker: dict[str, float] = field(default_factory=dict)
-    shard_states: list[Tensors] | None = None  # per-shard state for the next round, if any
+    shard_states: list[Any] | None = None  # each shard's state for the next round, if any
 
 
-register_dataclasses(ShardData, PhaseEnd, RoundResult)
+register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
 
 
 def worker_id() -> str:
@@ -114,83 +121,53 @@ def load_shard(
     return ShardData(index=index, x=features, y=targets, task=task)
 
 
-def resolve_device(name: str) -> torch.device:
-    """config.device on this process: auto is the current GPU if torch sees one, else CPU."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"--device cuda, but the worker on {socket.gethostname()} sees no GPU; use "
-            "--device cpu or auto"
-        )
-    return torch.device(name)
-
-
-def _to(tensors: Tensors, device: torch.device) -> Tensors:
-    return {k: v.to(device) for k, v in tensors.items()}
-
-
-def _output_to(output: LocalOutput, device: torch.device) -> LocalOutput:
-    return LocalOutput(
-        tensors=_to(output.tensors, device),
-        metrics=output.metrics,
-        shard_state=_to(output.shard_state, device),
-    )
-
-
-def make_objective(spec: ModelSpec, shard: ShardData) -> ShardObjective:
-    return ShardObjective(_architecture(spec), shard.x, shard.y, shard.task, l2=spec.l2)
-
-
-_MODELS = threading.local()
-
-
-def _architecture(spec: ModelSpec) -> torch.nn.Module:
-    """The model's module for `spec`, built once per thread.
-
-    It only supplies the architecture: weights come from the flat vector through
-    functional_call, so it lives on the meta device at no memory cost. functional_call swaps
-    the module's parameters while it runs, hence one module per thread, never shared.
-    """
-    cache = _MODELS.__dict__.setdefault("by_spec", {})
-    if spec not in cache:
-        with torch.device("meta"):
-            cache[spec] = build_model(spec)
-    return cache[spec]
+def _to(value: Any, device: torch.device) -> Any:
+    """Tensors (also inside dicts and state dataclasses) moved to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: _to(getattr(value, f.name), device) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **changes)
+    return value
 
 
 def run_local(
-    strategy: Strategy,
+    round_input: RoundInput,
     phase: int,
-    spec: ModelSpec,
     shard: ShardData,
     weights: torch.Tensor,
-    received: Tensors,
+    received: PhaseEnd | None,
     previous: ShardReport | None,
-    shard_state: Tensors | None = None,
-    *,
-    seed: int,
-    round_index: int,
+    shard_state: Any = None,
 ) -> ShardReport:
-    """One shard's work in one phase of one round (`shard_state`: see algorithms/base.py)."""
+    """One shard's work in one phase of one round (`shard_state`: see algorithms/base.py).
+
+    `received` is the previous phase's end (None in phase 0), `previous` this shard's own
+    report of the previous phase.
+    """
     started = time.perf_counter()
-    rng = torch.Generator().manual_seed(shard_seed(seed, round_index, shard.index))
+    seed = shard_seed(round_input.seed, round_input.index, shard.index)
     # Inputs arrive on the CPU (that is what travels); the work runs where the shard is, and
     # the output goes back to the CPU for the reduction. On a CPU worker these are no-ops.
     device = shard.x.device
-    output = strategy.local(
-        phase,
-        make_objective(spec, shard),
-        weights.to(device),
-        _to(received, device),
-        _output_to(previous.output, device) if previous else None,
-        rng,
-        _to(shard_state or {}, device),
+    output = round_input.strategy.local(
+        LocalContext(
+            phase=phase,
+            objective=make_objective(round_input.spec, shard),
+            weights=weights.to(device),
+            received=_to(received.broadcast.tensors, device) if received else {},
+            previous=_to(previous.output, device) if previous else None,
+            rng=torch.Generator().manual_seed(seed),
+            shard_state=_to(shard_state, device),
+            round_data=round_input.round_data,
+        )
     )
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # so that compute_s is the work, not its launch
     return ShardReport(
-        output=_output_to(output, torch.device("cpu")),
+        output=_to(output, torch.device("cpu")),
         num_samples=int(shard.x.shape[0]),
         compute_s=time.perf_counter() - started,
         worker=worker_id(),
@@ -199,7 +176,7 @@ def run_local(
 
 def combine(*parts: ShardReport | Partial) -> Partial:
     """Sum shard reports (or partial sums) in argument order."""
-    partials = [_to_partial(p) if isinstance(p, ShardReport) else p for p in parts]
+    partials = [to_partial(p) if isinstance(p, ShardReport) else p for p in parts]
     total = partials[0]
     for part in partials[1:]:
         total = merge(total, part)
@@ -208,125 +185,94 @@ def combine(*parts: ShardReport | Partial) -> Partial:
 
 def combine_tree(*reports: ShardReport) -> Partial:
     """Sum consecutive shards' reports in the pairwise tree order (aggregate.tree_reduce)."""
-    return tree_reduce([_to_partial(r) for r in reports])
-
-
-def phase_broadcast(
-    strategy: Strategy, phase: int, weights: torch.Tensor, total: Partial
-) -> Tensors:
-    """What the next phase receives: the strategy's broadcast of the phase's mean."""
-    return strategy.broadcast(phase, weights, mean_of(total)).tensors
+    return tree_reduce([to_partial(r) for r in reports])
 
 
 def finish_phase(
-    strategy: Strategy,
+    round_input: RoundInput,
     phase: int,
-    weights: torch.Tensor,
     total: Partial,
     previous: PhaseEnd | None,
-    inputs_moved: int,
-    partials_moved: int,
+    weights: torch.Tensor,
 ) -> PhaseEnd:
-    """Average a phase and count the bytes it moved between processes.
+    """Average a phase that is not the last, broadcast it, and count what it moved."""
+    mean = mean_of(total)
+    broadcast = round_input.strategy.broadcast(phase, mean, round_input.round_data)
+    return _phase_end(round_input, phase, mean, total, previous, weights, broadcast)
 
-    `inputs_moved`: copies of the phase's input that travelled to the workers holding shards
-    (the weights in phase 0: one from the driver to the reducing worker, one to each other
-    worker; a later phase's broadcast: one to each worker but the reducing one, which made
-    it). `partials_moved`: partial sums that crossed between workers in the reduction tree
-    (aggregate.cross_worker_merges). graph.py places the tasks so that these are the only
-    transfers; the scaling benchmark checks this against Dask's own transfer logs.
-    """
+
+def _phase_end(round_input, phase, mean, total, previous, weights, broadcast) -> PhaseEnd:  # type: ignore[no-untyped-def]
+    # The phase's input: the weights in phase 0, else the previous phase's broadcast.
     incoming = (
-        tensor_bytes(previous.sent.tensors)
+        comm.tensor_bytes(previous.broadcast.tensors)
         if previous
         else weights.numel() * weights.element_size()
     )
-    mean = mean_of(total)
-    is_last = phase == len(strategy.phases) - 1
-    sent = LocalOutput(tensors={}) if is_last else strategy.broadcast(phase, weights, mean)
-    outgoing = tensor_bytes(total.tensor_sums)
-    comm = incoming * inputs_moved + outgoing * partials_moved
-    return PhaseEnd(mean=mean, sent=sent, comm_bytes=comm, communicated=incoming + outgoing > 0)
+    outgoing = comm.tensor_bytes(total.tensor_sums)
+    return PhaseEnd(
+        broadcast=broadcast,
+        metrics={**mean.metrics, **broadcast.metrics},
+        comm_bytes=comm.phase_bytes(
+            phase, incoming=incoming, outgoing=outgoing, layout=round_input.layout
+        ),
+        communicated=incoming + outgoing > 0,
+        compute_by_worker=total.compute_by_worker,
+    )
 
 
-def finish_round(
-    strategy: Strategy,
+def update_round(
+    round_input: RoundInput,
     weights: torch.Tensor,
-    state: Tensors,
-    totals: list[Partial],
+    state: Any,
     ends: list[PhaseEnd],
-    shard_states: list[Tensors] | None = None,
+    last: Partial,
+    shard_states: list[Any] | None = None,
 ) -> RoundResult:
-    """New weights and the round's metrics from every phase's outcome.
+    """The round's last task: finish the last phase, then the strategy's update.
 
-    `shard_states` (strategies with per-shard state only) is each shard's state for the next
-    round, as its last phase returned it; it is passed through untouched.
+    `ends` are the earlier phases, each finished once by finish_phase; `last` is the last
+    phase's sum. `shard_states` (strategies with per-shard state only) is each shard's state
+    for the next round, as its last phase returned it; it is passed through untouched.
     """
-    update = strategy.update(weights, ends[-1].mean, state)
-    compute: dict[str, float] = {}
-    for total in totals:
-        for worker, seconds in total.compute_by_worker.items():
-            compute[worker] = compute.get(worker, 0.0) + seconds
+    mean = mean_of(last)
+    previous = ends[-1] if ends else None
+    end = _phase_end(round_input, len(ends), mean, last, previous, weights, Broadcast(tensors={}))
+    ends = [*ends, end]
     metrics: dict[str, float] = {}
-    for end in ends:
-        metrics.update(end.mean.metrics)
-        metrics.update(end.sent.metrics)
+    for phase_end in ends:
+        metrics.update(phase_end.metrics)
+    update = round_input.strategy.update(
+        RoundEnd(
+            weights=weights,
+            mean=mean,
+            broadcasts=tuple(e.broadcast for e in ends[:-1]),
+            metrics=dict(metrics),
+            state=state,
+            round_data=round_input.round_data,
+        )
+    )
     metrics.update(update.metrics)
-    metrics["comm_bytes"] = float(sum(end.comm_bytes for end in ends))
-    # Communication rounds are the phases that moved tensors (a phase a strategy skips, such
-    # as DANE's solve after a safeguard rejection, sends and gathers nothing).
-    metrics["comm_phases"] = float(sum(1 for end in ends if end.communicated))
-    metrics["max_worker_compute_s"] = max(compute.values())
+    compute: dict[str, float] = {}
+    for phase_end in ends:
+        for worker, seconds in phase_end.compute_by_worker.items():
+            compute[worker] = compute.get(worker, 0.0) + seconds
     return RoundResult(
         weights=update.weights,
         state=update.state,
         metrics=metrics,
+        comm_bytes=sum(e.comm_bytes for e in ends),
+        # A phase a strategy skips (DANE's solve after a safeguard rejection) moves nothing.
+        comm_phases=sum(1 for e in ends if e.communicated),
         compute_by_worker=compute,
         shard_states=shard_states,
     )
-
-
-def inputs_moved(phase: int, receivers: int) -> int:
-    """Copies of a phase's input that reach the `receivers` workers holding shards.
-
-    Phase 0's input is the weights: the driver sends one copy to the reducing worker, which
-    sends one to each other worker. A later phase's broadcast is made on the reducing worker,
-    so every other worker receives one copy.
-    """
-    return receivers if phase == 0 else receivers - 1
-
-
-def update_round(
-    strategy: Strategy,
-    weights: torch.Tensor,
-    state: Tensors,
-    totals: list[Partial],
-    receivers: int,
-    partials_moved: int,
-    shard_states: list[Tensors] | None = None,
-) -> RoundResult:
-    """finish_phase for every phase in order, then finish_round: the round's last task.
-
-    reference.py calls the two steps itself (it needs each phase's broadcast as it goes); the
-    result is the same.
-    """
-    ends: list[PhaseEnd] = []
-    for phase, total in enumerate(totals):
-        previous = ends[-1] if ends else None
-        moved = inputs_moved(phase, receivers)
-        ends.append(finish_phase(strategy, phase, weights, total, previous, moved, partials_moved))
-    return finish_round(strategy, weights, state, totals, ends, shard_states)
 
 
 def round_weights(result: RoundResult) -> torch.Tensor:
     return result.weights
 
 
-def round_state(result: RoundResult) -> Tensors:
-    return result.state
-
-
-def shard_state_of(report: ShardReport) -> Tensors:
+def shard_state_of(report: ShardReport) -> Any:
     """A shard's state for the next round, from its last phase's report."""
     return report.output.shard_state
 

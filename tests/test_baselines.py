@@ -16,8 +16,8 @@ from dask_dane.pipeline.checkpoint import load_checkpoint
 from dask_dane.pipeline.config import RunConfig
 from dask_dane.pipeline.loop import train
 from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 from dask_dane.pipeline.rundir import RunDir
-from dask_dane.pipeline.setup import initial_weights, prepare_run
 
 L2 = 0.01
 
@@ -126,7 +126,7 @@ def test_gd_and_agd_take_the_textbook_steps(ridge):
 
     np.testing.assert_allclose(gd.weights.numpy(), w, rtol=1e-12)
     np.testing.assert_allclose(agd.weights.numpy(), y, rtol=1e-12)  # weights carry y
-    np.testing.assert_allclose(agd.state["x"].numpy(), x_prev, rtol=1e-12)
+    np.testing.assert_allclose(agd.state.x.numpy(), x_prev, rtol=1e-12)
 
 
 def test_admm_converges_to_the_global_minimiser(ridge):
@@ -140,9 +140,9 @@ def test_admm_converges_to_the_global_minimiser(ridge):
 
     assert np.abs(run.weights.numpy() - w_star).max() < 1e-10
     # The scaled duals sum to zero (weighted) at a consensus fixed point.
-    duals = sum(p * s["dual"].numpy() for s, p in zip(run.shard_states, shares, strict=True))
+    duals = sum(p * s.dual.numpy() for s, p in zip(run.shard_states, shares, strict=True))
     assert np.abs(duals).max() < 1e-8
-    assert max(np.abs(s["dual"].numpy()).max() for s in run.shard_states) > 1e-3
+    assert max(np.abs(s.dual.numpy()).max() for s in run.shard_states) > 1e-3
 
 
 def test_admm_first_round_is_the_proximal_average(ridge):

@@ -20,7 +20,7 @@ from dask_dane.bench.ddp import DdpSpec, run_ddp
 from dask_dane.bench.ddp_rank import epoch_batches, rank_seed
 from dask_dane.models.flat import forward_flat
 from dask_dane.models.registry import build_model
-from dask_dane.pipeline.setup import initial_weights, prepare_run
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 from dask_dane.pipeline.tasks import evaluate, load_shard
 
 EPOCHS = 2.0

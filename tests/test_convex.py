@@ -12,11 +12,13 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset, SourceOptions, load_source
 from dask_dane.datasets.store import StoreInfo, write_store
-from dask_dane.pipeline import tasks
 from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
+from dask_dane.pipeline.algorithms.local_solver import LocalProblem
 from dask_dane.pipeline.config import RunConfig
 from dask_dane.pipeline.loop import Callbacks, train
-from dask_dane.pipeline.setup import initial_weights, prepare_run
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.shards import make_objective
+from dask_dane.pipeline.tasks import load_shard
 
 
 def ridge_store(
@@ -73,8 +75,8 @@ def _objective(info, config_overrides=None, *, rows=None):
     config = RunConfig(store=info.path, model="linear", dtype="float64", **(config_overrides or {}))
     setup = prepare_run(config.validate())
     start, stop = rows if rows is not None else (0, info.num_train)
-    shard = tasks.load_shard(**{**setup.shard_args(0), "start": start, "stop": stop})
-    return setup, tasks.make_objective(setup.spec, shard)
+    shard = load_shard(**{**setup.shard_args(0), "start": start, "stop": stop})
+    return setup, make_objective(setup.spec, shard)
 
 
 # --- pure: objective, solvers, source -----------------------------------------------------
@@ -130,13 +132,9 @@ def test_exact_solver_solves_the_dane_local_problem(ridge, method):
     mu = 0.2
     expected = np.linalg.solve(h_i + mu * np.eye(8), b_i + c + mu * a)
 
-    v, first_loss = ExactSolver(method=method, tol=1e-12).solve(
-        objective,
-        torch.zeros(8, dtype=torch.float64),
-        linear=torch.from_numpy(c),
-        anchor=torch.from_numpy(a),
-        mu=mu,
-        rng=torch.Generator(),
+    problem = LocalProblem(objective, linear=torch.from_numpy(c), anchor=torch.from_numpy(a), mu=mu)
+    v, first_loss = ExactSolver(local_solver=method, local_tol=1e-12).solve(
+        problem, torch.zeros(8, dtype=torch.float64), torch.Generator()
     )
 
     assert np.abs(v.numpy() - expected).max() / np.abs(expected).max() < 1e-9
@@ -149,12 +147,12 @@ def test_newton_cg_reaches_the_tolerance_on_logistic_regression(tmp_path):
     info = write_store(raw, PartitionSpec(num_shards=2), tmp_path / "d.zarr", force=False)
     config = RunConfig(store=info.path, model="logistic", dtype="float64", l2=1e-3).validate()
     setup = prepare_run(config)
-    objective = tasks.make_objective(setup.spec, tasks.load_shard(**setup.shard_args(0)))
+    objective = make_objective(setup.spec, load_shard(**setup.shard_args(0)))
     w0 = initial_weights(setup.spec, 0)
     _, g0 = objective.loss_and_grad(w0)
 
-    v, _ = ExactSolver(method="cg", tol=1e-10).solve(
-        objective, w0, linear=None, anchor=None, mu=0.0, rng=torch.Generator()
+    v, _ = ExactSolver(local_solver="cg", local_tol=1e-10).solve(
+        LocalProblem(objective), w0, torch.Generator()
     )
 
     _, g = objective.loss_and_grad(v)

@@ -11,8 +11,8 @@ from dask_dane.pipeline.checkpoint import load_checkpoint
 from dask_dane.pipeline.config import RunConfig
 from dask_dane.pipeline.loop import train
 from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 from dask_dane.pipeline.rundir import RunDir
-from dask_dane.pipeline.setup import initial_weights, prepare_run
 
 pytestmark = pytest.mark.cluster
 

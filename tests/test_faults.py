@@ -210,10 +210,10 @@ def test_stalled_worker_makes_the_round_wait_and_shows_as_straggler(
 SLOW_CHECKPOINT = """
 import sys, time
 from pathlib import Path
-from dask_dane.pipeline import checkpoint, progress
+from dask_dane.pipeline import checkpoint, run_state
 
 marker = Path(sys.argv[1])
-save = progress.save_checkpoint
+save = run_state.save_checkpoint
 
 def slow_save(path, payload):
     if payload["round"] != 2 or path.name != "latest.pt":
@@ -230,7 +230,7 @@ def slow_save(path, payload):
         handle.write(data[len(data) // 2 :])
     checkpoint.atomic_write_bytes(path, write)
 
-progress.save_checkpoint = slow_save
+run_state.save_checkpoint = slow_save
 sys.argv = ["dane", *sys.argv[2:]]
 from dask_dane.cli import main
 main()

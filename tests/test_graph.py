@@ -10,25 +10,34 @@ from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.sgd import Sgd
-from dask_dane.pipeline.graph import RoundPlan, build_round
+from dask_dane.pipeline.comm import layout
+from dask_dane.pipeline.graph import RoundPlan, ShardSet, build_round
+from dask_dane.pipeline.tasks import RoundInput
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
-SOLVER = LocalSolver(steps=2, lr=0.1, batch_size=4)
+SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)
 
 
 def _plan(strategy, num_shards: int = 4) -> RoundPlan:
     # Strings stand in for futures: building a graph computes nothing.
+    placement = [f"tcp://127.0.0.1:{1000 + i % 2}" for i in range(num_shards)]
+    data = ShardSet(
+        token="ab12cd34",
+        shards=[f"shard{i}" for i in range(num_shards)],
+        placement=placement,
+        test="test",
+        test_worker=placement[0],
+    )
+    round_input = RoundInput(
+        strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement)
+    )
     return RoundPlan(
-        strategy=strategy,
-        spec=SPEC,
-        seed=0,
-        round_index=3,
+        round_input=round_input,
         token="ab12cd34",
         weights="w",
         state="s",
-        shards=[f"shard{i}" for i in range(num_shards)],
-        placement=[f"tcp://127.0.0.1:{1000 + i % 2}" for i in range(num_shards)],
-        test_shard="test",
+        shard_states=None,
+        data=data,
     )
 
 
@@ -50,7 +59,7 @@ def test_each_workers_shards_are_summed_by_one_task_there():
     # 8 shards in blocks of 4 on 2 workers: one local sum per worker, one merge across.
     plan = _plan(Dane(eta=1.0, mu=0.0, solver=SOLVER), num_shards=8)
     workers = ["tcp://127.0.0.1:1000"] * 4 + ["tcp://127.0.0.1:1001"] * 4
-    graph, _ = build_round(replace(plan, placement=workers))
+    graph, _ = build_round(replace(plan, data=replace(plan.data, placement=workers)))
 
     reduce = sorted(n for n in graph.layers if n.startswith("reduce_local_grad-3-"))
     assert len(reduce) == 3
@@ -86,19 +95,22 @@ def test_second_phase_depends_on_the_broadcast_and_its_own_first_phase_output():
     assert total.startswith("reduce_local_grad-3-")
 
 
-def test_update_finishes_every_phase_from_the_sums_directly():
-    # No finish task per phase: the update takes each phase's sum, one hop after the last.
+def test_each_phase_is_finished_once_and_the_update_takes_it_from_there():
+    # One path per round: the gradient phase is averaged and broadcast by one task, whose
+    # output both the solves and the update take; the update finishes the last phase from
+    # its sum, one hop after it. No finish task per phase.
     graph, keys = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
 
     assert not [name for name in graph.layers if name.startswith("finish_")]
-    sums = graph.dependencies[keys.result]
-    assert len(sums) == 2
-    assert {key_split(k) for k in sums} == {"reduce_local_grad", "reduce_local_solve"}
+    inputs = graph.dependencies[keys.result]
+    assert len(inputs) == 2
+    assert {key_split(k) for k in inputs} == {"broadcast_local_grad", "reduce_local_solve"}
+    assert "broadcast_local_grad-3-ab12cd34" in graph.dependencies["local_solve-3-0-ab12cd34"]
     assert graph.layers[keys.result].annotations["workers"] == ["tcp://127.0.0.1:1000"]
 
 
 def test_single_phase_strategy_has_no_second_phase():
-    graph, keys = build_round(_plan(Sgd(lr=0.1, batch_size=4), num_shards=1))
+    graph, keys = build_round(_plan(Sgd(local_lr=0.1, batch_size=4), num_shards=1))
 
     local = [name for name in graph.layers if name.startswith("local_")]
     assert local == ["local_grad-3-0-ab12cd34"]

@@ -76,7 +76,7 @@ def test_imports_inside_the_package_are_relative():
         absolute = [
             node.lineno
             for node in ast.walk(tree)
-            if (isinstance(node, ast.ImportFrom) and not node.level and node.module or "")
+            if ((isinstance(node, ast.ImportFrom) and not node.level and node.module) or "")
             .split(".")[0]
             .startswith(PACKAGE)
             or (
@@ -127,10 +127,12 @@ def test_only_cluster_graph_loop_and_bench_import_distributed():
         assert not uses, f"{relative} imports {uses}"
 
 
-def test_algorithms_use_torch_only():
+def test_algorithms_use_torch_only_and_import_neither_config_nor_dask():
     for path in _sources("pipeline/algorithms"):
-        third_party = {n.split(".")[0] for n in _imports(path)} - {PACKAGE}
+        names = _imports(path)
+        third_party = {n.split(".")[0] for n in names} - {PACKAGE}
         assert not (third_party & {"dask", "distributed", "numpy", "zarr", "typer"}), path
+        assert f"{PACKAGE}.pipeline.config" not in names, f"{path} imports the run config"
 
 
 def test_the_module_graph_has_no_cycle():
@@ -141,7 +143,7 @@ def test_the_module_graph_has_no_cycle():
         state[module] = 1
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                cycle = path[path.index(target) :] + [target]
+                cycle = [*path[path.index(target) :], target]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, [*path, target])

@@ -9,27 +9,55 @@ import pytest
 import torch
 
 from dask_dane.pipeline.algorithms import safeguard as sg
-from dask_dane.pipeline.algorithms.base import LocalOutput, for_round
+from dask_dane.pipeline.algorithms.base import LocalContext, LocalOutput, RoundEnd
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.local_solver import LocalSolver
 from dask_dane.pipeline.checkpoint import load_checkpoint
 from dask_dane.pipeline.config import RunConfig
 from dask_dane.pipeline.loop import train
 from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 from dask_dane.pipeline.rundir import RunDir
-from dask_dane.pipeline.setup import initial_weights, prepare_run
 
-SOLVER = LocalSolver(steps=2, lr=0.1, batch_size=4)
+SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)
 
 
-def _state(*, anchor_loss: float, halvings: int = 0, mu: float = 0.0) -> dict[str, torch.Tensor]:
-    return {
-        "anchor": torch.tensor([1.0, 1.0, 1.0]),
-        "step": torch.tensor([2.0, 4.0, -8.0]),
-        "anchor_loss": torch.tensor(anchor_loss, dtype=torch.float64),
-        "halvings": torch.tensor(halvings),
-        "mu": torch.tensor(mu, dtype=torch.float64),
-    }
+def _state(*, anchor_loss: float, halvings: int = 0, mu: float = 0.0) -> sg.SafeguardState:
+    return sg.SafeguardState(
+        anchor=torch.tensor([1.0, 1.0, 1.0]),
+        step=torch.tensor([2.0, 4.0, -8.0]),
+        anchor_loss=anchor_loss,
+        halvings=halvings,
+        mu=mu,
+    )
+
+
+def _decide_and_update(dane, state, w, *, loss, solved=None):
+    """DANE's round around the safeguard: broadcast (decides), local solve, update."""
+    trial = dane.round_data(state)
+    grads = LocalOutput(tensors={"grad": torch.ones(3)}, metrics={"train_loss": loss})
+    sent = dane.broadcast(0, grads, trial)
+    if solved is None:
+        solved = dane.local(
+            LocalContext(
+                phase=1,
+                objective=None,  # type: ignore[arg-type]
+                weights=w,
+                received=sent.tensors,
+                previous=grads,
+                rng=torch.Generator(),
+                round_data=trial,
+            )
+        )
+    end = RoundEnd(
+        weights=w,
+        mean=solved,
+        broadcasts=(sent,),
+        metrics={**grads.metrics, **sent.metrics},
+        state=state,
+        round_data=trial,
+    )
+    return sent, solved, dane.update(end)
 
 
 def test_a_higher_loss_is_rejected_and_the_step_halved():
@@ -66,47 +94,42 @@ def test_the_last_halving_is_accepted_and_nan_is_backtracked():
 
 
 def test_dane_skips_the_solve_and_moves_half_the_step_from_the_anchor():
-    dane = for_round(
-        Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack"), _state(anchor_loss=1.0)
-    )
+    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack")
     w = torch.tensor([3.0, 5.0, -7.0])  # anchor + step, whose loss turned out higher
-    grads = LocalOutput(tensors={"grad": torch.ones(3)}, metrics={"train_loss": 1.5})
 
-    sent = dane.broadcast(0, w, grads)
-    solved = dane.local(1, None, w, sent.tensors, grads, torch.Generator(), {})  # type: ignore[arg-type]
-    update = dane.update(w, solved, _state(anchor_loss=1.0))
+    sent, solved, update = _decide_and_update(dane, _state(anchor_loss=1.0), w, loss=1.5)
 
     assert sent.tensors == {}  # nothing is broadcast for a solve that would be thrown away
-    assert solved.tensors == {} and solved.metrics == {"start_loss": 1.5}
+    assert solved.tensors == {} and solved.metrics == {}  # decided once: nothing to carry on
     assert torch.equal(update.weights, torch.tensor([2.0, 3.0, -3.0]))  # anchor + step / 2
-    assert int(update.state["halvings"]) == 1
-    assert float(update.state["anchor_loss"]) == 1.0
+    assert int(update.state.halvings) == 1
+    assert float(update.state.anchor_loss) == 1.0
     assert update.metrics["safeguard_rejected"] == 1.0
 
 
 def test_a_second_rejection_quarters_the_step():
     state = _state(anchor_loss=1.0, halvings=1)
-    dane = for_round(Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack"), state)
+    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack")
     w = torch.tensor([2.0, 3.0, -3.0])
 
-    update = dane.update(w, LocalOutput(tensors={}, metrics={"start_loss": 1.2}), state)
+    _, _, update = _decide_and_update(dane, state, w, loss=1.2)
 
     assert torch.equal(update.weights, torch.tensor([1.5, 2.0, -1.0]))  # anchor + step / 4
 
 
 def test_an_accepted_round_makes_w_the_anchor_and_the_solves_the_next_step():
-    dane = for_round(
-        Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack"), _state(anchor_loss=1.0)
-    )
+    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack")
     w = torch.tensor([3.0, 5.0, -7.0])
     v = torch.tensor([4.0, 5.0, -6.0])
 
-    update = dane.update(w, LocalOutput(tensors={"weights": v}, metrics={"start_loss": 0.5}), {})
+    _, _, update = _decide_and_update(
+        dane, _state(anchor_loss=1.0), w, loss=0.5, solved=LocalOutput(tensors={"weights": v})
+    )
 
     assert torch.equal(update.weights, v)
-    assert torch.equal(update.state["anchor"], w)
-    assert torch.equal(update.state["step"], v - w)
-    assert float(update.state["anchor_loss"]) == 0.5
+    assert torch.equal(update.state.anchor, w)
+    assert torch.equal(update.state.step, v - w)
+    assert float(update.state.anchor_loss) == 0.5
 
 
 def test_safeguard_needs_dane():

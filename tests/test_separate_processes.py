@@ -16,8 +16,8 @@ import torch
 from dask_dane.pipeline.checkpoint import load_checkpoint
 from dask_dane.pipeline.config import RunConfig
 from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import prepare_run
 from dask_dane.pipeline.rundir import RunDir
-from dask_dane.pipeline.setup import prepare_run
 
 pytestmark = pytest.mark.cluster
 DASK = [sys.executable, "-m"]

@@ -1,56 +1,96 @@
-"""One file per algorithm behind the Strategy protocol (base.py); `make_strategy` picks one."""
+"""One file per algorithm behind the Strategy protocol (base.py); a registry picks one.
+
+`make_strategy(name, settings)` builds the algorithm's frozen dataclass from a run's
+settings by field name: fields are named like the `dane train` flags (eta, mu, local_lr,
+...), and a `solver` field takes the local solver those settings describe (solvers.py). Each
+class checks its own hyperparameters, so a bad value is a ValueError naming the flag.
+"""
 
 from __future__ import annotations
 
-from ..config import RunConfig
+from collections.abc import Mapping
+from dataclasses import MISSING, fields
+from typing import Any
+
+from . import checks
 from .admm import Admm
 from .agd import Agd
-from .base import LocalOutput, RoundUpdate, Strategy
+from .base import (
+    Broadcast,
+    LocalContext,
+    LocalOutput,
+    RoundEnd,
+    RoundUpdate,
+    Strategy,
+    state_from_data,
+    state_to_data,
+)
 from .dane import Dane
 from .exact_solver import ExactSolver
 from .fedavg import FedAvg
 from .fedprox import FedProx
 from .gd import Gd
-from .local_solver import LocalSolver, Solver
+from .local_solver import LocalSolver
 from .oneshot import OneShot
 from .sgd import Sgd
+from .solvers import make_solver
 
-__all__ = ["LocalOutput", "RoundUpdate", "Strategy", "make_strategy"]
+ALGORITHMS: dict[str, type] = {
+    cls.name: cls for cls in (Dane, Sgd, FedAvg, FedProx, OneShot, Admm, Gd, Agd)
+}
+
+__all__ = [
+    "ALGORITHMS",
+    "Broadcast",
+    "LocalContext",
+    "LocalOutput",
+    "RoundEnd",
+    "RoundUpdate",
+    "Strategy",
+    "check_settings",
+    "make_strategy",
+    "state_from_data",
+    "state_to_data",
+]
 
 
-def make_strategy(config: RunConfig) -> Strategy:
-    """The Strategy named by config.algorithm, with its hyperparameters from the config."""
-    solver: Solver = LocalSolver(
-        steps=config.local_steps,
-        lr=config.local_lr,
-        batch_size=config.batch_size,
-        optimizer=config.local_optimizer,
-        momentum=config.momentum,
-    )
-    if config.local_solver != "steps":
-        solver = ExactSolver(method=config.local_solver, tol=config.local_tol)
-    if config.algorithm == "dane":
-        return Dane(
-            eta=config.eta,
-            mu=config.mu,
-            solver=solver,
-            safeguard=config.safeguard,
-            grad_sample=config.grad_sample,
-            sample_seed=config.seed,
+def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
+    """The Strategy `algorithm`, its hyperparameters taken from `settings` by field name.
+
+    Every setting is checked first (check_settings), so a bad value is refused even where
+    the chosen algorithm would not use it.
+    """
+    check_settings(algorithm, settings)
+    strategy_type = ALGORITHMS[algorithm]
+    values: dict[str, Any] = {}
+    for f in fields(strategy_type):
+        if f.name == "solver":
+            values["solver"] = make_solver(settings)
+        elif f.name in settings:
+            values[f.name] = settings[f.name]
+    return strategy_type(**values)
+
+
+def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
+    """ValueError naming the flag for the first setting that breaks its field's rule.
+
+    The rules are those the algorithms and solvers declare on their fields (checks.py). A
+    setting that only another algorithm uses (an exclusive field there), set to anything but
+    that field's default, is an error too: it would be silently ignored.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"unknown --algorithm {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
         )
-    if config.algorithm == "sgd":
-        return Sgd(lr=config.local_lr, batch_size=config.batch_size, momentum=config.momentum)
-    if config.algorithm == "fedavg":
-        return FedAvg(solver=solver)
-    if config.algorithm == "fedprox":
-        return FedProx(mu=config.mu, solver=solver)
-    if config.algorithm == "one-shot":
-        return OneShot(solver=solver)
-    if config.algorithm == "admm":
-        return Admm(rho=config.rho, solver=solver)
-    # gd / agd: --local-lr is the step size, --momentum agd's Nesterov coefficient beta.
-    if config.algorithm == "gd":
-        return Gd(lr=config.local_lr)
-    if config.algorithm == "agd":
-        return Agd(lr=config.local_lr, beta=config.momentum)
-    raise ValueError(f"unknown --algorithm {config.algorithm!r}")
+    make_solver(settings)  # --local-solver names a solver
+    for owner in (*ALGORITHMS.values(), LocalSolver, ExactSolver):
+        for f in fields(owner):
+            if f.name not in settings:
+                continue
+            checks.check_value(f, settings[f.name])
+            exclusive = f.metadata.get("exclusive") and owner is not ALGORITHMS[algorithm]
+            if exclusive and f.default is not MISSING and settings[f.name] != f.default:
+                raise ValueError(
+                    f"{checks.flag(f.name)} {settings[f.name]} applies to --algorithm "
+                    f"{owner.name} only; drop it or use --algorithm {owner.name}"
+                )

@@ -7,7 +7,7 @@ u_i = shard i's scaled dual, rho = penalty. One round k:
     u_i' = u_i + x_i - z'
 f_i already holds the L2 penalty, so z has no extra term. The dual update needs z', which the
 shard only learns when the next round sends it, so each shard keeps (u_i, x_i) as its own
-state (algorithms/base.py) and applies u_i' = u_i + x_i - z' at the start of the next round.
+state (base.py) and applies u_i' = u_i + x_i - z' at the start of the next round.
 Averages are weighted by shard size, which is ADMM on sum_i (n_i/N) f_i with penalty
 rho * n_i/N per block: the same updates.
 """
@@ -15,45 +15,48 @@ rho * n_i/N per block: the same updates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from ..objective import ShardObjective
-from .base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
-from .local_solver import Solver
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .checks import checked, positive
+from .local_solver import LocalProblem
+from .solvers import Solver
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmmShardState:
+    dual: torch.Tensor  # u_i
+    local: torch.Tensor  # x_i
 
 
 @dataclass(frozen=True, kw_only=True)
 class Admm(StrategyDefaults):
-    rho: float
+    rho: float = checked(positive)
     solver: Solver
-    name: str = "admm"
-    phases: tuple[str, ...] = ("local_solve",)
 
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
+    name: ClassVar[str] = "admm"
+    phases: ClassVar[tuple[str, ...]] = ("local_solve",)
+    shard_state_type: ClassVar[type | None] = AdmmShardState
+
+    def label(self) -> str:
+        return f"{self.name} rho={self.rho:g} {self.solver.label()}"
+
+    def init_shard_state(self, weights: torch.Tensor) -> AdmmShardState:
         # u_0 = 0 and x_0 = z_0, so that the first round's dual update u_1 = u_0 + x_0 - z_0 = 0.
-        return {"dual": torch.zeros_like(weights), "local": weights.clone()}
+        return AdmmShardState(dual=torch.zeros_like(weights), local=weights.clone())
 
-    def local(
-        self,
-        phase: int,
-        objective: ShardObjective,
-        weights: torch.Tensor,
-        received: Tensors,
-        previous: LocalOutput | None,
-        rng: torch.Generator,
-        shard_state: Tensors,
-    ) -> LocalOutput:
-        z = weights
-        u_i = shard_state["dual"] + shard_state["local"] - z
-        x_i, first_loss = self.solver.solve(
-            objective, z, linear=None, anchor=z - u_i, mu=self.rho, rng=rng
-        )
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        z, state = ctx.weights, ctx.shard_state
+        u_i = state.dual + state.local - z
+        problem = LocalProblem(ctx.objective, anchor=z - u_i, mu=self.rho)
+        x_i, first_loss = self.solver.solve(problem, z, ctx.rng)
         return LocalOutput(
             tensors={"weights": x_i + u_i},
             metrics={"train_loss": first_loss},
-            shard_state={"dual": u_i, "local": x_i},
+            shard_state=AdmmShardState(dual=u_i, local=x_i),
         )
 
-    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
-        return RoundUpdate(weights=mean.tensors["weights"], state=state)
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        return RoundUpdate(weights=end.mean.tensors["weights"], state=end.state)

@@ -1,36 +1,48 @@
 """Distributed accelerated gradient descent (Nesterov), one averaged full gradient per round.
 
 Legend: x = the iterate, y = the extrapolated point where the gradient is taken,
-g = mean_i grad f_i(y), lr = step size (1/L), beta = momentum ((sqrt(k)-1)/(sqrt(k)+1) for a
-condition number k). One round: x' = y - lr * g; y' = x' + beta * (x' - x).
-The weights the pipeline sends (and checkpoints and scores) are y, since that is where the
-shards must evaluate their gradients; x travels in the driver-side state.
+g = mean_i grad f_i(y), local_lr = step size (1/L), momentum = Nesterov's beta
+((sqrt(k)-1)/(sqrt(k)+1) for a condition number k). One round: x' = y - local_lr * g;
+y' = x' + momentum * (x' - x). The weights the pipeline sends (and checkpoints and scores)
+are y, since that is where the shards must evaluate their gradients; x is the driver state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from .base import LocalOutput, RoundUpdate, Tensors
+from .base import RoundEnd, RoundUpdate
+from .checks import checked, momentum_range
 from .gd import Gd
 
 
 @dataclass(frozen=True, kw_only=True)
+class AgdState:
+    x: torch.Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
 class Agd(Gd):
-    """Gd's shard work (one full gradient); the update extrapolates with momentum beta."""
+    """Gd's shard work (one full gradient); the update extrapolates with `momentum`."""
 
-    beta: float
-    name: str = "agd"
+    momentum: float = checked(momentum_range)
 
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {"x": weights.clone()}
+    name: ClassVar[str] = "agd"
+    state_type: ClassVar[type | None] = AgdState
 
-    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
-        g = mean.tensors["grad"]
-        x_next = weights - self.lr * g
-        y_next = x_next + self.beta * (x_next - state["x"])
+    def label(self) -> str:
+        return f"{super().label()} momentum={self.momentum:g}"
+
+    def init_state(self, weights: torch.Tensor) -> AgdState:
+        return AgdState(x=weights.clone())
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        g = end.mean.tensors["grad"]
+        x_next = end.weights - self.local_lr * g
+        y_next = x_next + self.momentum * (x_next - end.state.x)
         return RoundUpdate(
-            weights=y_next, state={"x": x_next}, metrics={"grad_norm": float(g.norm())}
+            weights=y_next, state=AgdState(x=x_next), metrics={"grad_norm": float(g.norm())}
         )

@@ -1,30 +1,42 @@
 """The Strategy protocol: what every algorithm provides, as pure functions of data.
 
-A round runs the strategy's phases in order. In phase p every shard computes `local(p, ...)`;
-the outputs are averaged over shards (weighted by shard size); between phases `broadcast`
-turns that average into what every shard receives next; after the last phase `update` gives
-the new weights. Strategies hold hyperparameters only, so they pickle and travel as data.
+A round runs the strategy's phases in order. In phase p every shard computes
+`local(LocalContext)`; the outputs are averaged over shards (weighted by shard size); between
+phases `broadcast` turns that average into what every shard receives next, once per phase
+(and may decide something the update needs: DANE's safeguard); after the last phase
+`update(RoundEnd)` gives the new weights and state. Strategies hold hyperparameters only, in
+frozen dataclasses whose fields are named like the `dane train` flags, so they pickle and
+travel as data and the registry (__init__.py) builds them from a run's settings by name.
 
-Per-shard state (ADMM's dual variables): some algorithms keep, for every shard, tensors that
-only that shard uses and that outlive a round. Such state is data too: `init_shard_state`
-gives its start, every phase of round t receives the shard's state as round t started, and the
-last phase returns the state for round t+1 in `LocalOutput.shard_state`. The pipeline keeps
-the list of shard states next to the driver's `state` (so checkpoints and retries after a lost
-worker see it, and the reference runner keeps the same list), sends each shard its own entry
-and counts none of it as communication: in a deployment it would stay on the shard's machine.
-We chose this over folding it into the driver `state` keyed by shard because the averaged
-phases never hand the driver any single shard's output, and over state that lives only on
-workers between rounds because a lost worker or a resumed run would then lose the duals.
+State is data, optax-style: passed in and returned, never kept in the strategy.
+- Driver state (`init_state`, returned by `update`): a frozen dataclass of the algorithm's
+  own (`state_type`), or None. It lives where the round's update runs.
+- Round data (`round_data(state)`): the few scalars of the driver state that the shards'
+  phases and the broadcast need (DANE's anchor loss and mu), derived once per round and
+  handed to every task of the round; no tensors, since it travels to every shard.
+- Shard state (ADMM's dual variables): tensors that only one shard uses and that outlive a
+  round (`init_shard_state`, `shard_state_type`). Every phase of round t receives the
+  shard's state as round t started, and the last phase returns the state for round t+1 in
+  `LocalOutput.shard_state`. The pipeline keeps the list of shard states next to the driver
+  state (so checkpoints and retries after a lost worker see it, and the reference runner
+  keeps the same list), sends each shard its own entry and counts none of it as
+  communication: in a deployment it would stay on the shard's machine. We chose this over
+  folding it into the driver state keyed by shard because the averaged phases never hand the
+  driver any single shard's output, and over state that lives only on workers between rounds
+  because a lost worker or a resumed run would then lose the duals.
+Checkpoints hold states as plain dicts (`state_to_data`), read back with `state_from_data`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from ..objective import ShardObjective
+from . import checks
 
 Tensors = dict[str, torch.Tensor]
 
@@ -39,16 +51,92 @@ class LocalOutput:
 
     tensors: Tensors
     metrics: dict[str, float] = field(default_factory=dict)
-    shard_state: Tensors = field(default_factory=dict)
+    shard_state: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalContext:
+    """Everything one shard's work in one phase sees."""
+
+    phase: int
+    objective: ShardObjective
+    weights: torch.Tensor  # w: the weights the round started from
+    received: Tensors  # what the previous phase's broadcast sent ({} in phase 0)
+    previous: LocalOutput | None  # this shard's own output of the previous phase
+    rng: torch.Generator  # seeded per (run, round, shard)
+    shard_state: Any = None  # this shard's state as the round started
+    round_data: Any = None  # Strategy.round_data of the round's driver state
+
+
+@dataclass(frozen=True, kw_only=True)
+class Broadcast:
+    """A phase's average turned into what every shard receives next, computed once.
+
+    `tensors` travel to every worker and count as communication; `metrics` are round metrics
+    (grad_norm); `decision` is what the strategy decided here for its own update.
+    """
+
+    tensors: Tensors
+    metrics: dict[str, float] = field(default_factory=dict)
+    decision: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundEnd:
+    """What `update` sees: the round's start, its last average and its earlier broadcasts."""
+
+    weights: torch.Tensor  # w: the weights the round started from
+    mean: LocalOutput  # the last phase's average over shards
+    broadcasts: tuple[Broadcast, ...]  # every earlier phase's broadcast, in phase order
+    metrics: dict[str, float]  # the round's averaged metrics so far (train_loss: F(w), ...)
+    state: Any = None  # the driver state as the round started
+    round_data: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundUpdate:
-    """The end of a round: new weights, new strategy state, and round metrics."""
+    """The end of a round: new weights, new driver state, and round metrics."""
 
     weights: torch.Tensor
-    state: Tensors
+    state: Any = None
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Strategy(Protocol):
+    """One distributed optimisation algorithm (DANE, SGD, FedAvg, ...)."""
+
+    name: ClassVar[str]
+    phases: ClassVar[tuple[str, ...]]  # task-name prefixes, e.g. ("local_grad", "local_solve")
+    state_type: ClassVar[type | None]  # the driver state's dataclass; None: no state
+    shard_state_type: ClassVar[type | None]  # each shard's state's dataclass; None: none
+
+    def init_state(self, weights: torch.Tensor) -> Any:
+        """Driver state before round 1 (e.g. a momentum buffer); None if none."""
+        ...
+
+    def init_shard_state(self, weights: torch.Tensor) -> Any:
+        """Every shard's own state before round 1 (e.g. ADMM's dual); None if none."""
+        ...
+
+    def round_data(self, state: Any) -> Any:
+        """The scalars of `state` that this round's shards and broadcast need; None if none."""
+        ...
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        """One shard's work in phase ctx.phase."""
+        ...
+
+    def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
+        """What every shard receives in phase+1, from the average of `phase`."""
+        ...
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        """The new weights and state from the average of the last phase."""
+        ...
+
+    def label(self) -> str:
+        """The algorithm and the settings that distinguish it, for plots."""
+        ...
 
 
 class StrategyDefaults:
@@ -57,64 +145,44 @@ class StrategyDefaults:
     Algorithms inherit these and write only what they do differently.
     """
 
-    name: str
+    name: ClassVar[str]
+    state_type: ClassVar[type | None] = None
+    shard_state_type: ClassVar[type | None] = None
 
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
+    def __post_init__(self) -> None:
+        checks.validate(self)  # each field's rule (checks.checked)
 
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        return {}
+    def init_state(self, weights: torch.Tensor) -> Any:
+        return None
 
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
+    def init_shard_state(self, weights: torch.Tensor) -> Any:
+        return None
+
+    def round_data(self, state: Any) -> Any:
+        return None
+
+    def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
         raise AssertionError(f"{self.name} has a single phase: nothing to broadcast")
 
 
-class Strategy(Protocol):
-    """One distributed optimisation algorithm (DANE, SGD, FedAvg, ...)."""
-
-    name: str
-    phases: tuple[str, ...]  # task-name prefixes, e.g. ("local_grad", "local_solve")
-
-    def init_state(self, weights: torch.Tensor) -> Tensors:
-        """Driver-side state before round 1 (e.g. a momentum buffer); {} if none."""
-        ...
-
-    def init_shard_state(self, weights: torch.Tensor) -> Tensors:
-        """Every shard's own state before round 1 (e.g. ADMM's dual); {} if none."""
-        ...
-
-    def local(
-        self,
-        phase: int,
-        objective: ShardObjective,
-        weights: torch.Tensor,
-        received: Tensors,
-        previous: LocalOutput | None,
-        rng: torch.Generator,
-        shard_state: Tensors,
-    ) -> LocalOutput:
-        """One shard's work in `phase`; `previous` is the same shard's output of phase-1.
-
-        `shard_state` is this shard's state as the round started (see the module docstring).
-        """
-        ...
-
-    def broadcast(self, phase: int, weights: torch.Tensor, mean: LocalOutput) -> LocalOutput:
-        """What every shard receives in phase+1 (tensors) and round metrics (e.g. grad_norm)."""
-        ...
-
-    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
-        """The new weights from the average of the last phase."""
-        ...
+def state_to_data(state: Any) -> dict[str, Any] | None:
+    """A state dataclass as a plain dict of tensors and numbers (what a checkpoint holds)."""
+    if state is None:
+        return None
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
 
 
-def for_round(strategy: Strategy, state: Tensors) -> Strategy:
-    """The strategy of the round that starts from driver `state`.
+def state_from_data(state_type: type | None, data: dict[str, Any] | None) -> Any:
+    """The state dataclass back from state_to_data's dict (None, or {}, for no state).
 
-    A strategy may copy a few scalars of its driver state into itself for a round (DANE's
-    safeguard: the loss to beat and the current mu), because its shards' phases see the
-    strategy but not the driver state. The driver and the reference both call this, so they
-    run the same round; strategies without `for_round` are used as they are.
+    Checkpoints written before states were dataclasses hold the same keys, with numbers as
+    0-dim tensors: those become numbers again.
     """
-    adapt = getattr(strategy, "for_round", None)
-    return adapt(state) if adapt is not None else strategy
+    if state_type is None or not data:
+        return None
+    numbers = {f.name for f in dataclasses.fields(state_type) if str(f.type) in ("float", "int")}
+    values = {
+        key: (value.item() if key in numbers and isinstance(value, torch.Tensor) else value)
+        for key, value in data.items()
+    }
+    return state_type(**values)

@@ -19,67 +19,58 @@ from dataclasses import dataclass
 
 import torch
 
-from ..objective import ShardObjective
+from .checks import checked, one_of, relative_tolerance, validate
+from .local_solver import LocalProblem
 
 EXACT_METHODS = ("lbfgs", "cg")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExactSolver:
-    """Hyperparameters of an exact (to a tolerance) local solver."""
+    """--local-solver lbfgs | cg, to --local-tol: an exact (to a tolerance) local solve."""
 
-    method: str
-    tol: float
+    local_solver: str  # lbfgs | cg (the run's choice of solver: solvers.make_solver)
+    local_tol: float = checked(relative_tolerance)
     max_newton_steps: int = 50
     max_iterations: int = 5000  # CG iterations per Newton step, or L-BFGS iterations
 
+    def __post_init__(self) -> None:
+        one_of(*EXACT_METHODS)("local_solver", self.local_solver)
+        validate(self)
+
+    def label(self) -> str:
+        return self.local_solver
+
     def solve(
-        self,
-        objective: ShardObjective,
-        start: torch.Tensor,
-        *,
-        linear: torch.Tensor | None,
-        anchor: torch.Tensor | None,
-        mu: float,
-        rng: torch.Generator,
+        self, problem: LocalProblem, start: torch.Tensor, rng: torch.Generator
     ) -> tuple[torch.Tensor, float]:
-        """The minimiser of h from `start`, and f_i's loss at `start` (as LocalSolver)."""
-        problem = _LocalProblem(objective, linear, anchor, mu)
-        if self.method == "cg":
-            return _newton_cg(problem, start.detach().clone(), self)
-        return _lbfgs(problem, start.detach().clone(), self)
+        """The minimiser of `problem` from `start`, and f_i's loss at `start` (as LocalSolver)."""
+        exact = _Exact(problem)
+        if self.local_solver == "cg":
+            return _newton_cg(exact, start.detach().clone(), self)
+        return _lbfgs(exact, start.detach().clone(), self)
 
 
 @dataclass(frozen=True)
-class _LocalProblem:
-    objective: ShardObjective
-    linear: torch.Tensor | None
-    anchor: torch.Tensor | None
-    mu: float
+class _Exact:
+    """The local problem with what the exact methods add: a stopping floor and the Hessian."""
+
+    problem: LocalProblem
+
+    def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
+        return self.problem.value_and_grad(v)
 
     def target(self, tol: float, v: torch.Tensor, r: torch.Tensor) -> float:
         """tol * ||r||, but not below the rounding noise of computing r at v."""
-        _, grad_f = self.objective.loss_and_grad(v)
-        scale = float(grad_f.norm()) + (float(self.linear.norm()) if self.linear is not None else 0)
+        _, grad_f = self.problem.objective.loss_and_grad(v)
+        linear = self.problem.linear
+        scale = float(grad_f.norm()) + (float(linear.norm()) if linear is not None else 0)
         floor = 1e2 * torch.finfo(v.dtype).eps * scale
         return max(tol * float(r.norm()), floor)
 
-    def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
-        """(h(v), grad h(v), f_i(v))."""
-        f, grad = self.objective.loss_and_grad(v)
-        h = f
-        if self.linear is not None:
-            h -= float(torch.dot(self.linear, v))
-            grad = grad - self.linear
-        if self.mu and self.anchor is not None:
-            diff = v - self.anchor
-            h += 0.5 * self.mu * float(torch.dot(diff, diff))
-            grad = grad + self.mu * diff
-        return h, grad, f
-
     def hessian(self, v: torch.Tensor):  # type: ignore[no-untyped-def]
-        hess = self.objective.hessian_operator(v)
-        mu = self.mu if self.anchor is not None else 0.0
+        hess = self.problem.objective.hessian_operator(v)
+        mu = self.problem.mu if self.problem.anchor is not None else 0.0
         return (lambda p: hess(p) + mu * p) if mu else hess
 
 
@@ -105,9 +96,9 @@ def _conjugate_gradient(apply, b: torch.Tensor, *, tol: float, max_iterations: i
     return x
 
 
-def _newton_cg(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
+def _newton_cg(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
     h, r, first_loss = problem.value_and_grad(v)
-    target = problem.target(solver.tol, v, r)
+    target = problem.target(solver.local_tol, v, r)
     for _ in range(solver.max_newton_steps):
         if float(r.norm()) <= target:
             break
@@ -121,7 +112,7 @@ def _newton_cg(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  #
     return v, first_loss
 
 
-def _backtrack(problem: _LocalProblem, v: torch.Tensor, h: float, r: torch.Tensor, p: torch.Tensor):  # type: ignore[no-untyped-def]
+def _backtrack(problem: _Exact, v: torch.Tensor, h: float, r: torch.Tensor, p: torch.Tensor):  # type: ignore[no-untyped-def]
     """Halve the step along p (at most 40 times) until h or ||grad h|| decreases.
 
     Returns (v + step * p, its h, its gradient), or None if no step does.
@@ -137,7 +128,7 @@ def _backtrack(problem: _LocalProblem, v: torch.Tensor, h: float, r: torch.Tenso
     return None
 
 
-def _lbfgs(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
+def _lbfgs(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
     """L-BFGS (two-loop recursion, 20 pairs) with the same step acceptance as Newton-CG.
 
     torch.optim.LBFGS's line search compares function values, which stop changing in floating
@@ -145,7 +136,7 @@ def _lbfgs(problem: _LocalProblem, v: torch.Tensor, solver: ExactSolver):  # typ
     about 1e-8; accepting a step that lowers ||grad h|| lets it reach 1e-10 and below.
     """
     h, r, first_loss = problem.value_and_grad(v)
-    target = problem.target(solver.tol, v, r)
+    target = problem.target(solver.local_tol, v, r)
     pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []
     for _ in range(solver.max_iterations):
         if float(r.norm()) <= target:

@@ -4,43 +4,55 @@ Legend: w = weights at the start of the round, v_i = shard i's local solution, m
 strength. One round: v_i ~ argmin_v f_i(v) + (mu/2)||v - w||^2 (K steps, or exact for convex
 models); w <- mean_i v_i.
 
-With mu = 0 this is "solve locally, then average": FedAvg (K steps) and one-shot averaging
-(exact solves) are this class with their own names (fedavg.py, oneshot.py).
+Without the proximal term this is "solve locally, then average" (`SolveAndAverage`): FedAvg
+(K steps, fedavg.py) and one-shot averaging (exact solves, oneshot.py) are that, under their
+own names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-import torch
-
-from ..objective import ShardObjective
-from .base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
-from .local_solver import Solver
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .checks import checked, non_negative
+from .local_solver import LocalProblem
+from .solvers import Solver
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedProx(StrategyDefaults):
-    solver: Solver
-    mu: float = 0.0
-    name: str = "fedprox"
-    phases: tuple[str, ...] = ("local_train",)
+class SolveAndAverage(StrategyDefaults):
+    """Each shard solves its local problem from w; the new weights are the solutions' mean."""
 
-    def local(
-        self,
-        phase: int,
-        objective: ShardObjective,
-        weights: torch.Tensor,
-        received: Tensors,
-        previous: LocalOutput | None,
-        rng: torch.Generator,
-        shard_state: Tensors,
-    ) -> LocalOutput:
-        # (with mu = 0 the anchor plays no part in either solver)
-        v_i, first_loss = self.solver.solve(
-            objective, weights, linear=None, anchor=weights, mu=self.mu, rng=rng
-        )
+    solver: Solver
+
+    phases: ClassVar[tuple[str, ...]] = ("local_train",)
+
+    @property
+    def proximal_mu(self) -> float:
+        return 0.0  # (with mu = 0 the anchor plays no part in either solver)
+
+    def label(self) -> str:
+        return f"{self.name} {self.solver.label()}"
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        problem = LocalProblem(ctx.objective, anchor=ctx.weights, mu=self.proximal_mu)
+        v_i, first_loss = self.solver.solve(problem, ctx.weights, ctx.rng)
         return LocalOutput(tensors={"weights": v_i}, metrics={"train_loss": first_loss})
 
-    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
-        return RoundUpdate(weights=mean.tensors["weights"], state=state)
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        return RoundUpdate(weights=end.mean.tensors["weights"], state=end.state)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedProx(SolveAndAverage):
+    mu: float = checked(non_negative)
+
+    name: ClassVar[str] = "fedprox"
+
+    @property
+    def proximal_mu(self) -> float:
+        return self.mu
+
+    def label(self) -> str:
+        return f"{self.name} mu={self.mu:g} {self.solver.label()}"

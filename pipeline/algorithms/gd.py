@@ -1,45 +1,37 @@
 """Distributed full-gradient descent: one averaged full-shard gradient per round.
 
-Legend: w = weights, g = mean_i grad f_i(w) (full shards), lr = step size.
-One round: w <- w - lr * g.
+Legend: w = weights, g = mean_i grad f_i(w) (full shards), local_lr = step size.
+One round: w <- w - local_lr * g.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-import torch
-
-from ..objective import ShardObjective
-from .base import LocalOutput, RoundUpdate, StrategyDefaults, Tensors
-
-
-def full_gradient(objective: ShardObjective, weights: torch.Tensor) -> LocalOutput:
-    """grad f_i(w) over the whole shard, with f_i(w) as the round's train loss."""
-    loss, g_i = objective.loss_and_grad(weights)
-    return LocalOutput(tensors={"grad": g_i}, metrics={"train_loss": loss})
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .checks import checked, positive
 
 
 @dataclass(frozen=True, kw_only=True)
 class Gd(StrategyDefaults):
-    lr: float
-    name: str = "gd"
-    phases: tuple[str, ...] = ("local_grad",)
+    local_lr: float = checked(positive)  # the step size (1/L)
 
-    def local(
-        self,
-        phase: int,
-        objective: ShardObjective,
-        weights: torch.Tensor,
-        received: Tensors,
-        previous: LocalOutput | None,
-        rng: torch.Generator,
-        shard_state: Tensors,
-    ) -> LocalOutput:
-        return full_gradient(objective, weights)
+    name: ClassVar[str] = "gd"
+    phases: ClassVar[tuple[str, ...]] = ("local_grad",)
 
-    def update(self, weights: torch.Tensor, mean: LocalOutput, state: Tensors) -> RoundUpdate:
-        g = mean.tensors["grad"]
+    def label(self) -> str:
+        return f"{self.name} lr={self.local_lr:g}"
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        """grad f_i(w) over the whole shard, with f_i(w) as the round's train loss."""
+        loss, g_i = ctx.objective.loss_and_grad(ctx.weights)
+        return LocalOutput(tensors={"grad": g_i}, metrics={"train_loss": loss})
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        g = end.mean.tensors["grad"]
         return RoundUpdate(
-            weights=weights - self.lr * g, state=state, metrics={"grad_norm": float(g.norm())}
+            weights=end.weights - self.local_lr * g,
+            state=end.state,
+            metrics={"grad_norm": float(g.norm())},
         )

@@ -18,8 +18,11 @@ makes plain DANE diverge. Each accepted round without a backtrack relaxes mu by
 MU_RELAX towards the configured mu, so a run that went through one rough patch does not stay
 over-damped (a factor of 0.9 halves the excess in about 7 good rounds).
 
-Everything here is a pure function of scalars, shared by the Dask driver and the reference
-runner through the DANE strategy (algorithms/dane.py), so both take the same decisions.
+The decision is made once per round, in DANE's broadcast of the gradient phase, from the
+round's `Trial` (the scalars of the `SafeguardState`, handed to the round as its data), and
+carried to the update in the broadcast. Everything here is a pure function of data, shared by
+the Dask driver and the reference runner through the DANE strategy (algorithms/dane.py), so
+both take the same decisions.
 """
 
 from __future__ import annotations
@@ -27,12 +30,40 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..config import SAFEGUARDS
+import torch
+
+SAFEGUARDS = ("off", "backtrack", "adaptive-mu")
 
 MAX_HALVINGS = 3  # at most 3 halvings: the shortest step tried is d / 8
 MU_START = 0.1  # adaptive-mu: the mu a rejection sets when the configured mu is 0
 MU_GROWTH = 2.0
 MU_RELAX = 0.9
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trial:
+    """What a round's safeguard decides with: F(w_a), k and mu (no tensors: every shard gets it)."""
+
+    anchor_loss: float
+    halvings: int
+    mu: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SafeguardState:
+    """DANE's driver state under a safeguard: the anchor, the step proposed from it, the trial.
+
+    Losses and mu are Python floats (float64), so they compare exactly across rounds.
+    """
+
+    anchor: torch.Tensor  # w_a
+    step: torch.Tensor  # d
+    anchor_loss: float  # F(w_a)
+    halvings: int  # k
+    mu: float
+
+    def trial(self) -> Trial:
+        return Trial(anchor_loss=self.anchor_loss, halvings=self.halvings, mu=self.mu)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,3 +96,32 @@ def decide(
 def backtracked(halvings: int) -> float:
     """The fraction of the proposed step d taken after `halvings` halvings: 1 / 2^k."""
     return 0.5**halvings
+
+
+def next_weights(
+    state: SafeguardState,
+    decision: Decision,
+    *,
+    weights: torch.Tensor,
+    loss: float,
+    proposal: torch.Tensor | None,
+) -> tuple[torch.Tensor, SafeguardState]:
+    """The next round's weights and state after `decision` on w = `weights` with F(w) = `loss`.
+
+    Accepted: w is the new anchor, the local solves' mean (`proposal`) the next candidate.
+    Rejected: a shorter step along the same d from the same anchor.
+    """
+    if decision.accept:
+        assert proposal is not None, "an accepted round has local solutions"
+        anchor, step, anchor_loss, new_weights = weights, proposal - weights, loss, proposal
+    else:
+        anchor, step, anchor_loss = state.anchor, state.step, state.anchor_loss
+        new_weights = anchor + backtracked(decision.halvings) * step
+    state = SafeguardState(
+        anchor=anchor,
+        step=step,
+        anchor_loss=anchor_loss,
+        halvings=decision.halvings,
+        mu=decision.mu,
+    )
+    return new_weights, state

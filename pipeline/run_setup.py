@@ -24,7 +24,7 @@ from ..models.registry import (
     check_model_task,
     is_convex,
 )
-from .algorithms import Strategy, make_strategy
+from .algorithms import Strategy
 from .config import RunConfig
 
 
@@ -92,7 +92,7 @@ def prepare_run(config: RunConfig) -> RunSetup:
         dtype=config.dtype,
         l2=store.l2 if config.l2 is None else config.l2,
     )
-    return RunSetup(config=config, store=store, spec=spec, strategy=make_strategy(config))
+    return RunSetup(config=config, store=store, spec=spec, strategy=config.strategy())
 
 
 def _check_dtype_holds(store: StoreInfo, dtype: str) -> None:

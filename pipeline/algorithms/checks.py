@@ -1,0 +1,82 @@
+"""Rules for hyperparameters, declared on the fields that hold them.
+
+Strategy and solver fields are named like the `dane train` flags (local_lr is --local-lr) and
+carry their rule in the field's metadata: `eta: float = checked(positive)`. A class checks
+its own fields when it is built (`validate`), and the registry checks a run's settings
+against every class's rules (`check_value`), so a bad value is refused even when the chosen
+algorithm would not use it. Each rule raises ValueError naming the flag and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+Rule = Callable[[str, Any], None]
+
+
+def checked(rule: Rule | None = None, *, exclusive: bool = False, **field_args: Any) -> Any:
+    """A dataclass field with its rule; `exclusive`: a setting only this algorithm uses, which
+    is an error with any other algorithm (it would be silently ignored)."""
+    return dataclasses.field(metadata={"rule": rule, "exclusive": exclusive}, **field_args)
+
+
+def validate(instance: Any) -> None:
+    """Apply every field's rule to an instance's values."""
+    for f in dataclasses.fields(instance):
+        check_value(f, getattr(instance, f.name))
+
+
+def check_value(f: dataclasses.Field, value: Any) -> None:
+    rule = f.metadata.get("rule")
+    if rule is not None:
+        rule(f.name, value)
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field: local_lr -> --local-lr."""
+    return "--" + name.replace("_", "-")
+
+
+def positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{flag(name)} must be a positive number (got {value})")
+
+
+def non_negative(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{flag(name)} must be zero or positive (got {value})")
+
+
+def at_least_one(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{flag(name)} must be at least 1 (got {value})")
+
+
+def momentum_range(name: str, value: float) -> None:
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise ValueError(f"{flag(name)} must be in [0, 1) (got {value})")
+
+
+def relative_tolerance(name: str, value: float) -> None:
+    if not (math.isfinite(value) and 0 < value < 1):
+        raise ValueError(
+            f"{flag(name)} must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10"
+        )
+
+
+def rows_or_all(name: str, value: int) -> None:
+    if value < 0:
+        raise ValueError(
+            f"{flag(name)} must be 0 (the full shard) or a number of rows (got {value})"
+        )
+
+
+def one_of(*choices: str) -> Rule:
+    def rule(name: str, value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"unknown {flag(name)} {value!r}; choose one of: {', '.join(choices)}")
+
+    return rule

@@ -1,0 +1,65 @@
+"""Communication accounting: the bytes an algorithm must move per round, in one pure module.
+
+What is counted is what moves between processes, from the tensors themselves (never an
+estimate by the algorithm). Per phase:
+- its input reaches every worker holding shards: the weights in phase 0 (the driver sends one
+  copy to the reducing worker, which serves the others), a later phase's broadcast (made on
+  the reducing worker, so every other worker receives one copy): `inputs_moved`;
+- the partial sums of its output cross between workers in the pairwise reduction tree:
+  `cross_worker_merges`.
+graph.py places the tasks so that these are the only transfers; tasks.py counts each phase
+with `phase_bytes` when it finishes, and reference.py does the same for the layout the Dask
+run would have; `dane bench scaling` checks the count against Dask's own transfer logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .aggregate import reduction_groups
+
+
+def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
+    """Bytes of the tensor payload: what moving these tensors costs on the wire."""
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """What the byte count of a round depends on besides the tensors: where shards live."""
+
+    receivers: int  # workers that hold shards
+    partials_moved: int  # partial sums crossing between workers in one reduction
+
+
+def layout(placement: list[str]) -> Layout:
+    """The layout of shards placed on these workers (one entry per shard)."""
+    return Layout(receivers=len(set(placement)), partials_moved=cross_worker_merges(placement))
+
+
+def inputs_moved(phase: int, receivers: int) -> int:
+    """Copies of a phase's input that reach the `receivers` workers holding shards."""
+    return receivers if phase == 0 else receivers - 1
+
+
+def phase_bytes(phase: int, *, incoming: int, outgoing: int, layout: Layout) -> int:
+    """Bytes phase `phase` moves: its input (`incoming` bytes a copy) to the workers, and its
+    partial sums (`outgoing` bytes each) across workers."""
+    return incoming * inputs_moved(phase, layout.receivers) + outgoing * layout.partials_moved
+
+
+def cross_worker_merges(placement: list[str]) -> int:
+    """Partial sums that move between workers in the pairwise tree over shards so placed.
+
+    Each merge runs on the worker of its first input (graph.py pins it there), so a merge
+    whose second input lives elsewhere moves one partial sum.
+    """
+    level, moved = list(placement), 0
+    while len(level) > 1:
+        moved += sum(
+            1 for g in reduction_groups(len(level)) if len(g) == 2 and level[g[0]] != level[g[1]]
+        )
+        level = [level[g[0]] for g in reduction_groups(len(level))]
+    return moved

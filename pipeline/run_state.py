@@ -1,0 +1,145 @@
+"""Where a run stands between rounds: start or resume it, advance it, save it, sum it up.
+
+The driver (loop.py) and the reference runner (reference.py) both keep a RunState and
+advance it with each round's result and metrics row. A checkpoint is a RunState as data: its
+fields listed once, here, with the strategy's states as plain dicts (algorithms/base.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .algorithms import Strategy, state_from_data, state_to_data
+from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
+from .errors import TrainingDiverged
+from .metrics import keep_rounds_up_to, read_metrics
+from .run_setup import RunSetup, initial_weights
+from .rundir import RunDir
+from .tasks import RoundResult
+
+
+@dataclass
+class RunState:
+    """What a run carries from one round to the next; a checkpoint holds it (and the config)."""
+
+    round: int
+    weights: torch.Tensor
+    state: Any  # the strategy's driver state
+    shard_states: list[Any] | None = None  # each shard's own state (algorithms/base.py)
+    best_accuracy: float = -math.inf
+    cum_comm_bytes: int = 0
+    cum_comm_rounds: int = 0
+
+    @classmethod
+    def fresh(cls, setup: RunSetup) -> RunState:
+        """Round 0: the seeded initial weights and the strategy's initial states."""
+        weights = initial_weights(setup.spec, setup.config.seed)
+        shard_states = [setup.strategy.init_shard_state(weights) for _ in setup.store.shards]
+        return cls(
+            round=0,
+            weights=weights,
+            state=setup.strategy.init_state(weights),
+            shard_states=shard_states if any(s is not None for s in shard_states) else None,
+        )
+
+    def advance(self, result: RoundResult, row: dict[str, Any]) -> None:
+        """Take round `row["round"]`'s result and its metrics row (metrics.round_row)."""
+        self.round = row["round"]
+        self.weights = result.weights
+        self.state = result.state
+        if result.shard_states is not None:
+            self.shard_states = result.shard_states
+        self.cum_comm_bytes = row["cum_comm_bytes"]
+        self.cum_comm_rounds = row["comm_rounds"]
+        if row["is_best"]:
+            self.best_accuracy = row["test_accuracy"]
+
+    def as_data(self) -> dict[str, Any]:
+        """Every field, the strategy's states as plain dicts: what a checkpoint holds."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["state"] = state_to_data(self.state)
+        if self.shard_states is not None:
+            data["shard_states"] = [state_to_data(s) for s in self.shard_states]
+        return data
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], strategy: Strategy) -> RunState:
+        """A RunState from a checkpoint (as_data's fields; extra keys are ignored)."""
+        values = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        values["state"] = state_from_data(strategy.state_type, data["state"])
+        if values["shard_states"] is not None:
+            shard_type = strategy.shard_state_type
+            values["shard_states"] = [state_from_data(shard_type, s) for s in data["shard_states"]]
+        values["cum_comm_bytes"] = int(values["cum_comm_bytes"])
+        return cls(**values)
+
+
+def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
+    """A fresh RunState, or the one saved in the run directory's latest checkpoint.
+
+    Writes config.toml; the metrics file keeps the rounds the state has seen, no more.
+    """
+    if not resume and run_dir.holds_run():
+        raise ValueError(
+            f"{run_dir.root} already holds a run; pass --resume to continue it or choose "
+            "another --out"
+        )
+    run_dir.check_writable()
+    run_dir.write_config(setup.config)
+    if resume and run_dir.latest.exists():
+        remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
+        state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
+    else:
+        state = RunState.fresh(setup)
+    keep_rounds_up_to(run_dir.metrics, state.round)
+    return state
+
+
+def save_run(run_dir: RunDir, state: RunState, setup: RunSetup, *, improved: bool) -> None:
+    """The latest checkpoint, and the best one too when the round `improved` on it."""
+    payload = {**state.as_data(), "config": setup.config.as_dict()}
+    save_checkpoint(run_dir.latest, payload)
+    if improved:
+        save_checkpoint(run_dir.best, payload)
+
+
+def check_finite(result: RoundResult, row: dict[str, Any], run_dir: RunDir) -> None:
+    """TrainingDiverged naming the round if its loss or weights are not finite."""
+    loss = row["train_loss"]
+    if not bool(torch.isfinite(result.weights).all()) or (
+        loss is not None and not math.isfinite(loss)
+    ):
+        kept = (
+            f"the last good checkpoint (round {row['round'] - 1}) is kept in {run_dir.latest}"
+            if row["round"] > 1
+            else "no round finished, so no checkpoint is kept"
+        )
+        raise TrainingDiverged(
+            f"training diverged in round {row['round']}: loss or weights are not finite "
+            f"(train_loss={loss}); {kept}; try a larger --mu or a smaller --local-lr"
+        )
+
+
+def summary(setup: RunSetup, run_dir: RunDir, state: RunState) -> dict[str, Any]:
+    """summary.json: the run's last metrics, best accuracy and totals."""
+    rows = read_metrics(run_dir.metrics)
+    last = rows[-1] if rows else {}
+    return {
+        "algorithm": setup.strategy.name,
+        "model": setup.config.model,
+        "store": setup.store.path,
+        "rounds": state.round,
+        "final_train_loss": last.get("train_loss"),
+        "final_test_loss": last.get("test_loss"),
+        "final_test_accuracy": last.get("test_accuracy"),
+        "best_test_accuracy": None if state.best_accuracy == -math.inf else state.best_accuracy,
+        "total_wall_s": sum(r["wall_s"] for r in rows),
+        "total_comm_bytes": state.cum_comm_bytes,
+        "total_comm_rounds": state.cum_comm_rounds,
+        "num_parameters": int(state.weights.numel()),
+    }
