@@ -1,12 +1,14 @@
 """`dane bench ...`: the benchmarks' Typer sub-app, mounted by cli.py.
 
 Each command parses its options into a bench spec, runs it through the engine's public
-functions and hands the result to output.save_results (JSON, table, PNG).
+functions and hands the result to output.save_results (JSON, PNG, table). Options shared by
+several commands are declared once, below; an option named like a `dane train` flag means
+what that flag means.
 """
 
 from __future__ import annotations
 
-import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,23 +19,52 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 
+JsonOut = Annotated[Path | None, typer.Option("--json", help="Write the results here (JSON).")]
+PlotOut = Annotated[Path | None, typer.Option("--plot", help="Write the figure here (PNG).")]
+Workdir = Annotated[Path, typer.Option(help="Where stores and run directories go.")]
+Store = Annotated[str, typer.Option(help="Store to train on (written by `dane prepare`).")]
+Model = Annotated[str, typer.Option(help="Model.")]
+LocalSteps = Annotated[int, typer.Option(help="Local steps K per round.")]
+BatchSize = Annotated[int, typer.Option(help="Minibatch size per shard (per DDP rank).")]
+GradSample = Annotated[int, typer.Option(help="DANE: gradient rows per shard; 0: all.")]
+Seed = Annotated[int, typer.Option(help="Seed of data order and initial weights.")]
+Networks = Annotated[
+    list[str] | None,
+    typer.Option("--network", help="BANDWIDTH_GBPS,LATENCY_MS to project onto (repeatable)."),
+]
 
-def _int_list(text: str, flag: str) -> tuple[int, ...]:
+
+def _numbers(text: str, flag: str, kind: type) -> tuple:
     try:
-        return tuple(int(v) for v in text.split(","))
+        return tuple(kind(v) for v in text.split(","))
     except ValueError:
+        what = "integers" if kind is int else "numbers"
         raise ValueError(
-            f"{flag} must be a comma-separated list of integers (got {text!r})"
+            f"{flag} must be a comma-separated list of {what} (got {text!r})"
         ) from None
 
 
-def _float_list(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ValueError(
-            f"{flag} must be a comma-separated list of numbers (got {text!r})"
-        ) from None
+def _spec(spec_type: type, options: dict[str, Any], **converted: Any) -> Any:
+    """A bench spec from a command's options, by name (`converted`: those parsed first).
+
+    Paths (--workdir) become strings: specs are recorded in the results' JSON.
+    """
+    names = {f.name for f in fields(spec_type)}
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if k in names}
+    return spec_type(**{**given, **converted})
+
+
+def _save(result: dict[str, Any], json_out: Path | None, **outputs: Any) -> None:
+    from .output import save_results
+
+    save_results(result, json_out=json_out, echo=typer.echo, **outputs)
+
+
+def _networks(given: list[str] | None) -> tuple:
+    """--network values, or the two reference networks when none is given."""
+    from .network import STANDARD_NETWORKS, parse_network
+
+    return tuple(parse_network(n) for n in given) if given else STANDARD_NETWORKS
 
 
 @bench_app.command()
@@ -62,51 +93,25 @@ def convergence(
     l2: Annotated[
         float | None, typer.Option(help="L2 lambda (default: ridge 0.005, logistic 1e-3).")
     ] = None,
-    workdir: Annotated[Path, typer.Option(help="Where stores and run directories go.")] = Path(
-        "bench-out/convergence"
-    ),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
+    workdir: Workdir = Path("bench-out/convergence"),
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
 ) -> None:
     """DANE's convergence against m, N and mu (Shamir et al. 2014, section 7), with baselines."""
-    from .convergence import (
+    options = dict(locals())
+    from .convergence import ConvergenceSpec, markdown_table, plot, run_convergence
+    from .output import saving_partial
+
+    spec = _spec(
         ConvergenceSpec,
-        markdown_table,
-        plot,
-        run_convergence,
-        write_json,
-    )
-
-    spec = ConvergenceSpec(
-        problem=problem,
-        machines=_int_list(machines, "--machines"),
-        samples=_int_list(samples, "--samples"),
-        mus=_float_list(mu, "--mu"),
-        eta=eta,
-        rounds=rounds,
-        seeds=seeds,
+        options,
+        machines=_numbers(machines, "--machines", int),
+        samples=_numbers(samples, "--samples", int),
+        mus=_numbers(mu, "--mu", float),
         algorithms=tuple(a.strip() for a in algorithms.split(",")),
-        local_solver=local_solver,
-        local_tol=local_tol,
-        rho=rho,
-        l2=l2,
-        workdir=str(workdir),
     ).validate()
-    if local_solver not in ("cg", "lbfgs"):
-        raise ValueError(
-            f"--local-solver must be cg or lbfgs for this benchmark (got {local_solver!r})"
-        )
-    command = "dane " + " ".join(sys.argv[1:])
-
-    def save(partial: dict[str, Any]) -> None:
-        if json_out is not None:
-            write_json({**partial, "command": command}, json_out)
-
-    result = {**run_convergence(spec, log=typer.echo, on_cell=save), "command": command}
-    save(result)
-    if plot_out is not None:
-        plot(result, plot_out)
-    typer.echo(markdown_table(result))
+    result = run_convergence(spec, log=typer.echo, on_cell=saving_partial(json_out))
+    _save(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 
 @bench_app.command("train")
@@ -114,15 +119,16 @@ def bench_train(
     configs: Annotated[
         Path, typer.Option(help="TOML file: [defaults] and one [[run]] table per training run.")
     ],
-    json_out: Annotated[Path, typer.Option("--json", help="Write the results here.")],
-    workdir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path(
-        "bench-out/training"
-    ),
+    json_out: Annotated[Path, typer.Option("--json", help="Write the results here (JSON).")],
+    plot_out: PlotOut = None,
+    workdir: Workdir = Path("bench-out/training"),
 ) -> None:
     """Training-quality runs (e.g. CNNs on real data), one after another on one cluster."""
-    from .training import read_runs, run_all
+    from .output import saving_partial
+    from .training import markdown_table, plot, read_runs, run_all
 
-    run_all(read_runs(configs, workdir), json_out)
+    result = run_all(read_runs(configs, workdir), log=typer.echo, on_run=saving_partial(json_out))
+    _save(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 
 @bench_app.command()
@@ -132,35 +138,22 @@ def soak(
     workers: Annotated[int, typer.Option(help="Workers (and shards) of the local cluster.")] = 2,
     algorithm: Annotated[str, typer.Option(help="Algorithm to train.")] = "dane",
     model: Annotated[str, typer.Option(help="Model (digits store).")] = "mlp",
-    local_steps: Annotated[int, typer.Option(help="Local steps per round.")] = 5,
-    workdir: Annotated[Path, typer.Option(help="Where the store and run directory go.")] = Path(
-        "bench-out/soak"
-    ),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
+    local_steps: LocalSteps = 5,
+    workdir: Workdir = Path("bench-out/soak"),
+    json_out: JsonOut = None,
 ) -> None:
     """Many rounds on a small store: memory, leftover tasks and round times must stay flat."""
-    from .soak import SoakSpec, markdown_table, run_soak, write_json
+    options = dict(locals())
+    from .soak import SoakSpec, markdown_table, run_soak
 
-    spec = SoakSpec(
-        rounds=rounds,
-        warmup=warmup,
-        workers=workers,
-        algorithm=algorithm,
-        model=model,
-        local_steps=local_steps,
-        workdir=str(workdir),
-    ).validate()
-    result = run_soak(spec, log=typer.echo)
-    result["command"] = "dane " + " ".join(sys.argv[1:])
-    if json_out is not None:
-        write_json(result, json_out)
-    typer.echo(markdown_table(result))
+    spec = _spec(SoakSpec, options).validate()
+    _save(run_soak(spec, log=typer.echo), json_out, table=markdown_table)
 
 
 @bench_app.command()
 def scaling(
-    store: Annotated[str, typer.Option(help="Store to train on (fixed for all counts).")],
-    model: Annotated[str, typer.Option(help="Model.")] = "lenet",
+    store: Store,
+    model: Model = "lenet",
     algorithm: Annotated[str, typer.Option(help="Algorithm.")] = "dane",
     shards: Annotated[
         int | None, typer.Option(help="Shards the store must hold (checked).")
@@ -170,121 +163,72 @@ def scaling(
         int,
         typer.Option(help="Rounds per count after a warm-up one; medians leave out the last."),
     ] = 5,
-    local_steps: Annotated[int, typer.Option(help="Local steps K.")] = 10,
-    batch_size: Annotated[int, typer.Option(help="Minibatch size.")] = 64,
-    grad_sample: Annotated[int, typer.Option(help="DANE gradient rows per shard; 0: all.")] = 0,
+    local_steps: LocalSteps = 10,
+    batch_size: BatchSize = 64,
+    grad_sample: GradSample = 0,
     device: Annotated[str, typer.Option(help="cpu | cuda (one worker per GPU).")] = "cpu",
     reference: Annotated[bool, typer.Option(help="Also time reference.py.")] = True,
     fixed_cost: Annotated[bool, typer.Option(help="Also time tiny rounds.")] = True,
-    network: Annotated[
-        list[str] | None,
-        typer.Option(help="BANDWIDTH_GBPS,LATENCY_MS to project onto (repeatable)."),
-    ] = None,
-    workdir: Annotated[Path, typer.Option(help="Run directories go here.")] = Path(
-        "bench-out/scaling"
-    ),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
+    network: Networks = None,
+    workdir: Workdir = Path("bench-out/scaling"),
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
 ) -> None:
     """Strong scaling: the same data and work on 1, 2, 4... workers, each round taken apart."""
+    options = dict(locals())
     from .scaling import ScalingSpec, run_scaling
     from .scaling_report import markdown_table, plot
 
-    spec = ScalingSpec(
-        store=store,
-        model=model,
-        algorithm=algorithm,
-        shards=shards,
-        workers=_int_list(workers, "--workers"),
-        rounds=rounds,
-        local_steps=local_steps,
-        batch_size=batch_size,
-        grad_sample=grad_sample,
-        device=device,
-        reference=reference,
-        fixed_cost=fixed_cost,
-        workdir=str(workdir),
+    spec = _spec(
+        ScalingSpec,
+        options,
+        workers=_numbers(workers, "--workers", int),
         networks=_networks(network),
     ).validate()
-    _save_bench(run_scaling(spec, log=typer.echo), json_out, plot_out, plot, markdown_table)
+    _save(
+        run_scaling(spec, log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )
 
 
 @bench_app.command()
 def ddp(
-    store: Annotated[str, typer.Option(help="Store to train on.")],
-    model: Annotated[str, typer.Option(help="Model.")] = "lenet",
+    store: Store,
+    model: Model = "lenet",
     workers: Annotated[int, typer.Option(help="DDP ranks = Dask workers.")] = 2,
     epochs: Annotated[float, typer.Option(help="DDP: passes over the training set.")] = 2.0,
-    batch_size: Annotated[int, typer.Option(help="Minibatch per rank / shard.")] = 64,
+    batch_size: BatchSize = 64,
     lr: Annotated[
         float, typer.Option(help="Learning rate (DDP, SGD, DANE's local solver).")
     ] = 0.05,
     momentum: Annotated[float, typer.Option(help="Momentum.")] = 0.9,
     eval_every: Annotated[int, typer.Option(help="DDP: steps between evaluations.")] = 50,
     dane_rounds: Annotated[int, typer.Option(help="DANE iterations.")] = 20,
-    local_steps: Annotated[int, typer.Option(help="DANE local steps K.")] = 50,
-    grad_sample: Annotated[int, typer.Option(help="DANE gradient rows per shard.")] = 1000,
+    local_steps: LocalSteps = 50,
+    grad_sample: GradSample = 1000,
     sgd_rounds: Annotated[int, typer.Option(help="dask-dane synchronous SGD rounds.")] = 200,
     target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.88,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    seed: Seed = 0,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = "cpu",
-    network: Annotated[
-        list[str] | None,
-        typer.Option(help="BANDWIDTH_GBPS,LATENCY_MS to project onto (repeatable)."),
-    ] = None,
-    workdir: Annotated[Path, typer.Option(help="Run directories go here.")] = Path("bench-out/ddp"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write results here.")] = None,
-    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write the figure here.")] = None,
+    network: Networks = None,
+    workdir: Workdir = Path("bench-out/ddp"),
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
 ) -> None:
     """PyTorch DDP against dask-dane's DANE and synchronous SGD on the same shards."""
-    from .ddp import DdpSpec
+    options = dict(locals())
     from .ddp_compare import CompareSpec, run_compare
+    from .ddp_spec import DdpSpec
     from .scaling_report import compare_plot, compare_table
 
-    spec = CompareSpec(
-        ddp=DdpSpec(
-            store=store,
-            model=model,
-            workers=workers,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            momentum=momentum,
-            eval_every=eval_every,
-            seed=seed,
-            target=target,
-            device=device,
-        ),
-        dane_rounds=dane_rounds,
-        local_steps=local_steps,
-        grad_sample=grad_sample,
-        sgd_rounds=sgd_rounds,
-        workdir=str(workdir),
+    spec = _spec(
+        CompareSpec,
+        options,
+        ddp=_spec(DdpSpec, options),
         networks=_networks(network),
     ).validate()
-    _save_bench(run_compare(spec, log=typer.echo), json_out, plot_out, compare_plot, compare_table)
-
-
-def _networks(given: list[str] | None) -> tuple:
-    """--network values, or the two reference networks when none is given."""
-    from .network import STANDARD_NETWORKS, parse_network
-
-    return tuple(parse_network(n) for n in given) if given else STANDARD_NETWORKS
-
-
-def _save_bench(
-    result: dict[str, Any],
-    json_out: Path | None,
-    plot_out: Path | None,
-    plot: Any,
-    table: Any,
-) -> None:
-    """Record the command, write the JSON and the PNG if asked, print the table."""
-    from .scaling_report import write_json
-
-    result["command"] = "dane " + " ".join(sys.argv[1:])
-    if json_out is not None:
-        write_json(result, json_out)
-    if plot_out is not None:
-        plot(result, plot_out)
-    typer.echo(table(result))
+    result = run_compare(spec, log=typer.echo)
+    _save(result, json_out, plot_out=plot_out, plot=compare_plot, table=compare_table)

@@ -12,12 +12,11 @@ iterate w_t is scored against w*, the minimiser of the full objective from a dir
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from ..pipeline.loop import Callbacks, TrainingDiverged, train
 from ..pipeline.run_setup import initial_weights, prepare_run
 from ..pipeline.shards import make_objective
 from ..pipeline.tasks import load_shard
+from .specs import run_config
 
 PROBLEMS = ("ridge", "logistic")
 BENCH_ALGORITHMS = ("dane", "admm", "one-shot", "gd", "agd", "fedprox")
@@ -80,8 +80,12 @@ class ConvergenceSpec:
             raise ValueError("--rounds and --seeds must be at least 1")
         if not self.mus or min(self.mus) < 0:
             raise ValueError("--mu must be a list of zero or positive numbers")
+        if self.local_solver not in ("cg", "lbfgs"):
+            raise ValueError(
+                f"--local-solver must be cg or lbfgs for this benchmark (got {self.local_solver!r})"
+            )
         # The remaining settings are checked by RunConfig.validate when the first run starts.
-        RunConfig(eta=self.eta, local_solver=self.local_solver, local_tol=self.local_tol).validate()
+        run_config(eta=self.eta, local_solver=self.local_solver, local_tol=self.local_tol)
         return self
 
 
@@ -177,21 +181,22 @@ def _hessian(objective: Any, w: torch.Tensor) -> torch.Tensor:
 
 def _config(spec: ConvergenceSpec, store: str, algorithm: str, **settings: Any) -> RunConfig:
     l2 = spec.l2 if spec.l2 is not None else (LOGISTIC_L2 if spec.problem == "logistic" else None)
-    base = RunConfig(
-        store=store,
-        algorithm=algorithm,
-        model=_model(spec.problem),
-        dtype="float64",
-        eta=spec.eta,
-        rounds=spec.rounds,
-        local_solver=spec.local_solver,
-        local_tol=spec.local_tol,
-        l2=l2,
-        eval_every=spec.rounds,
-        workers=2,
-        dashboard_address="127.0.0.1:0",
+    return run_config(
+        **{
+            "store": store,
+            "algorithm": algorithm,
+            "model": _model(spec.problem),
+            "dtype": "float64",
+            "eta": spec.eta,
+            "rounds": spec.rounds,
+            "local_solver": spec.local_solver,
+            "local_tol": spec.local_tol,
+            "l2": l2,
+            "eval_every": spec.rounds,
+            "workers": 2,
+            **settings,
+        }
     )
-    return replace(base, **settings).validate()
 
 
 def measured_rate(subopt: list[float]) -> float:
@@ -296,7 +301,7 @@ def run_convergence(
 
     spec.validate()
     if client is None:
-        with make_client(_cluster_config()) as started:
+        with make_client(run_config(workers=2)) as started:
             return run_convergence(spec, client=started, log=log, on_cell=on_cell)
     samples_grid = spec.samples if spec.problem == "ridge" else (0,)
     cells: list[dict[str, Any]] = []
@@ -331,10 +336,6 @@ def _result(spec: ConvergenceSpec, cells: list[dict[str, Any]]) -> dict[str, Any
         "cells": list(cells),  # a snapshot: the caller may keep partial results
         "table": summarize(cells),
     }
-
-
-def _cluster_config() -> RunConfig:
-    return RunConfig(workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0")
 
 
 def _cell_line(cell: dict[str, Any]) -> str:
@@ -435,17 +436,6 @@ def _extrapolated(row: dict[str, Any], rounds: int) -> str:
         return ""
     more = (math.log10(THRESHOLD) - final) / (2 * math.log10(rate))
     return f" (~{rounds + math.ceil(more)})"
-
-
-def write_json(result: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(type(value).__name__)
 
 
 def plot(result: dict[str, Any], path: Path) -> None:

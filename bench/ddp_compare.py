@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shutil
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..pipeline.config import RunConfig
 from ..pipeline.metrics import read_metrics
+from ..pipeline.rundir import RunDir
 from .ddp import DdpSpec, run_ddp
 from .network import (
     PROJECTED_WORKERS,
@@ -26,6 +27,7 @@ from .network import (
     project_dask_round_s,
     project_ddp_step_s,
 )
+from .specs import require_at_least_one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,37 +45,25 @@ class CompareSpec:
 
     def validate(self) -> CompareSpec:
         self.ddp.validate()
-        for flag, value in (
-            ("--dane-rounds", self.dane_rounds),
-            ("--sgd-rounds", self.sgd_rounds),
-            ("--local-steps", self.local_steps),
-        ):
-            if value < 1:
-                raise ValueError(f"{flag} must be at least 1 (got {value})")
-        self.dask_config("dane").validate()
+        require_at_least_one(
+            dane_rounds=self.dane_rounds, sgd_rounds=self.sgd_rounds, local_steps=self.local_steps
+        )
+        self.dask_config("dane")
         return self
 
     def dask_config(self, algorithm: str) -> RunConfig:
-        """The dask-dane run: DDP's store, model, seed, workers, batch size and learning rate."""
-        d = self.ddp
+        """The dask-dane run: the DDP run's own (store, model, seed, workers, batch size,
+        learning rate), as DANE or as dask-dane's synchronous SGD."""
         dane = algorithm == "dane"
-        return RunConfig(
-            store=d.store,
+        return replace(
+            self.ddp.run_config(),
             out=str(Path(self.workdir) / algorithm),
             algorithm=algorithm,
-            model=d.model,
-            workers=d.workers,
             rounds=self.dane_rounds if dane else self.sgd_rounds,
             local_steps=self.local_steps,
-            local_lr=d.lr,
-            momentum=d.momentum,
-            batch_size=d.batch_size,
             grad_sample=self.grad_sample if dane else 0,
-            seed=d.seed,
-            dtype=d.dtype,
-            device="cpu" if d.device == "cpu" else "auto",
+            device="cpu" if self.ddp.device == "cpu" else "auto",
             eval_every=1 if dane else self.sgd_eval_every,
-            dashboard_address="127.0.0.1:0",
         ).validate()
 
 
@@ -130,7 +120,7 @@ def _ddp_method(ddp: dict[str, Any], target: float) -> dict[str, Any]:
 
 
 def _dask_method(config: RunConfig, target: float) -> dict[str, Any]:
-    rows = read_metrics(Path(config.out) / "metrics.jsonl")
+    rows = read_metrics(RunDir(Path(config.out)).metrics)
     curve, wall = [], 0.0
     for row in rows:
         wall += row["wall_s"] - (row.get("eval_s") or 0.0)

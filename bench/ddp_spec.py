@@ -11,6 +11,7 @@ import torch
 from ..pipeline.aggregate import shard_placement
 from ..pipeline.config import RunConfig
 from ..pipeline.run_setup import RunSetup, prepare_run
+from .specs import run_config
 
 DEVICES = ("auto", "cpu", "cuda")
 # A rank blocked this long in a collective (a peer died) raises instead of waiting forever;
@@ -56,7 +57,7 @@ class DdpSpec:
                 "or fewer, or --device cpu"
             )
         # batch size, momentum, eval interval, dtype, store and model: checked as for `dane train`
-        setup = prepare_run(self.run_config().validate())
+        setup = prepare_run(self.run_config())
         if setup.store.num_shards < self.workers:
             raise ValueError(
                 f"store {self.store} has {setup.store.num_shards} shards, too few for --workers "
@@ -73,18 +74,7 @@ class DdpSpec:
 
     def run_config(self) -> RunConfig:
         """The `dane train` run this mirrors: synchronous SGD on the same store and shards."""
-        return RunConfig(
-            store=self.store,
-            algorithm="sgd",
-            model=self.model,
-            workers=self.workers,
-            batch_size=self.batch_size,
-            local_lr=self.lr,
-            momentum=self.momentum,
-            eval_every=self.eval_every,
-            seed=self.seed,
-            dtype=self.dtype,
-        )
+        return run_config(self, algorithm="sgd", local_lr=self.lr)
 
     def backend_and_device(self) -> tuple[str, str]:
         """("nccl", "cuda") with a GPU per rank (auto or cuda), else ("gloo", "cpu")."""

@@ -15,12 +15,13 @@ the 1e-10 tolerance; the SGD steps are the path the CNN runs take.)
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import torch
+
+from .output import write_json
 
 TOLERANCE = 1e-9
 
@@ -30,29 +31,27 @@ def check(workdir: Path, device: str = "cuda") -> dict:
     from ..datasets.sources import SourceOptions, load_source
     from ..datasets.store import write_store
     from ..pipeline.checkpoint import load_checkpoint
-    from ..pipeline.config import RunConfig
     from ..pipeline.loop import train
     from ..pipeline.reference import run_reference
     from ..pipeline.run_setup import initial_weights, prepare_run
     from ..pipeline.rundir import RunDir
+    from .specs import run_config
 
     store = workdir / "digits-tabular-4.zarr"
     raw = load_source("digits-tabular", SourceOptions(seed=0))
     write_store(raw, PartitionSpec(kind="iid", num_shards=4, seed=0), store, force=True)
-    config = RunConfig(
+    # DANE with 20 local SGD steps: the path the CNN runs take, in float64.
+    config = run_config(
         store=str(store),
         out=str(workdir / "run"),
-        algorithm="dane",
         model="logistic",
         local_steps=20,
         local_lr=0.5,
-        batch_size=32,
         workers=1,
         rounds=3,
         dtype="float64",
         device=device,
-        dashboard_address="127.0.0.1:0",
-    ).validate()
+    )
     train(config)
     on_gpu = load_checkpoint(RunDir(Path(config.out)).latest)["weights"]
     cpu_setup = prepare_run(replace(config, device="cpu"))
@@ -81,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         result = check(Path(tmp), args.device)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    write_json(result, Path(args.out))
     print(result["detail"], result["verdict"])
 
 

@@ -43,6 +43,7 @@ from .network import (
     measure_loopback,
     project_dask_round_s,
 )
+from .specs import run_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,25 +87,16 @@ class ScalingSpec:
             _check_gpus(max(self.workers))
         return self
 
-    def config(self, workers: int, **changes: Any) -> RunConfig:
-        settings: dict[str, Any] = dict(
-            store=self.store,
+    def config(self, workers: int) -> RunConfig:
+        """The run on `workers` workers: this spec's settings, rounds + 1 (the warm-up)."""
+        return run_config(
+            self,
             out=str(Path(self.workdir) / f"run-{workers}"),
-            algorithm=self.algorithm,
-            model=self.model,
             workers=workers,
             rounds=self.rounds + 1,
-            local_steps=self.local_steps,
-            batch_size=self.batch_size,
             grad_sample=self.grad_sample if self.algorithm == "dane" else 0,
-            seed=self.seed,
-            device=self.device,
-            dtype=self.dtype,
             eval_every=10**6,  # only the last round evaluates (left out: it is the slowest)
-            dashboard_address="127.0.0.1:0",
         )
-        settings.update(changes)
-        return RunConfig(**settings).validate()
 
 
 def _check_gpus(workers: int) -> None:

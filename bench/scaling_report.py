@@ -1,15 +1,9 @@
-"""The scaling benchmark's result as a Markdown table, a JSON file and a PNG."""
+"""The scaling and DDP benchmarks' results as Markdown tables and PNGs (output.py writes)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
-
-
-def write_json(result: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def markdown_table(result: dict[str, Any]) -> str:

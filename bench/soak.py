@@ -12,7 +12,6 @@ not stop; and worker memory is read by process id, so that the soak adds nothing
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -30,6 +29,7 @@ from ..datasets.store import write_store
 from ..pipeline.cluster import make_client
 from ..pipeline.config import RunConfig
 from ..pipeline.loop import Callbacks, train
+from .specs import run_config
 
 SETTLE_S = 2.0  # how long a round's released keys may take to leave the scheduler
 LIMIT_GROWTH_PCT = 5.0
@@ -65,21 +65,16 @@ class SoakSpec:
                 f"--rounds must exceed --warmup by at least 10 (got {self.rounds} and "
                 f"{self.warmup}); e.g. --rounds 300 --warmup 30"
             )
-        self.config(Path(self.workdir)).validate()
+        self.config(Path(self.workdir))
         return self
 
     def config(self, workdir: Path) -> RunConfig:
-        return RunConfig(
+        """The soaked run: this spec's settings on a digits store of one shard per worker."""
+        return run_config(
+            self,
             store=str(workdir / f"digits-{self.workers}shards.zarr"),
             out=str(workdir / "run"),
-            algorithm=self.algorithm,
-            model=self.model,
-            workers=self.workers,
-            rounds=self.rounds,
-            local_steps=self.local_steps,
-            seed=self.seed,
             eval_every=10,
-            dashboard_address="127.0.0.1:0",
         )
 
 
@@ -119,7 +114,7 @@ def _workers_rss(pids: list[int]) -> int:
 def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train spec.rounds rounds on one cluster, sampling after every round; returns the figures."""
     workdir = Path(spec.workdir)
-    config = spec.config(workdir).validate()
+    config = spec.config(workdir)
     if not Path(config.store).exists():
         raw = load_source("digits", SourceOptions(seed=spec.seed))
         partition = PartitionSpec(kind="iid", num_shards=spec.workers, seed=spec.seed)
@@ -229,8 +224,3 @@ def markdown_table(result: dict[str, Any]) -> str:
         f"/ {spec['model']} on {spec['workers']} workers in {result['total_s']:.0f} s"
     )
     return "\n".join(lines)
-
-
-def write_json(result: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")

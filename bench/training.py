@@ -1,30 +1,34 @@
-"""Training-quality benchmarks: a list of training runs on one cluster, results as JSON.
+"""`dane bench train`: a list of training runs on one cluster, their curves side by side.
 
-A TOML file lists the runs: a `[defaults]` table of RunConfig settings shared by all, and one
-`[[run]]` table per run (its `name` plus the settings that differ; `out` defaults to
+A TOML file lists the runs: a `[defaults]` table of `dane train` settings shared by all, and
+one `[[run]]` table per run (its `name` plus the settings that differ; `out` defaults to
 `<workdir>/<name>`). The runs go one after another on one cluster (so none competes with
 another for the CPUs, and the cluster starts once); each writes its usual run directory, and
-the JSON holds every run's settings, summary and accuracy curve against communication rounds.
-
-    python -m dask_dane.bench.training --configs runs.toml --json out.json
+the result holds every run's settings, summary and accuracy curve against communication
+rounds, written after each run (output.py), with a table and the curves as a figure.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..pipeline.config import RunConfig, check_settings
 from ..pipeline.metrics import read_metrics
+from ..pipeline.rundir import RunDir
 
 
 def read_runs(path: str | Path, workdir: str | Path) -> list[tuple[str, RunConfig]]:
     """(name, validated config) of every [[run]] in the file, defaults applied."""
-    data = tomllib.loads(Path(path).read_text())
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} does not exist; check the --configs path") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path} is not valid TOML ({err}); fix the file") from None
     defaults = check_settings(data.get("defaults", {}), f"{path} [defaults]")
     runs = []
     for i, table in enumerate(data.get("run", [])):
@@ -43,7 +47,7 @@ def read_runs(path: str | Path, workdir: str | Path) -> list[tuple[str, RunConfi
 def curve(run_dir: str | Path) -> list[dict[str, Any]]:
     """The evaluated rounds of a run: round, comm_rounds, bytes, wall time, loss, accuracy."""
     points, wall = [], 0.0
-    for row in read_metrics(Path(run_dir) / "metrics.jsonl"):
+    for row in read_metrics(RunDir(Path(run_dir)).metrics):
         wall += row["wall_s"]
         if row.get("test_accuracy") is not None:
             points.append(
@@ -60,12 +64,17 @@ def curve(run_dir: str | Path) -> list[dict[str, Any]]:
     return points
 
 
-def run_all(runs: list[tuple[str, RunConfig]], json_out: Path) -> list[dict]:
-    """Train every run on one LocalCluster; rewrite `json_out` after each run."""
+def run_all(
+    runs: list[tuple[str, RunConfig]],
+    *,
+    log: Callable[[str], None] = print,
+    on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
+) -> dict[str, Any]:
+    """Train every run on one cluster; `on_run` receives the result so far after each run."""
     from ..pipeline.cluster import make_client
     from ..pipeline.loop import train
 
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     with make_client(runs[0][1]) as client:
         for name, config in runs:
             started = time.perf_counter()
@@ -74,7 +83,7 @@ def run_all(runs: list[tuple[str, RunConfig]], json_out: Path) -> list[dict]:
                 error = None
             except ValueError as err:  # a diverged run is a result too
                 summary, error = {}, str(err)
-            rows = read_metrics(Path(config.out) / "metrics.jsonl")
+            rows = read_metrics(RunDir(Path(config.out)).metrics)
             results.append(
                 {
                     "name": name,
@@ -88,21 +97,49 @@ def run_all(runs: list[tuple[str, RunConfig]], json_out: Path) -> list[dict]:
                     "curve": curve(config.out),
                 }
             )
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(results, indent=1) + "\n")
-            print(f"{name}: {summary.get('final_test_accuracy')} {error or ''}", flush=True)
-    return results
+            on_run({"runs": list(results)})
+            log(f"{name}: {summary.get('final_test_accuracy')} {error or ''}")
+    return {"runs": results}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", required=True, help="TOML file of [defaults] and [[run]]")
-    parser.add_argument("--json", required=True, help="where to write the results")
-    parser.add_argument("--workdir", default="bench-out/training", help="run directories")
-    args = parser.parse_args()
-    runs = read_runs(args.configs, args.workdir)
-    run_all(runs, Path(args.json))
+def markdown_table(result: dict[str, Any]) -> str:
+    """One row per run: accuracy, communication rounds and time, safeguard rejections."""
+    lines = [
+        "| run | final test accuracy | best | rounds | comm rounds | wall (s) | rejections |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in result["runs"]:
+        s = run["summary"]
+        last = run["curve"][-1] if run["curve"] else {}
+        accuracy = s.get("final_test_accuracy")
+        lines.append(
+            f"| {run['name']} | {_number(accuracy)} | {_number(s.get('best_test_accuracy'))} | "
+            f"{s.get('rounds', '-')} | {last.get('comm_rounds', '-')} | "
+            f"{_number(s.get('total_wall_s'), '.1f')} | {run['safeguard_rejections']} |"
+            + (f" {run['error']}" if run["error"] else "")
+        )
+    return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    main()
+def _number(value: float | None, fmt: str = ".4f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Test accuracy of every run against communication rounds and wall time."""
+    from ..pipeline.report import pyplot, save_figure
+
+    fig, (by_rounds, by_time) = pyplot().subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for run in result["runs"]:
+        points = run["curve"]
+        accuracy = [p["test_accuracy"] for p in points]
+        by_rounds.plot([p["comm_rounds"] for p in points], accuracy, marker=".", label=run["name"])
+        by_time.plot([p["wall_s"] for p in points], accuracy, marker=".", label=run["name"])
+    by_rounds.set_xlabel("communication rounds")
+    by_time.set_xlabel("wall time (s)")
+    by_rounds.set_ylabel("test accuracy")
+    for panel in (by_rounds, by_time):
+        panel.grid(alpha=0.3)
+    by_rounds.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from dask_dane.bench.soak import SoakSpec, markdown_table, run_soak, write_json
+from dask_dane.bench.output import write_json
+from dask_dane.bench.soak import SoakSpec, markdown_table, run_soak
 
 pytestmark = pytest.mark.cluster
 
