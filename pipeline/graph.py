@@ -53,8 +53,7 @@ class RoundPlan:
 @dataclass(frozen=True, kw_only=True)
 class RoundKeys:
     result: str  # the update: a tasks.RoundResult
-    weights: str | None  # the new weights alone (what the evaluation fetches), if evaluated
-    evaluation: str | None
+    evaluation: str | None  # the test split's loss and accuracy, if evaluated
 
 
 @dataclass
@@ -135,8 +134,8 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         depends=[*ended, total, *(next_states or [])],
         worker=root,
     )
-    weights = evaluation = None
-    if plan.evaluate:
+    evaluation = None
+    if plan.evaluate:  # the new weights alone travel to the test split
         weights = b.add(
             b.key("weights", t), (tasks.round_weights, result), depends=[result], worker=root
         )
@@ -146,7 +145,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
             depends=[weights],
             worker=data.test_worker,  # the weights travel, never the test split
         )
-    return b.graph(), RoundKeys(result=result, weights=weights, evaluation=evaluation)
+    return b.graph(), RoundKeys(result=result, evaluation=evaluation)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from ..datasets.store import read_shard
 from ..models.registry import ModelSpec
 from . import comm
 from .aggregate import Partial, ShardReport, mean_of, merge, to_partial, tree_reduce
-from .algorithms import Broadcast, LocalContext, RoundEnd, Strategy
+from .algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from .shards import ShardData, make_objective, resolve_device
 from .sizes import register_dataclasses
 
@@ -201,7 +201,16 @@ def finish_phase(
     return _phase_end(round_input, phase, mean, total, previous, weights, broadcast)
 
 
-def _phase_end(round_input, phase, mean, total, previous, weights, broadcast) -> PhaseEnd:  # type: ignore[no-untyped-def]
+def _phase_end(
+    round_input: RoundInput,
+    phase: int,
+    mean: LocalOutput,
+    total: Partial,
+    previous: PhaseEnd | None,
+    weights: torch.Tensor,
+    broadcast: Broadcast,
+) -> PhaseEnd:
+    """A phase's end: what it sent on, its metrics, and the bytes it moved (comm.py)."""
     # The phase's input: the weights in phase 0, else the previous phase's broadcast.
     incoming = (
         comm.tensor_bytes(previous.broadcast.tensors)

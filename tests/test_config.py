@@ -155,3 +155,25 @@ def test_to_toml_reads_back_to_the_same_config(tmp_path, config):
     assert restored == config
     # None values are left out, everything else is written.
     assert set(settings) == {k for k, v in dataclasses.asdict(config).items() if v is not None}
+
+
+def test_config_toml_has_one_table_per_section_and_flat_files_read_the_same(tmp_path):
+    config = RunConfig(algorithm="fedprox", mu=0.25, workers=3, rounds=7, model="mlp")
+    sectioned = _write(tmp_path, to_toml(config))
+    flat = tmp_path / "flat.toml"
+    flat.write_text('algorithm = "fedprox"\nmu = 0.25\nworkers = 3\nrounds = 7\nmodel = "mlp"\n')
+
+    text = sectioned.read_text()
+
+    for table in ("[data]", "[model]", "[algorithm]", "[cluster]", "[run]"):
+        assert table in text
+    assert text.index("mu = 0.25") > text.index("[algorithm]") > text.index("[model]")
+    assert RunConfig(**read_toml(sectioned)) == config
+    assert RunConfig(**read_toml(flat)) == config
+
+
+def test_a_key_in_the_wrong_section_is_refused_naming_its_section(tmp_path):
+    path = _write(tmp_path, "[cluster]\neta = 0.5\n")
+
+    with pytest.raises(ValueError, match=r"'eta' belongs in \[algorithm\], not \[cluster\]"):
+        read_toml(path)
