@@ -183,31 +183,14 @@ def _round_graph(setup: Any, workers: list[str]) -> tuple[Any, Any]:
     """One round's graph (evaluation excluded) as graph.py builds it for `workers`."""
     from ..pipeline.aggregate import shard_placement
     from ..pipeline.comm import layout
-    from ..pipeline.graph import RoundPlan, ShardSet, build_round
+    from ..pipeline.graph import build_round, placeholder_plan
     from ..pipeline.tasks import RoundInput
 
-    num_shards = setup.store.num_shards
-    placement = shard_placement(num_shards, workers)
-    data = ShardSet(
-        token="count",
-        shards=[f"shard-{i}" for i in range(num_shards)],
-        placement=placement,
-        test="test",
-        test_worker=placement[0],
-    )
+    placement = shard_placement(setup.store.num_shards, workers)
     round_input = RoundInput(
         strategy=setup.strategy, spec=setup.spec, seed=0, index=1, layout=layout(placement)
     )
-    plan = RoundPlan(
-        round_input=round_input,
-        token="count",
-        weights="w",
-        state="s",
-        shard_states=None,
-        data=data,
-        evaluate=False,
-    )
-    return build_round(plan)
+    return build_round(placeholder_plan(round_input, placement, token="count", evaluate=False))
 
 
 def _run_workers(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .algorithms import make_strategy
+from .algorithms import Strategy, make_strategy
 
 DTYPES = ("float32", "float64")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
@@ -137,7 +137,7 @@ class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, 
         self.check_run()
         return self
 
-    def strategy(self) -> Any:
+    def strategy(self) -> Strategy:
         """The algorithm with its hyperparameters (algorithms/ registry)."""
         return make_strategy(self.algorithm, self.as_dict())
 

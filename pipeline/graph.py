@@ -50,6 +50,29 @@ class RoundPlan:
     evaluate: bool = True  # score the new weights on the test split
 
 
+def placeholder_plan(
+    round_input: tasks.RoundInput, placement: list[str], *, token: str, evaluate: bool = True
+) -> RoundPlan:
+    """A plan whose futures are placeholder names (shard0, w, ...), for building a round's
+    graph without a cluster: to count its tasks and dependent steps, or to test its shape."""
+    data = ShardSet(
+        token=token,
+        shards=[f"shard{i}" for i in range(len(placement))],
+        placement=placement,
+        test="test",
+        test_worker=placement[0],
+    )
+    return RoundPlan(
+        round_input=round_input,
+        token=token,
+        weights="w",
+        state="s",
+        shard_states=None,
+        data=data,
+        evaluate=evaluate,
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class RoundKeys:
     result: str  # the update: a tasks.RoundResult

@@ -11,7 +11,7 @@ from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.sgd import Sgd
 from dask_dane.pipeline.comm import layout
-from dask_dane.pipeline.graph import RoundPlan, ShardSet, build_round
+from dask_dane.pipeline.graph import RoundPlan, build_round, placeholder_plan
 from dask_dane.pipeline.tasks import RoundInput
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
@@ -21,24 +21,10 @@ SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)
 def _plan(strategy, num_shards: int = 4) -> RoundPlan:
     # Strings stand in for futures: building a graph computes nothing.
     placement = [f"tcp://127.0.0.1:{1000 + i % 2}" for i in range(num_shards)]
-    data = ShardSet(
-        token="ab12cd34",
-        shards=[f"shard{i}" for i in range(num_shards)],
-        placement=placement,
-        test="test",
-        test_worker=placement[0],
-    )
     round_input = RoundInput(
         strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement)
     )
-    return RoundPlan(
-        round_input=round_input,
-        token="ab12cd34",
-        weights="w",
-        state="s",
-        shard_states=None,
-        data=data,
-    )
+    return placeholder_plan(round_input, placement, token="ab12cd34")
 
 
 def test_dane_round_names_tasks_by_phase_round_and_shard():
