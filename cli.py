@@ -131,7 +131,10 @@ def train(
     out: Annotated[str | None, typer.Option(help="Run directory [runs/latest].")] = None,
     algorithm: Annotated[
         str | None,
-        typer.Option(help="dane | sgd | fedavg | fedprox | one-shot | admm | gd | agd [dane]."),
+        typer.Option(
+            help="dane | sdane | sdane-adaptive | sgd | fedavg | fedprox | scaffold | one-shot | "
+            "admm | gd | agd [dane]."
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -145,7 +148,9 @@ def train(
     eta: Annotated[
         float | None, typer.Option(help="DANE: step on the global gradient [1].")
     ] = None,
-    mu: Annotated[float | None, typer.Option(help="DANE: proximal strength [0].")] = None,
+    mu: Annotated[
+        float | None, typer.Option(help="Proximal strength (dane, fedprox; sdane: lam > 0) [0].")
+    ] = None,
     local_steps: Annotated[int | None, typer.Option(help="Local solver steps K [30].")] = None,
     local_lr: Annotated[
         float | None, typer.Option(help="Learning rate, gd/agd step [0.05].")
@@ -171,6 +176,19 @@ def train(
     grad_sample: Annotated[
         int | None,
         typer.Option(help="DANE: rows per shard for the gradient, fixed per run; 0: all [0]."),
+    ] = None,
+    grad_sample_growth: Annotated[
+        float | None, typer.Option(help="DANE: grow the gradient sample by this per round [1].")
+    ] = None,
+    local_theta: Annotated[
+        float | None,
+        typer.Option(help="DANE: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K [0]."),
+    ] = None,
+    server_momentum: Annotated[
+        float | None, typer.Option(help="dane/fedavg/fedprox: momentum on the averaged step [0].")
+    ] = None,
+    lr_schedule: Annotated[
+        str | None, typer.Option(help="--local-lr across rounds: constant | cosine | step.")
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
@@ -209,6 +227,7 @@ def train(
     """Train a model with DANE (or SGD / FedAvg) and print the test accuracy."""
     # First statement: the options given, by name (None = not given on the command line).
     flags = {k: v for k, v in locals().items() if k not in ("config", "resume")}
+    from .console import TrainingProgress
     from .pipeline.config import check_settings, resolve_config
     from .pipeline.loop import train as run_training
     from .pipeline.run_setup import ensure_default_store
@@ -226,7 +245,7 @@ def train(
         )
     if resume:
         check_same_run(base, resolved)
-    with _TrainingProgress(resolved.rounds) as progress:
+    with TrainingProgress(resolved.rounds) as progress:
         summary = run_training(resolved, resume=resume, callbacks=progress.callbacks())
     accuracy = summary["final_test_accuracy"]
     typer.echo(
@@ -235,58 +254,6 @@ def train(
         if accuracy is not None
         else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
     )
-
-
-class _TrainingProgress:
-    """A rich progress bar: round, train loss, test accuracy, ETA."""
-
-    def __init__(self, rounds: int) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.console = Console(stderr=True)
-        self.bar = Progress(
-            TextColumn("round"),
-            MofNCompleteColumn(),
-            BarColumn(),
-            TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-        )
-        self.task = self.bar.add_task("train", total=rounds, loss="-", acc="-")
-
-    def __enter__(self) -> _TrainingProgress:
-        return self  # the bar starts with the first round: errors before it print alone
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar.live.is_started:  # stop() of a bar never started prints an empty line
-            self.bar.stop()
-
-    def callbacks(self):  # type: ignore[no-untyped-def]
-        from .pipeline.loop import Callbacks
-
-        def on_start(dashboard: str, workers: int) -> None:
-            self.console.print(f"dashboard: {dashboard}  ({workers} workers)")
-            self.bar.start()
-
-        def on_round(row: dict[str, Any]) -> None:
-            loss = row["train_loss"]
-            acc = row["test_accuracy"]
-            self.bar.update(
-                self.task,
-                completed=row["round"],
-                loss=f"{loss:.4f}" if loss is not None else "-",
-                acc=f"{acc:.4f}" if acc is not None else "-",
-            )
-
-        return Callbacks(on_start=on_start, on_round=on_round)
 
 
 @app.command()

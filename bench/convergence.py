@@ -155,7 +155,7 @@ def prepare_problem(spec: ConvergenceSpec, *, machines: int, samples: int, seed:
     )
     w0 = initial_weights(setup.spec, seed)
     exact = ExactSolver(local_solver="cg", local_tol=1e-13)
-    w_star, _ = exact.solve(LocalProblem(full), w0, torch.Generator())
+    w_star = exact.solve(LocalProblem(full), w0, torch.Generator()).weights
     f_star, _ = full.loss_and_grad(w_star)
     shards = [make_objective(setup.spec, load_shard(**a)) for a in shard_args]
     return Problem(

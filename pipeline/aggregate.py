@@ -35,6 +35,7 @@ class Partial:
     num_samples: int
     num_shards: int
     compute_by_worker: dict[str, float]
+    rows: int = 0  # rows read by the shards' work (LocalOutput.rows), summed
 
 
 def to_partial(report: ShardReport) -> Partial:
@@ -45,6 +46,7 @@ def to_partial(report: ShardReport) -> Partial:
         num_samples=n,
         num_shards=1,
         compute_by_worker={report.worker: report.compute_s},
+        rows=report.output.rows,
     )
 
 
@@ -57,6 +59,7 @@ def merge(a: Partial, b: Partial) -> Partial:
         num_samples=a.num_samples + b.num_samples,
         num_shards=a.num_shards + b.num_shards,
         compute_by_worker=dict(compute),
+        rows=a.rows + b.rows,
     )
 
 

@@ -63,6 +63,10 @@ class AlgorithmSettings:
     batch_size: int = 32
     safeguard: str = "off"  # dane: off | backtrack | adaptive-mu (algorithms/safeguard.py)
     grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
+    grad_sample_growth: float = 1.0  # dane: the sample grows by this factor each round
+    local_theta: float = 0.0  # dane: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K
+    server_momentum: float = 0.0  # dane, fedavg, fedprox: momentum on the averaged step
+    lr_schedule: str = "constant"  # --local-lr across rounds: constant | cosine | step
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,6 +48,7 @@ class RoundPlan:
     shard_states: list[Any] | None  # Futures of each shard's own state, on its worker
     data: ShardSet
     evaluate: bool = True  # score the new weights on the test split
+    opening: Any = None  # Future of the round's opening (a Broadcast), or None if it has none
 
 
 def placeholder_plan(
@@ -114,7 +115,8 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
     ended: list[str] = []  # each finished phase: the next phase's input, and the update's
     previous_locals: list[str | None] = [None] * len(data.shards)
     for phase, name in enumerate(phases):
-        received = ended[-1] if ended else None
+        previous_end = ended[-1] if ended else None
+        received = previous_end or plan.opening  # a future (the opening) is not a layer here
         locals_ = []
         for i, (shard, worker) in enumerate(zip(data.shards, data.placement, strict=True)):
             own_state = plan.shard_states[i] if plan.shard_states is not None else None
@@ -128,7 +130,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
                 previous_locals[i],
                 own_state,
             )
-            depends = [k for k in (received, previous_locals[i]) if k]
+            depends = [k for k in (previous_end, previous_locals[i]) if k]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
         total = _reduce_tree(b, locals_, data.placement, f"reduce_{name}", t)
         previous_locals = locals_
@@ -139,7 +141,7 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         ended.append(
             b.add(
                 b.key(f"broadcast_{name}", t),
-                (tasks.finish_phase, round_input, phase, total, received, plan.weights),
+                (tasks.finish_phase, round_input, phase, total, previous_end, plan.weights),
                 depends=[total, *ended[-1:]],
                 worker=root,
             )

@@ -24,11 +24,12 @@ from distributed import Client, span
 
 from . import comm, tasks
 from .aggregate import shard_placement
+from .algorithms import Broadcast
 from .cluster import bounded, check_scheduler, make_client, wait_for, worker_addresses
 from .config import RunConfig
 from .errors import ClusterLost, TrainingDiverged
 from .graph import RoundPlan, ShardSet, build_round
-from .metrics import append_metrics, round_row
+from .metrics import Laps, append_metrics, round_row
 from .run_setup import RunSetup, prepare_run
 from .run_state import RunState, check_finite, save_run, start_run, summary
 from .rundir import RunDir
@@ -166,9 +167,7 @@ def _run_rounds(
             result=result,
             evaluation=evaluation,
             wall_s=time.perf_counter() - started,
-            cum_comm_bytes=state.cum_comm_bytes,
-            comm_rounds=state.cum_comm_rounds,
-            best_accuracy=state.best_accuracy,
+            totals=state,
             driver=driver,
         )
         check_finite(result, row, run_dir)
@@ -204,14 +203,14 @@ def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-
     timeout = setup.config.timeout
     for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):
         futures = inputs = None
-        clock = _Clock()
+        clock = Laps()
         try:
             if attempt > 1:  # a worker was lost: where do its shards live now?
                 data = replace(data, placement=_current_placement(client, data, timeout))
             # After a lost worker the placement may still name it: scatter anywhere then.
-            inputs = _scatter_inputs(
-                client, state, data.placement if attempt == 1 else None, timeout
-            )
+            opening = setup.strategy.opening(state.state)
+            targets = data.placement if attempt == 1 else None
+            inputs = _scatter_inputs(client, state, opening, targets, timeout)
             clock.lap("scatter_s")
             plan = RoundPlan(
                 round_input=tasks.RoundInput(
@@ -221,6 +220,7 @@ def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-
                     index=t,
                     layout=comm.layout(data.placement),
                     round_data=setup.strategy.round_data(state.state),
+                    opening_bytes=comm.tensor_bytes(opening),
                 ),
                 token=f"{data.token}a{attempt}",
                 **inputs,
@@ -252,25 +252,17 @@ def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-
     raise AssertionError("unreachable")
 
 
-class _Clock:
-    """Named laps of the driver's time in a round (seconds), for the metrics row."""
-
-    def __init__(self) -> None:
-        self.laps: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.laps[name] = now - self._last
-        self._last = now
-
-
 def _scatter_inputs(
-    client: Client, state: RunState, placement: list[str] | None, timeout: float
+    client: Client,
+    state: RunState,
+    opening: dict[str, torch.Tensor],
+    placement: list[str] | None,
+    timeout: float,
 ) -> dict[str, Any]:
     """The round's inputs onto the workers that need them first: RoundPlan's future fields.
 
-    Weights and strategy state go to the worker where the reduction tree ends (graph.py);
+    Weights, strategy state and the round's opening (Strategy.opening, if any) go to the
+    worker where the reduction tree ends (graph.py), which serves them to the others;
     each shard's own state (algorithms/base.py) to the worker holding the shard. Scattering
     to a worker that has just died raises KeyError on the scheduler: reported as the lost
     worker it is (OSError), so the round is retried, scattering anywhere (placement None).
@@ -284,10 +276,16 @@ def _scatter_inputs(
 
     try:
         # Wrapped in lists: scatter would spread a dict's items over keys.
-        weights, driver_state = scatter([state.weights, state.state], to(0))
+        first = [state.weights, state.state] + ([Broadcast(tensors=opening)] if opening else [])
+        weights, driver_state, *opened = scatter(first, to(0))
         shard_states = None
         if state.shard_states is not None:
             shard_states = [scatter([s], to(i))[0] for i, s in enumerate(state.shard_states)]
     except KeyError as err:
         raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
-    return {"weights": weights, "state": driver_state, "shard_states": shard_states}
+    return {
+        "weights": weights,
+        "state": driver_state,
+        "shard_states": shard_states,
+        "opening": opened[0] if opened else None,
+    }

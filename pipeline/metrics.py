@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .checkpoint import atomic_write_bytes
 from .tasks import RoundResult
+
+
+class RunTotals(Protocol):
+    """A run's running totals, as RunState keeps them."""
+
+    cum_comm_bytes: int
+    cum_comm_rounds: int
+    cum_images: int
+    best_accuracy: float
+
 
 # The fields every metrics.jsonl line has, in this order (DESIGN.md section 3).
 FIELDS = (
@@ -34,15 +45,13 @@ def round_row(
     result: RoundResult,
     evaluation: dict[str, float] | None,
     wall_s: float,
-    cum_comm_bytes: int,
-    comm_rounds: int,
-    best_accuracy: float,
+    totals: RunTotals,
     driver: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A round's metrics.jsonl line (the Dask driver's and the reference runner's alike).
 
-    `cum_comm_bytes`, `comm_rounds` and `best_accuracy` are the run's totals before this
-    round; `driver` adds what only the Dask driver knows (attempts, where its time went).
+    `totals` are the run's before this round (a RunState); `driver` adds what only the Dask
+    driver knows (attempts, where its time went).
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
     accuracy = evaluation.get("accuracy") if evaluation else None
@@ -56,8 +65,11 @@ def round_row(
         "wall_s": wall_s,
         "max_worker_compute_s": compute[-1],
         "comm_bytes": result.comm_bytes,
-        "cum_comm_bytes": cum_comm_bytes + result.comm_bytes,
-        "comm_rounds": comm_rounds + result.comm_phases,
+        "cum_comm_bytes": totals.cum_comm_bytes + result.comm_bytes,
+        "comm_rounds": totals.cum_comm_rounds + result.comm_phases,
+        # Rows of training data the round's work read, all shards together: its compute.
+        "images": result.rows,
+        "cum_images": totals.cum_images + result.rows,
         # Beyond the required fields: straggler view and cluster size of this round.
         "median_worker_compute_s": statistics.median(compute),
         "num_workers": len(compute),
@@ -66,9 +78,22 @@ def round_row(
     }
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them.
     row.update({k: v for k, v in metrics.items() if k not in row})
-    row["is_best"] = accuracy is not None and accuracy > best_accuracy
+    row["is_best"] = accuracy is not None and accuracy > totals.best_accuracy
     row.update(driver or {})
     return row
+
+
+class Laps:
+    """Named laps of the driver's time in a round (seconds), for the metrics row."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

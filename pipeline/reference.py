@@ -15,6 +15,7 @@ import torch
 
 from . import comm, tasks
 from .aggregate import shard_placement, to_partial, tree_reduce
+from .algorithms import Broadcast
 from .metrics import round_row
 from .run_setup import RunSetup
 from .run_state import RunState
@@ -60,6 +61,7 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
             index=t,
             layout=layout,
             round_data=setup.strategy.round_data(state.state),
+            opening_bytes=comm.tensor_bytes(setup.strategy.opening(state.state)),
         )
         result = _round(round_input, shards, state)
         evaluation = None
@@ -71,9 +73,7 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
             result=result,
             evaluation=evaluation,
             wall_s=time.perf_counter() - started,  # the benchmarks' baseline round
-            cum_comm_bytes=state.cum_comm_bytes,
-            comm_rounds=state.cum_comm_rounds,
-            best_accuracy=state.best_accuracy,
+            totals=state,
         )
         state.advance(result, row)
         reference.history.append(row)
@@ -86,9 +86,11 @@ def _round(
     """One round: every phase's local work, pairwise sums and end, then the update."""
     ended: list[tasks.PhaseEnd] = []
     previous: list[Any] = [None] * len(shards)
-    phases = round_input.strategy.phases
-    for phase in range(len(phases)):
-        received = ended[-1] if ended else None
+    strategy = round_input.strategy
+    opening = strategy.opening(state.state)
+    for phase in range(len(strategy.phases)):
+        previous_end = ended[-1] if ended else None
+        received = previous_end or (Broadcast(tensors=opening) if opening else None)
         reports = [
             tasks.run_local(
                 round_input,
@@ -103,8 +105,8 @@ def _round(
         ]
         total = tree_reduce([to_partial(r) for r in reports])
         previous = reports
-        if phase < len(phases) - 1:
-            ended.append(tasks.finish_phase(round_input, phase, total, received, state.weights))
+        if phase < len(strategy.phases) - 1:
+            ended.append(tasks.finish_phase(round_input, phase, total, previous_end, state.weights))
     next_states = None
     if state.shard_states is not None:
         next_states = [tasks.shard_state_of(report) for report in previous]

@@ -34,6 +34,7 @@ class RunState:
     best_accuracy: float = -math.inf
     cum_comm_bytes: int = 0
     cum_comm_rounds: int = 0
+    cum_images: int = 0  # rows of training data read so far (checkpoints before it: 0)
 
     @classmethod
     def fresh(cls, setup: RunSetup) -> RunState:
@@ -56,6 +57,7 @@ class RunState:
             self.shard_states = result.shard_states
         self.cum_comm_bytes = row["cum_comm_bytes"]
         self.cum_comm_rounds = row["comm_rounds"]
+        self.cum_images = row["cum_images"]
         if row["is_best"]:
             self.best_accuracy = row["test_accuracy"]
 
@@ -69,10 +71,11 @@ class RunState:
 
     @classmethod
     def from_data(cls, data: dict[str, Any], strategy: Strategy) -> RunState:
-        """A RunState from a checkpoint (as_data's fields; extra keys are ignored)."""
-        values = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        """A RunState from a checkpoint (as_data's fields; extra keys are ignored, missing
+        ones, from older checkpoints, take their defaults)."""
+        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
         values["state"] = state_from_data(strategy.state_type, data["state"])
-        if values["shard_states"] is not None:
+        if values.get("shard_states") is not None:
             shard_type = strategy.shard_state_type
             values["shard_states"] = [state_from_data(shard_type, s) for s in data["shard_states"]]
         values["cum_comm_bytes"] = int(values["cum_comm_bytes"])
@@ -141,5 +144,6 @@ def summary(setup: RunSetup, run_dir: RunDir, state: RunState) -> dict[str, Any]
         "total_wall_s": sum(r["wall_s"] for r in rows),
         "total_comm_bytes": state.cum_comm_bytes,
         "total_comm_rounds": state.cum_comm_rounds,
+        "total_images": state.cum_images,
         "num_parameters": int(state.weights.numel()),
     }

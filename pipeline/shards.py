@@ -6,9 +6,11 @@ to, and every round's task on that shard turns it into a ShardObjective here.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,6 +38,20 @@ def resolve_device(name: str) -> torch.device:
             "--device cpu or auto"
         )
     return torch.device(name)
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """Tensors (also inside dicts and state dataclasses) moved to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return dataclasses.replace(
+            value, **{f.name: to_device(getattr(value, f.name), device) for f in fields}
+        )
+    return value
 
 
 def make_objective(spec: ModelSpec, shard: ShardData) -> ShardObjective:

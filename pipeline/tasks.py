@@ -10,7 +10,6 @@ phase and calls the strategy's update).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import time
@@ -25,7 +24,7 @@ from ..models.registry import ModelSpec
 from . import comm
 from .aggregate import Partial, ShardReport, mean_of, merge, to_partial, tree_reduce
 from .algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
-from .shards import ShardData, make_objective, resolve_device
+from .shards import ShardData, make_objective, resolve_device, to_device
 from .sizes import register_dataclasses
 
 
@@ -39,6 +38,7 @@ class RoundInput:
     index: int  # t, counted from 1
     layout: comm.Layout  # where the shards live, for the byte counts
     round_data: Any = None  # strategy.round_data(driver state as the round starts)
+    opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +56,7 @@ class PhaseEnd:
     # algorithm, whatever the layout (on one worker DANE's solve phase moves no bytes).
     communicated: bool
     compute_by_worker: dict[str, float]
+    rows: int  # rows the shards' work read in this phase
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,7 @@ class RoundResult:
     comm_phases: int  # phases that moved tensors: the round's communication rounds
     compute_by_worker: dict[str, float] = field(default_factory=dict)
     shard_states: list[Any] | None = None  # each shard's state for the next round, if any
+    rows: int = 0  # rows read by all shards' work in the round: images processed
 
 
 register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
@@ -121,53 +123,44 @@ def load_shard(
     return ShardData(index=index, x=features, y=targets, task=task)
 
 
-def _to(value: Any, device: torch.device) -> Any:
-    """Tensors (also inside dicts and state dataclasses) moved to `device`."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _to(getattr(value, f.name), device) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **changes)
-    return value
-
-
 def run_local(
     round_input: RoundInput,
     phase: int,
     shard: ShardData,
     weights: torch.Tensor,
-    received: PhaseEnd | None,
+    received: PhaseEnd | Broadcast | None,
     previous: ShardReport | None,
     shard_state: Any = None,
 ) -> ShardReport:
     """One shard's work in one phase of one round (`shard_state`: see algorithms/base.py).
 
-    `received` is the previous phase's end (None in phase 0), `previous` this shard's own
-    report of the previous phase.
+    `received` is the previous phase's end, or in phase 0 the round's opening (None when
+    the strategy opens with nothing); `previous` is this shard's own report of the previous
+    phase.
     """
     started = time.perf_counter()
     seed = shard_seed(round_input.seed, round_input.index, shard.index)
     # Inputs arrive on the CPU (that is what travels); the work runs where the shard is, and
     # the output goes back to the CPU for the reduction. On a CPU worker these are no-ops.
     device = shard.x.device
+    sent = received.broadcast if isinstance(received, PhaseEnd) else received
     output = round_input.strategy.local(
         LocalContext(
             phase=phase,
+            round_index=round_input.index,
             objective=make_objective(round_input.spec, shard),
             weights=weights.to(device),
-            received=_to(received.broadcast.tensors, device) if received else {},
-            previous=_to(previous.output, device) if previous else None,
+            received=to_device(sent.tensors, device) if sent else {},
+            previous=to_device(previous.output, device) if previous else None,
             rng=torch.Generator().manual_seed(seed),
-            shard_state=_to(shard_state, device),
+            shard_state=to_device(shard_state, device),
             round_data=round_input.round_data,
         )
     )
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # so that compute_s is the work, not its launch
     return ShardReport(
-        output=_to(output, torch.device("cpu")),
+        output=to_device(output, torch.device("cpu")),
         num_samples=int(shard.x.shape[0]),
         compute_s=time.perf_counter() - started,
         worker=worker_id(),
@@ -211,11 +204,12 @@ def _phase_end(
     broadcast: Broadcast,
 ) -> PhaseEnd:
     """A phase's end: what it sent on, its metrics, and the bytes it moved (comm.py)."""
-    # The phase's input: the weights in phase 0, else the previous phase's broadcast.
+    # The phase's input: the weights (and the round's opening) in phase 0, else the
+    # previous phase's broadcast.
     incoming = (
         comm.tensor_bytes(previous.broadcast.tensors)
         if previous
-        else weights.numel() * weights.element_size()
+        else weights.numel() * weights.element_size() + round_input.opening_bytes
     )
     outgoing = comm.tensor_bytes(total.tensor_sums)
     return PhaseEnd(
@@ -226,6 +220,7 @@ def _phase_end(
         ),
         communicated=incoming + outgoing > 0,
         compute_by_worker=total.compute_by_worker,
+        rows=total.rows,
     )
 
 
@@ -252,6 +247,7 @@ def update_round(
         metrics.update(phase_end.metrics)
     update = round_input.strategy.update(
         RoundEnd(
+            round_index=round_input.index,
             weights=weights,
             mean=mean,
             broadcasts=tuple(e.broadcast for e in ends[:-1]),
@@ -274,6 +270,7 @@ def update_round(
         comm_phases=sum(1 for e in ends if e.communicated),
         compute_by_worker=compute,
         shard_states=shard_states,
+        rows=sum(e.rows for e in ends),
     )
 
 

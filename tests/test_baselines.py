@@ -157,6 +157,53 @@ def test_admm_first_round_is_the_proximal_average(ridge):
     assert (a.weights - b.weights).abs().max() < 1e-14
 
 
+def _sdane_round(parts, shares, v, lam):
+    """One exact S-DANE round on the quadratic shards, in numpy: (x, G, v')."""
+    eye = np.eye(len(v))
+    g = sum(p * (h @ v - b) for (h, b), p in zip(parts, shares, strict=True))
+    xs = [v - np.linalg.solve(h + lam * eye, g) for h, _ in parts]
+    grads = [h @ x - b for (h, b), x in zip(parts, xs, strict=True)]
+    big_g = sum(p * gi for gi, p in zip(grads, shares, strict=True))
+    return xs, grads, big_g, v - big_g / lam
+
+
+def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge):
+    lam = 0.4
+    setup, v = _setup(ridge, "sdane", mu=lam)
+    parts, shares = _quadratic(ridge)
+    for _ in range(3):
+        *_, v = _sdane_round(parts, shares, v, lam)
+
+    run = run_reference(setup, rounds=3, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), v, rtol=1e-9)
+
+
+def test_adaptive_sdane_halves_lam_on_accepted_rounds_and_doubles_it_on_rejected_ones(ridge):
+    setup, v = _setup(ridge, "sdane-adaptive", mu=0.05)
+    parts, shares = _quadratic(ridge)
+    hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
+    rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
+    lam, rejected = 0.05, []
+    for _ in range(4):
+        xs, grads, big_g, stepped = _sdane_round(parts, shares, v, lam)
+        x = sum(p * xi for xi, p in zip(xs, shares, strict=True))
+        lhs = sum(
+            p * ((gi - (h @ x - b)) @ (v - xi))
+            for (h, b), gi, xi, p in zip(parts, grads, xs, shares, strict=True)
+        ) + (hess @ x - rhs) @ (v - x)
+        accept = lhs >= big_g @ big_g / (2 * lam)
+        rejected.append(float(not accept))
+        v, lam = (stepped, lam / 2) if accept else (v, 2 * lam)
+
+    run = run_reference(setup, rounds=4, num_workers=2)
+
+    assert [h["sdane_rejected"] for h in run.history] == rejected
+    assert 0 < sum(rejected) < 4  # the test both accepts and rejects here
+    assert run.state.lam == pytest.approx(lam)
+    np.testing.assert_allclose(run.weights.numpy(), v, rtol=1e-8)
+
+
 # --- through Dask ------------------------------------------------------------------------------
 
 SETTINGS = {

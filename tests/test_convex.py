@@ -133,9 +133,10 @@ def test_exact_solver_solves_the_dane_local_problem(ridge, method):
     expected = np.linalg.solve(h_i + mu * np.eye(8), b_i + c + mu * a)
 
     problem = LocalProblem(objective, linear=torch.from_numpy(c), anchor=torch.from_numpy(a), mu=mu)
-    v, first_loss = ExactSolver(local_solver=method, local_tol=1e-12).solve(
+    solution = ExactSolver(local_solver=method, local_tol=1e-12).solve(
         problem, torch.zeros(8, dtype=torch.float64), torch.Generator()
     )
+    v, first_loss = solution.weights, solution.first_loss
 
     assert np.abs(v.numpy() - expected).max() / np.abs(expected).max() < 1e-9
     _, shard_y = ridge_arrays(ridge)
@@ -151,8 +152,10 @@ def test_newton_cg_reaches_the_tolerance_on_logistic_regression(tmp_path):
     w0 = initial_weights(setup.spec, 0)
     _, g0 = objective.loss_and_grad(w0)
 
-    v, _ = ExactSolver(local_solver="cg", local_tol=1e-10).solve(
-        LocalProblem(objective), w0, torch.Generator()
+    v = (
+        ExactSolver(local_solver="cg", local_tol=1e-10)
+        .solve(LocalProblem(objective), w0, torch.Generator())
+        .weights
     )
 
     _, g = objective.loss_and_grad(v)

@@ -37,8 +37,8 @@ def test_flags_map_onto_fields_of_the_same_name():
 
     assert (dane.eta, dane.mu) == (0.5, 0.2)
     assert dane.solver == LocalSolver(
-        local_steps=7, local_lr=0.3, batch_size=9, local_optimizer="sgd", momentum=0.4
-    )
+        local_steps=7, local_lr=0.3, batch_size=9, local_optimizer="sgd", momentum=0.4, rounds=20
+    )  # rounds: the span of --lr-schedule
     assert (sgd.local_lr, sgd.batch_size, sgd.momentum) == (0.3, 9, 0.4)
     assert (agd.local_lr, agd.momentum) == (0.3, 0.4)  # momentum is Nesterov's beta there
     assert admm.rho == 2.0
@@ -76,22 +76,35 @@ def test_fedavg_needs_local_steps_and_says_so():
 
 
 def test_each_algorithm_labels_itself_with_its_own_settings():
-    labels = {
-        name: make_strategy(name, _settings(local_solver="steps")).label() for name in ALGORITHMS
-    }
+    settings = _settings(mu=0.5)
+    labels = {name: make_strategy(name, settings).label() for name in ALGORITHMS}
     exact = make_strategy("admm", _settings(local_solver="cg", rho=0.5)).label()
+    options = _settings(
+        grad_sample=500,
+        grad_sample_growth=1.5,
+        local_theta=0.2,
+        server_momentum=0.9,
+        lr_schedule="cosine",
+    )
 
     assert labels == {
-        "dane": "dane eta=1 mu=0 K=30 lr=0.05 B=32",
+        "dane": "dane eta=1 mu=0.5 K=30 lr=0.05 B=32",
+        "sdane": "sdane mu=0.5 K=30 lr=0.05 B=32",
+        "sdane-adaptive": "sdane-adaptive mu=0.5 K=30 lr=0.05 B=32",
         "sgd": "sgd lr=0.05 B=32",
         "fedavg": "fedavg K=30 lr=0.05 B=32",
-        "fedprox": "fedprox mu=0 K=30 lr=0.05 B=32",
+        "fedprox": "fedprox mu=0.5 K=30 lr=0.05 B=32",
+        "scaffold": "scaffold K=30 lr=0.05 B=32",
         "one-shot": "one-shot K=30 lr=0.05 B=32",
         "admm": "admm rho=1 K=30 lr=0.05 B=32",
         "gd": "gd lr=0.05",
         "agd": "agd lr=0.05 momentum=0.9",
     }
     assert exact == "admm rho=0.5 cg"
+    assert make_strategy("dane", options).label() == (
+        "dane eta=1 mu=0 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine B=32 "
+        "server-momentum=0.9"
+    )
 
 
 def test_states_are_data_and_older_checkpoints_read_back():

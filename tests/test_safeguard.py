@@ -41,6 +41,7 @@ def _decide_and_update(dane, state, w, *, loss, solved=None):
         solved = dane.local(
             LocalContext(
                 phase=1,
+                round_index=1,
                 objective=None,  # type: ignore[arg-type]
                 weights=w,
                 received=sent.tensors,
@@ -50,6 +51,7 @@ def _decide_and_update(dane, state, w, *, loss, solved=None):
             )
         )
     end = RoundEnd(
+        round_index=1,
         weights=w,
         mean=solved,
         broadcasts=(sent,),

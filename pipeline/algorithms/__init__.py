@@ -32,11 +32,14 @@ from .fedprox import FedProx
 from .gd import Gd
 from .local_solver import LocalSolver
 from .oneshot import OneShot
+from .scaffold import Scaffold
+from .sdane import Sdane, SdaneAdaptive
 from .sgd import Sgd
 from .solvers import make_solver
 
 ALGORITHMS: dict[str, type] = {
-    cls.name: cls for cls in (Dane, Sgd, FedAvg, FedProx, OneShot, Admm, Gd, Agd)
+    cls.name: cls
+    for cls in (Dane, Sdane, SdaneAdaptive, Sgd, FedAvg, FedProx, Scaffold, OneShot, Admm, Gd, Agd)
 }
 
 __all__ = [
@@ -83,14 +86,20 @@ def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
             f"unknown --algorithm {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
         )
     make_solver(settings)  # --local-solver names a solver
+    chosen = {f.name for f in fields(ALGORITHMS[algorithm])}
     for owner in (*ALGORITHMS.values(), LocalSolver, ExactSolver):
         for f in fields(owner):
             if f.name not in settings:
                 continue
             checks.check_value(f, settings[f.name])
-            exclusive = f.metadata.get("exclusive") and owner is not ALGORITHMS[algorithm]
+            exclusive = f.metadata.get("exclusive") and f.name not in chosen
             if exclusive and f.default is not MISSING and settings[f.name] != f.default:
+                users = [name for name, cls in ALGORITHMS.items() if f.name in _names(cls)]
                 raise ValueError(
                     f"{checks.flag(f.name)} {settings[f.name]} applies to --algorithm "
-                    f"{owner.name} only; drop it or use --algorithm {owner.name}"
+                    f"{' or '.join(users)} only; drop it or use --algorithm {users[0]}"
                 )
+
+
+def _names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}

@@ -51,11 +51,13 @@ class Admm(StrategyDefaults):
         z, state = ctx.weights, ctx.shard_state
         u_i = state.dual + state.local - z
         problem = LocalProblem(ctx.objective, anchor=z - u_i, mu=self.rho)
-        x_i, first_loss = self.solver.solve(problem, z, ctx.rng)
+        solution = self.solver.solve(problem, z, ctx.rng, round_index=ctx.round_index)
+        x_i = solution.weights
         return LocalOutput(
             tensors={"weights": x_i + u_i},
-            metrics={"train_loss": first_loss},
+            metrics={"train_loss": solution.first_loss},
             shard_state=AdmmShardState(dual=u_i, local=x_i),
+            rows=solution.rows,
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:

@@ -46,12 +46,16 @@ class LocalOutput:
     """What one shard sends back in a phase; `tensors` count as communication, `metrics` not.
 
     `shard_state` (last phase only) is the shard's own state for the next round: it is neither
-    averaged nor counted as communication.
+    averaged nor counted as communication, nor is `kept`.
     """
 
     tensors: Tensors
     metrics: dict[str, float] = field(default_factory=dict)
     shard_state: Any = None
+    rows: int = 0  # rows of the shard this work read (images processed), summed over shards
+    # Tensors this shard keeps for its own next phase (LocalContext.previous): neither
+    # averaged nor sent; the next phase runs on the same worker.
+    kept: Tensors = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,9 +63,10 @@ class LocalContext:
     """Everything one shard's work in one phase sees."""
 
     phase: int
+    round_index: int  # t, counted from 1
     objective: ShardObjective
     weights: torch.Tensor  # w: the weights the round started from
-    received: Tensors  # what the previous phase's broadcast sent ({} in phase 0)
+    received: Tensors  # what the previous phase's broadcast sent (phase 0: Strategy.opening)
     previous: LocalOutput | None  # this shard's own output of the previous phase
     rng: torch.Generator  # seeded per (run, round, shard)
     shard_state: Any = None  # this shard's state as the round started
@@ -85,6 +90,7 @@ class Broadcast:
 class RoundEnd:
     """What `update` sees: the round's start, its last average and its earlier broadcasts."""
 
+    round_index: int  # t, counted from 1
     weights: torch.Tensor  # w: the weights the round started from
     mean: LocalOutput  # the last phase's average over shards
     broadcasts: tuple[Broadcast, ...]  # every earlier phase's broadcast, in phase order
@@ -107,8 +113,8 @@ class Strategy(Protocol):
 
     name: ClassVar[str]
     phases: ClassVar[tuple[str, ...]]  # task-name prefixes, e.g. ("local_grad", "local_solve")
-    state_type: ClassVar[type | None]  # the driver state's dataclass; None: no state
-    shard_state_type: ClassVar[type | None]  # each shard's state's dataclass; None: none
+    state_type: type | None  # the driver state's dataclass; None: no state
+    shard_state_type: type | None  # each shard's state's dataclass; None: none
 
     def init_state(self, weights: torch.Tensor) -> Any:
         """Driver state before round 1 (e.g. a momentum buffer); None if none."""
@@ -120,6 +126,11 @@ class Strategy(Protocol):
 
     def round_data(self, state: Any) -> Any:
         """The scalars of `state` that this round's shards and broadcast need; None if none."""
+        ...
+
+    def opening(self, state: Any) -> Tensors:
+        """Tensors of `state` every shard receives in phase 0 besides the weights (SCAFFOLD's
+        control variate); they travel like the weights and count as communication."""
         ...
 
     def local(self, ctx: LocalContext) -> LocalOutput:
@@ -160,6 +171,9 @@ class StrategyDefaults:
 
     def round_data(self, state: Any) -> Any:
         return None
+
+    def opening(self, state: Any) -> Tensors:
+        return {}
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
         raise AssertionError(f"{self.name} has a single phase: nothing to broadcast")

@@ -80,3 +80,11 @@ def one_of(*choices: str) -> Rule:
             raise ValueError(f"unknown {flag(name)} {value!r}; choose one of: {', '.join(choices)}")
 
     return rule
+
+
+def at_least(bound: float) -> Rule:
+    def rule(name: str, value: float) -> None:
+        if not (math.isfinite(value) and value >= bound):
+            raise ValueError(f"{flag(name)} must be at least {bound:g} (got {value})")
+
+    return rule

@@ -4,12 +4,20 @@ Legend: w = weights at the start of the round, g_i = grad f_i(w) on shard i (ful
 g = mean_i g_i, v_i = shard i's local solution, eta and mu as in the paper.
 Local problem: h_i(v) = f_i(v) - <g_i - eta*g, v> + (mu/2)||v - w||^2; then w <- mean_i v_i.
 
-`grad_sample` = N > 0 computes f_i and g_i on N rows of each shard, fixed for the whole run
-(chosen once from the run's `seed`), instead of the full shard: the same "fixed large sample"
-in every round, never a different minibatch. `safeguard` (safeguard.py) backtracks along
-rejected steps and optionally adapts mu: its state is the driver state, its scalars reach the
-shards as the round's data (a safeguard.Trial), and the broadcast of the gradient phase
-decides once per round what the update then carries out.
+Options, each off by default so that plain DANE stays the paper's:
+- `grad_sample` = N > 0 computes f_i and g_i on N rows of each shard, fixed for the whole run
+  (chosen once from the run's `seed`), instead of the full shard: the same "fixed large
+  sample" in every round, never a different minibatch. `grad_sample_growth` = G > 1 makes
+  it N * G^(t-1) rows in round t (the first rows of the same fixed order, up to the whole
+  shard): a cheap gradient while the weights move a lot, an exact one near the end.
+- `local_theta` = theta > 0: InexactDANE's stopping rule (Reddi et al. 2016): a local solve
+  stops once ||grad h_i(v)|| (on the step's minibatch) <= theta * ||g||, so --local-steps
+  becomes a bound. The steps taken are reported as `local_steps`.
+- `server_momentum` = beta: heavy-ball momentum on the averaged step (server.py).
+- `safeguard` (safeguard.py) backtracks along rejected steps and optionally adapts mu: its
+  state is the driver state, its scalars reach the shards as the round's data (a
+  safeguard.Trial), and the broadcast of the gradient phase decides once per round what the
+  update then carries out.
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ import torch
 from ..objective import ShardObjective
 from . import safeguard as sg
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, non_negative, one_of, positive, rows_or_all
-from .local_solver import LocalProblem
+from .checks import at_least, checked, momentum_range, non_negative, one_of, positive, rows_or_all
+from .local_solver import LocalProblem, StopRule
+from .server import MomentumState, init_momentum, momentum_label, momentum_step
 from .solvers import Solver
 
 
@@ -35,11 +44,32 @@ class Dane(StrategyDefaults):
     solver: Solver
     safeguard: str = checked(one_of(*sg.SAFEGUARDS), exclusive=True, default="off")
     grad_sample: int = checked(rows_or_all, exclusive=True, default=0)  # rows of f_i, g_i; 0: all
+    grad_sample_growth: float = checked(at_least(1.0), exclusive=True, default=1.0)
+    local_theta: float = checked(non_negative, exclusive=True, default=0.0)
+    server_momentum: float = checked(momentum_range, default=0.0)
     seed: int = 0  # the run's seed: which rows grad_sample takes
 
     name: ClassVar[str] = "dane"
     phases: ClassVar[tuple[str, ...]] = ("local_grad", "local_solve")
-    state_type: ClassVar[type | None] = sg.SafeguardState
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.grad_sample_growth != 1.0 and not self.grad_sample:
+            raise ValueError(
+                "--grad-sample-growth grows the gradient sample from --grad-sample N rows; "
+                "pass --grad-sample N as well"
+            )
+        if self.server_momentum and self.safeguard != "off":
+            raise ValueError(
+                "--server-momentum and --safeguard do not combine (momentum would carry a "
+                "rejected step on); pass one of them"
+            )
+
+    @property
+    def state_type(self) -> type | None:  # type: ignore[override]
+        if self.safeguard != "off":
+            return sg.SafeguardState
+        return MomentumState if self.server_momentum else None
 
     def label(self) -> str:
         parts = [self.name, f"eta={self.eta:g}", f"mu={self.mu:g}"]
@@ -47,11 +77,16 @@ class Dane(StrategyDefaults):
             parts.append(f"safeguard={self.safeguard}")
         if self.grad_sample:
             parts.append(f"grad-sample={self.grad_sample}")
-        return " ".join([*parts, self.solver.label()])
+        if self.grad_sample_growth != 1.0:
+            parts.append(f"growth={self.grad_sample_growth:g}")
+        if self.local_theta:
+            parts.append(f"theta={self.local_theta:g}")
+        label = " ".join([*parts, self.solver.label()])
+        return label + momentum_label(self.server_momentum)
 
-    def init_state(self, weights: torch.Tensor) -> sg.SafeguardState | None:
+    def init_state(self, weights: torch.Tensor) -> Any:
         if self.safeguard == "off":
-            return None
+            return init_momentum(self.server_momentum, weights)
         return sg.SafeguardState(
             anchor=weights.clone(),
             step=torch.zeros_like(weights),
@@ -60,40 +95,51 @@ class Dane(StrategyDefaults):
             mu=self.mu,
         )
 
-    def round_data(self, state: sg.SafeguardState | None) -> sg.Trial | None:
-        return None if state is None else state.trial()
+    def round_data(self, state: Any) -> sg.Trial | None:
+        return state.trial() if isinstance(state, sg.SafeguardState) else None
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         if ctx.phase == 0:
-            sampled = self._sampled(ctx.objective)
+            sampled = self._sampled(ctx.objective, ctx.round_index)
             loss, g_i = sampled.loss_and_grad(ctx.weights)
             metrics = {"train_loss": loss}
             if self.grad_sample:
                 metrics["grad_rows"] = float(sampled.num_samples)
-            return LocalOutput(tensors={"grad": g_i}, metrics=metrics)
+            rows = sampled.num_samples
+            return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows)
         if "grad" not in ctx.received:  # the safeguard rejected w: no solve, nothing to send
             return LocalOutput(tensors={})
         assert ctx.previous is not None, "local_solve needs the shard's own gradient"
+        g = ctx.received["grad"]
         mu = self.mu if ctx.round_data is None else ctx.round_data.mu
         problem = LocalProblem(
             ctx.objective,
-            linear=ctx.previous.tensors["grad"] - self.eta * ctx.received["grad"],
+            linear=ctx.previous.tensors["grad"] - self.eta * g,
             anchor=ctx.weights,
             mu=mu,
         )
-        v_i, _ = self.solver.solve(problem, ctx.weights, ctx.rng)
-        return LocalOutput(tensors={"weights": v_i})
-
-    def _sampled(self, objective: ShardObjective) -> ShardObjective:
-        """The shard, or its fixed sample of grad_sample rows (same rows in every round)."""
-        if not self.grad_sample or objective.num_samples <= self.grad_sample:
-            return objective
-        generator = torch.Generator().manual_seed(self.seed)
-        rows = torch.randperm(objective.num_samples, generator=generator)[: self.grad_sample]
-        rows = rows.sort().values
-        return ShardObjective(
-            objective.model, objective.x[rows], objective.y[rows], objective.task, objective.l2
+        solution = self.solver.solve(
+            problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=self._stop_rule(g)
         )
+        metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
+        return LocalOutput(
+            tensors={"weights": solution.weights}, metrics=metrics, rows=solution.rows
+        )
+
+    def _stop_rule(self, g: torch.Tensor) -> StopRule | None:
+        """InexactDANE: solved once ||grad h_i(v)|| <= theta * ||g||."""
+        if not self.local_theta:
+            return None
+        bound = self.local_theta * float(g.norm())
+        return lambda grad, v: float(grad.norm()) <= bound
+
+    def _sampled(self, objective: ShardObjective, round_index: int) -> ShardObjective:
+        """The shard, or its sample for round `round_index`: grad_sample rows, times
+        grad_sample_growth per round since the first."""
+        if not self.grad_sample:
+            return objective
+        size = round(self.grad_sample * self.grad_sample_growth ** (round_index - 1))
+        return sample_rows(objective, size, self.seed)
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
         g = mean.tensors["grad"]
@@ -113,8 +159,10 @@ class Dane(StrategyDefaults):
         return Broadcast(tensors=sent, metrics=metrics, decision=decision)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
-        if end.state is None:
-            return RoundUpdate(weights=end.mean.tensors["weights"])
+        if not isinstance(end.state, sg.SafeguardState):
+            proposal = end.mean.tensors["weights"]
+            weights, state = momentum_step(self.server_momentum, end.state, end.weights, proposal)
+            return RoundUpdate(weights=weights, state=state)
         decision = end.broadcasts[0].decision
         weights, state = sg.next_weights(
             end.state,
@@ -125,3 +173,15 @@ class Dane(StrategyDefaults):
         )
         metrics = {"safeguard_rejected": float(not decision.accept), "mu": decision.mu}
         return RoundUpdate(weights=weights, state=state, metrics=metrics)
+
+
+def sample_rows(objective: ShardObjective, size: int, seed: int) -> ShardObjective:
+    """The shard's first `size` rows in one fixed order drawn from `seed` (the whole shard if
+    `size` is 0 or covers it): the same rows in every round, never a new minibatch."""
+    if not size or objective.num_samples <= size:
+        return objective
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(objective.num_samples, generator=generator)[:size].sort().values
+    return ShardObjective(
+        objective.model, objective.x[rows], objective.y[rows], objective.task, objective.l2
+    )

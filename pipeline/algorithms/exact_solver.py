@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .checks import checked, one_of, relative_tolerance, validate
-from .local_solver import LocalProblem
+from .local_solver import LocalProblem, Solution, StopRule
 
 EXACT_METHODS = ("lbfgs", "cg")
 
@@ -42,26 +42,40 @@ class ExactSolver:
         return self.local_solver
 
     def solve(
-        self, problem: LocalProblem, start: torch.Tensor, rng: torch.Generator
-    ) -> tuple[torch.Tensor, float]:
-        """The minimiser of `problem` from `start`, and f_i's loss at `start` (as LocalSolver)."""
+        self,
+        problem: LocalProblem,
+        start: torch.Tensor,
+        rng: torch.Generator,
+        *,
+        round_index: int = 1,
+        stop: StopRule | None = None,
+    ) -> Solution:
+        """The minimiser of `problem` from `start` (as LocalSolver.solve; the tolerance is the
+        stopping rule here, `round_index` and `stop` do not apply)."""
         exact = _Exact(problem)
-        if self.local_solver == "cg":
-            return _newton_cg(exact, start.detach().clone(), self)
-        return _lbfgs(exact, start.detach().clone(), self)
+        method = _newton_cg if self.local_solver == "cg" else _lbfgs
+        v, first_loss, iterations = method(exact, start.detach().clone(), self)
+        rows = exact.passes * problem.objective.num_samples
+        return Solution(weights=v, first_loss=first_loss, steps=iterations, rows=rows)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Exact:
-    """The local problem with what the exact methods add: a stopping floor and the Hessian."""
+    """The local problem with what the exact methods add: a stopping floor and the Hessian.
+
+    `passes` counts full passes over the shard (values, gradients, Hessian products).
+    """
 
     problem: LocalProblem
+    passes: int = 0
 
     def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
+        self.passes += 1
         return self.problem.value_and_grad(v)
 
     def target(self, tol: float, v: torch.Tensor, r: torch.Tensor) -> float:
         """tol * ||r||, but not below the rounding noise of computing r at v."""
+        self.passes += 1
         _, grad_f = self.problem.objective.loss_and_grad(v)
         linear = self.problem.linear
         scale = float(grad_f.norm()) + (float(linear.norm()) if linear is not None else 0)
@@ -71,7 +85,12 @@ class _Exact:
     def hessian(self, v: torch.Tensor):  # type: ignore[no-untyped-def]
         hess = self.problem.objective.hessian_operator(v)
         mu = self.problem.mu if self.problem.anchor is not None else 0.0
-        return (lambda p: hess(p) + mu * p) if mu else hess
+
+        def product(p: torch.Tensor) -> torch.Tensor:
+            self.passes += 1
+            return hess(p) + mu * p if mu else hess(p)
+
+        return product
 
 
 def _conjugate_gradient(apply, b: torch.Tensor, *, tol: float, max_iterations: int):  # type: ignore[no-untyped-def]
@@ -99,7 +118,8 @@ def _conjugate_gradient(apply, b: torch.Tensor, *, tol: float, max_iterations: i
 def _newton_cg(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
     h, r, first_loss = problem.value_and_grad(v)
     target = problem.target(solver.local_tol, v, r)
-    for _ in range(solver.max_newton_steps):
+    steps = 0
+    for steps in range(solver.max_newton_steps):  # noqa: B007  (the count is returned)
         if float(r.norm()) <= target:
             break
         # In exact arithmetic CG ends within d iterations; 3d allows for rounding.
@@ -109,7 +129,7 @@ def _newton_cg(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: 
         if accepted is None:
             break  # no step lowers h or ||grad h||: rounding noise, v is as good as it gets
         v, h, r = accepted
-    return v, first_loss
+    return v, first_loss, steps
 
 
 def _backtrack(problem: _Exact, v: torch.Tensor, h: float, r: torch.Tensor, p: torch.Tensor):  # type: ignore[no-untyped-def]
@@ -138,7 +158,8 @@ def _lbfgs(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: igno
     h, r, first_loss = problem.value_and_grad(v)
     target = problem.target(solver.local_tol, v, r)
     pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []
-    for _ in range(solver.max_iterations):
+    steps = 0
+    for steps in range(solver.max_iterations):  # noqa: B007  (the count is returned)
         if float(r.norm()) <= target:
             break
         p = -_two_loop(r, pairs)
@@ -153,7 +174,7 @@ def _lbfgs(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: igno
         if curvature > 1e-16 * float(s_k.norm()) * float(y_k.norm()):
             pairs = [*pairs[-19:], (s_k, y_k, 1.0 / curvature)]
         v, h, r = candidate, h_new, r_new
-    return v, first_loss
+    return v, first_loss, steps
 
 
 def _two_loop(g: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor, float]]):  # type: ignore[no-untyped-def]

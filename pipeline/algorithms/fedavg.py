@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .base import RoundEnd, RoundUpdate
+from .checks import checked, momentum_range
 from .fedprox import SolveAndAverage
 from .local_solver import LocalSolver
+from .server import momentum_step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +20,7 @@ class FedAvg(SolveAndAverage):
     """Solve-and-average with K local steps; reports a pseudo-gradient norm."""
 
     solver: LocalSolver
+    server_momentum: float = checked(momentum_range, default=0.0)  # FedAvgM above 0
 
     name: ClassVar[str] = "fedavg"
 
@@ -33,6 +36,7 @@ class FedAvg(SolveAndAverage):
         v = end.mean.tensors["weights"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
         pseudo_grad = (end.weights - v) / (self.solver.local_steps * self.solver.local_lr)
+        weights, state = momentum_step(self.beta, end.state, end.weights, v)
         return RoundUpdate(
-            weights=v, state=end.state, metrics={"grad_norm": float(pseudo_grad.norm())}
+            weights=weights, state=state, metrics={"grad_norm": float(pseudo_grad.norm())}
         )

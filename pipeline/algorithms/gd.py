@@ -26,7 +26,8 @@ class Gd(StrategyDefaults):
     def local(self, ctx: LocalContext) -> LocalOutput:
         """grad f_i(w) over the whole shard, with f_i(w) as the round's train loss."""
         loss, g_i = ctx.objective.loss_and_grad(ctx.weights)
-        return LocalOutput(tensors={"grad": g_i}, metrics={"train_loss": loss})
+        rows = ctx.objective.num_samples
+        return LocalOutput(tensors={"grad": g_i}, metrics={"train_loss": loss}, rows=rows)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         g = end.mean.tensors["grad"]

@@ -2,20 +2,26 @@
 
 LocalProblem: min_v f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 on one shard. DANE uses
 linear = grad f_i(w) - eta * g and anchor = w; FedProx linear = 0; FedAvg also mu = 0.
-LocalSolver: K minibatch steps of SGD (with momentum) or Adam on it; exact_solver.py solves
-it to a tolerance for convex models.
+LocalSolver: at most K minibatch steps of SGD (with momentum) or Adam on it, at --local-lr
+times the round's schedule factor (schedule.py), stopping early where the caller's rule says
+the problem is solved well enough (InexactDANE, S-DANE); exact_solver.py solves it to a
+tolerance for convex models.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ..objective import ShardObjective
 from .checks import at_least_one, checked, momentum_range, one_of, positive, validate
+from .schedule import SCHEDULES, lr_factor
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
+# (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
+StopRule = Callable[[torch.Tensor, torch.Tensor], bool]
 
 
 @dataclass(frozen=True)
@@ -42,28 +48,49 @@ class LocalProblem:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Solution:
+    """A local solve's result: the solution and what it cost."""
+
+    weights: torch.Tensor
+    first_loss: float  # f_i on the first minibatch (a loss at the start), or f_i(start)
+    steps: int  # minibatch steps taken, or the exact method's iterations
+    rows: int  # rows of the shard read (images processed)
+
+
+@dataclass(frozen=True, kw_only=True)
 class LocalSolver:
-    """K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
+    """At most K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
 
     local_steps: int = checked(at_least_one)
     local_lr: float = checked(positive)
     batch_size: int = checked(at_least_one)
     local_optimizer: str = checked(one_of(*LOCAL_OPTIMIZERS), default="sgd")
     momentum: float = checked(momentum_range, default=0.9)
+    lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
+    rounds: int = 1  # the schedule's span (--rounds)
 
     def __post_init__(self) -> None:
         validate(self)
 
     def label(self) -> str:
-        return f"K={self.local_steps} lr={self.local_lr:g} B={self.batch_size}"
+        schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
+        return f"K={self.local_steps} lr={self.local_lr:g}{schedule} B={self.batch_size}"
+
+    def lr(self, round_index: int) -> float:
+        """The learning rate of round `round_index`: --local-lr times the schedule's factor."""
+        return self.local_lr * lr_factor(self.lr_schedule, round_index, self.rounds)
 
     def solve(
-        self, problem: LocalProblem, start: torch.Tensor, rng: torch.Generator
-    ) -> tuple[torch.Tensor, float]:
-        """Approximately minimise `problem` from `start`.
-
-        Returns the solution and f_i's loss on the first minibatch (a loss at `start`).
-        """
+        self,
+        problem: LocalProblem,
+        start: torch.Tensor,
+        rng: torch.Generator,
+        *,
+        round_index: int = 1,
+        stop: StopRule | None = None,
+    ) -> Solution:
+        """Approximately minimise `problem` from `start`: K steps, or fewer where `stop` says
+        so (checked from the second step on: the first always moves)."""
         objective, linear, anchor, mu = (
             problem.objective,
             problem.linear,
@@ -71,13 +98,15 @@ class LocalSolver:
             problem.mu,
         )
         v = start.detach().clone().requires_grad_(True)
+        lr = self.lr(round_index)
         if self.local_optimizer == "adam":
-            opt = torch.optim.Adam([v], lr=self.local_lr)
+            opt = torch.optim.Adam([v], lr=lr)
         else:
-            opt = torch.optim.SGD([v], lr=self.local_lr, momentum=self.momentum)
-        first_loss = float("nan")
+            opt = torch.optim.SGD([v], lr=lr, momentum=self.momentum)
+        first_loss, steps, drawn = float("nan"), 0, 0
         for step in range(self.local_steps):
             opt.zero_grad(set_to_none=False)
+            drawn += 1
             loss = objective.batch_loss(v, objective.sample_rows(self.batch_size, rng))
             loss.backward()
             if step == 0:
@@ -88,5 +117,9 @@ class LocalSolver:
                     v.grad.sub_(linear)
                 if mu and anchor is not None:
                     v.grad.add_(v - anchor, alpha=mu)
+                if step > 0 and stop is not None and stop(v.grad, v):
+                    break
             opt.step()
-        return v.detach(), first_loss
+            steps += 1
+        rows = drawn * min(self.batch_size, objective.num_samples)
+        return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)

@@ -12,7 +12,8 @@ from typing import ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import at_least_one, checked, momentum_range, positive
+from .checks import at_least_one, checked, momentum_range, one_of, positive
+from .schedule import SCHEDULES, lr_factor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,13 +26,16 @@ class Sgd(StrategyDefaults):
     local_lr: float = checked(positive)  # the step size (named like the shared flag)
     batch_size: int = checked(at_least_one)
     momentum: float = checked(momentum_range, default=0.9)
+    lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
+    rounds: int = 1  # the schedule's span (--rounds)
 
     name: ClassVar[str] = "sgd"
     phases: ClassVar[tuple[str, ...]] = ("local_grad",)
     state_type: ClassVar[type | None] = SgdState
 
     def label(self) -> str:
-        return f"{self.name} lr={self.local_lr:g} B={self.batch_size}"
+        schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
+        return f"{self.name} lr={self.local_lr:g}{schedule} B={self.batch_size}"
 
     def init_state(self, weights: torch.Tensor) -> SgdState:
         return SgdState(momentum=torch.zeros_like(weights))
@@ -39,17 +43,21 @@ class Sgd(StrategyDefaults):
     def local(self, ctx: LocalContext) -> LocalOutput:
         w = ctx.weights.detach().requires_grad_(True)
         objective = ctx.objective
-        loss = objective.batch_loss(w, objective.sample_rows(self.batch_size, ctx.rng))
+        rows = objective.sample_rows(self.batch_size, ctx.rng)
+        loss = objective.batch_loss(w, rows)
         loss.backward()
         return LocalOutput(
-            tensors={"grad": w.grad.detach()}, metrics={"train_loss": float(loss.detach())}
+            tensors={"grad": w.grad.detach()},
+            metrics={"train_loss": float(loss.detach())},
+            rows=len(rows),
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         g = end.mean.tensors["grad"]
         b = self.momentum * end.state.momentum + g
+        lr = self.local_lr * lr_factor(self.lr_schedule, end.round_index, self.rounds)
         return RoundUpdate(
-            weights=end.weights - self.local_lr * b,
+            weights=end.weights - lr * b,
             state=SgdState(momentum=b),
             metrics={"grad_norm": float(g.norm())},
         )

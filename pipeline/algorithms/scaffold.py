@@ -1,0 +1,88 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020): local steps corrected by control variates.
+
+Legend: w = weights at the start of the round, c = the server's control variate, c_i = shard
+i's, y_i = shard i's weights after K local steps, lr = the round's local learning rate.
+One round (full participation, the paper's option II for c_i):
+    every shard receives w and c;  y_i = K SGD steps on f_i(y) - <c_i - c, y> from w
+    c_i' = c_i - c + (w - y_i) / (K * lr)
+    w' = mean_i y_i;   c' = c + mean_i (c_i' - c_i)
+So a round moves twice the model each way: c travels with w (Strategy.opening), and every
+shard sends its control update with its weights; the pipeline counts both. c is the driver
+state, c_i each shard's own state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
+from .local_solver import LocalProblem, LocalSolver
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaffoldState:
+    control: torch.Tensor  # c
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaffoldShardState:
+    control: torch.Tensor  # c_i
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaffold(StrategyDefaults):
+    solver: LocalSolver
+
+    name: ClassVar[str] = "scaffold"
+    phases: ClassVar[tuple[str, ...]] = ("local_train",)
+    state_type: ClassVar[type | None] = ScaffoldState
+    shard_state_type: ClassVar[type | None] = ScaffoldShardState
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.solver, LocalSolver):
+            raise ValueError(
+                "--algorithm scaffold takes K local steps (--local-solver steps); its control "
+                "update is defined by them"
+            )
+
+    def label(self) -> str:
+        return f"{self.name} {self.solver.label()}"
+
+    def init_state(self, weights: torch.Tensor) -> ScaffoldState:
+        return ScaffoldState(control=torch.zeros_like(weights))
+
+    def init_shard_state(self, weights: torch.Tensor) -> ScaffoldShardState:
+        return ScaffoldShardState(control=torch.zeros_like(weights))
+
+    def opening(self, state: ScaffoldState) -> Tensors:
+        return {"control": state.control}
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        c, c_i = ctx.received["control"], ctx.shard_state.control
+        # grad of f_i(y) - <c_i - c, y> is grad f_i(y) - c_i + c: the corrected local step.
+        problem = LocalProblem(ctx.objective, linear=c_i - c)
+        solution = self.solver.solve(problem, ctx.weights, ctx.rng, round_index=ctx.round_index)
+        y_i = solution.weights
+        step_size = max(solution.steps, 1) * self.solver.lr(ctx.round_index)
+        c_i_next = c_i - c + (ctx.weights - y_i) / step_size
+        return LocalOutput(
+            tensors={"weights": y_i, "control_delta": c_i_next - c_i},
+            metrics={"train_loss": solution.first_loss},
+            shard_state=ScaffoldShardState(control=c_i_next),
+            rows=solution.rows,
+        )
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        y = end.mean.tensors["weights"]
+        control = end.state.control + end.mean.tensors["control_delta"]
+        # The averaged update expressed as a gradient, comparable with the others' grad_norm.
+        pseudo_grad = (end.weights - y) / (self.solver.local_steps * self.solver.local_lr)
+        return RoundUpdate(
+            weights=y,
+            state=ScaffoldState(control=control),
+            metrics={"grad_norm": float(pseudo_grad.norm())},
+        )

@@ -1,0 +1,164 @@
+"""S-DANE (Jiang, Rodomanov & Stich, NeurIPS 2024): DANE steps around stabilised prox-centres.
+
+Legend: v = the prox-centre (the weights the pipeline carries, scored and checkpointed),
+x_i = shard i's local solution, lam = the proximal strength (--mu), g = mean_i grad f_i(v),
+x = mean_i x_i, G = mean_i grad f_i(x_i). One round (the non-accelerated method, for
+general convex f, strong convexity taken as 0):
+    x_i ~ argmin_x f_i(x) - <grad f_i(v) - g, x> + (lam/2)||x - v||^2   (DANE's problem at v)
+    v' = v - G / lam
+The local solve stops at the paper's accuracy rule ||grad F_i(x)|| <= (lam/2)||x - v|| (on
+the step's minibatch, for K steps) or at K steps; exact solvers solve to --local-tol. Each
+shard sends x_i and grad f_i(x_i): twice DANE's bytes in the solve phase.
+
+`sdane-adaptive` (the paper's adaptive variant) needs no lam in advance: lam starts at --mu
+and is halved after an accepted round, doubled after a rejected one, by the line-search test
+    mean_i <grad f_i(x_i) - h_i(x), v - x_i> >= ||G||^2 / (2 lam),  h_i(x) = grad f_i(x) - grad f(x)
+on a third phase at x (broadcast to the shards, which send back G's parts and the scalars of
+the test). A rejected round keeps v and retries with the doubled lam. lam is the driver state
+and reaches the shards as the round's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ..objective import ShardObjective
+from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .checks import checked, non_negative, rows_or_all
+from .dane import sample_rows
+from .local_solver import LocalProblem, StopRule
+from .solvers import Solver
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sdane(StrategyDefaults):
+    mu: float = checked(non_negative)  # lam; above 0 (checked below: --mu 0 is DANE's default)
+    solver: Solver
+    grad_sample: int = checked(rows_or_all, exclusive=True, default=0)  # as DANE's
+    seed: int = 0
+
+    name: ClassVar[str] = "sdane"
+    phases: ClassVar[tuple[str, ...]] = ("local_grad", "local_solve")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.mu > 0:
+            raise ValueError(
+                f"--algorithm {self.name} needs --mu above 0, its proximal strength lam "
+                "(the step on the prox-centre is 1 / lam); e.g. --mu 0.1"
+            )
+
+    def label(self) -> str:
+        sample = f" grad-sample={self.grad_sample}" if self.grad_sample else ""
+        return f"{self.name} mu={self.mu:g}{sample} {self.solver.label()}"
+
+    def _lam(self, round_data: Any) -> float:
+        return self.mu
+
+    def _sampled(self, objective: ShardObjective) -> ShardObjective:
+        return sample_rows(objective, self.grad_sample, self.seed)
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        if ctx.phase == 0:  # grad f_i at the prox-centre
+            sampled = self._sampled(ctx.objective)
+            loss, g_i = sampled.loss_and_grad(ctx.weights)
+            return LocalOutput(
+                tensors={"grad": g_i}, metrics={"train_loss": loss}, rows=sampled.num_samples
+            )
+        assert ctx.previous is not None, "local_solve needs the shard's own gradient"
+        lam, v = self._lam(ctx.round_data), ctx.weights
+        linear = ctx.previous.tensors["grad"] - ctx.received["grad"]
+        problem = LocalProblem(ctx.objective, linear=linear, anchor=v, mu=lam)
+        solution = self.solver.solve(
+            problem, v, ctx.rng, round_index=ctx.round_index, stop=_accuracy_rule(lam, v)
+        )
+        sampled = self._sampled(ctx.objective)
+        _, grad_at_x = sampled.loss_and_grad(solution.weights)
+        return LocalOutput(
+            tensors={"weights": solution.weights, "grad": grad_at_x},
+            metrics={"local_steps": float(solution.steps)},
+            rows=solution.rows + sampled.num_samples,
+        )
+
+    def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
+        g = mean.tensors["grad"]
+        return Broadcast(tensors={"grad": g}, metrics={"grad_norm": float(g.norm())})
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        step = end.mean.tensors["grad"] / self.mu
+        return RoundUpdate(weights=end.weights - step, metrics=_gap(end))
+
+
+def _accuracy_rule(lam: float, v: torch.Tensor) -> StopRule:
+    """S-DANE's subproblem accuracy: ||grad F_i(x)|| <= (lam / 2) ||x - v||."""
+    return lambda grad, x: float(grad.norm()) <= 0.5 * lam * float((x - v).norm())
+
+
+def _gap(end: RoundEnd) -> dict[str, float]:
+    """How far the shards' solutions moved from the prox-centre, on average (a diagnostic)."""
+    return {"solution_shift": float((end.mean.tensors["weights"] - end.weights).norm())}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lam:
+    """The adaptive variant's round data and driver state: the current lam."""
+
+    lam: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdaneAdaptive(Sdane):
+    name: ClassVar[str] = "sdane-adaptive"
+    phases: ClassVar[tuple[str, ...]] = ("local_grad", "local_solve", "local_check")
+    state_type: ClassVar[type | None] = Lam
+
+    def init_state(self, weights: torch.Tensor) -> Lam:
+        return Lam(lam=self.mu)
+
+    def round_data(self, state: Lam) -> Lam:
+        return state
+
+    def _lam(self, round_data: Any) -> float:
+        return round_data.lam
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        if ctx.phase < 2:
+            output = super().local(ctx)
+            if ctx.phase == 0:
+                return output
+            # Send x_i now, keep grad f_i(x_i) for the test: it is sent in the last phase.
+            tensors, kept = output.tensors, {"grad": output.tensors["grad"]}
+            return LocalOutput(
+                tensors={"weights": tensors["weights"]},
+                metrics=output.metrics,
+                rows=output.rows,
+                kept=kept,
+            )
+        assert ctx.previous is not None, "local_check needs the shard's own solution"
+        x_i, grad_x_i = ctx.previous.tensors["weights"], ctx.previous.kept["grad"]
+        x, v = ctx.received["center"], ctx.weights
+        sampled = self._sampled(ctx.objective)
+        _, grad_i_at_x = sampled.loss_and_grad(x)
+        # The mean over shards of these is the test's left side (see the module doc).
+        lhs = float(torch.dot(grad_x_i - grad_i_at_x, v - x_i) + torch.dot(grad_i_at_x, v - x))
+        return LocalOutput(
+            tensors={"grad": grad_x_i}, metrics={"test_lhs": lhs}, rows=sampled.num_samples
+        )
+
+    def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
+        if phase == 0:
+            return super().broadcast(phase, mean, round_data)
+        return Broadcast(tensors={"center": mean.tensors["weights"]})
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        lam, big_g = end.state.lam, end.mean.tensors["grad"]
+        accept = end.mean.metrics["test_lhs"] >= float(torch.dot(big_g, big_g)) / (2 * lam)
+        metrics = {"sdane_rejected": float(not accept), "mu": lam}
+        if not accept:  # retry from the same prox-centre with a stronger proximal term
+            return RoundUpdate(weights=end.weights, state=Lam(lam=2 * lam), metrics=metrics)
+        return RoundUpdate(
+            weights=end.weights - big_g / lam, state=Lam(lam=lam / 2), metrics=metrics
+        )
