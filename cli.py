@@ -139,7 +139,8 @@ def train(
     model: Annotated[
         str | None,
         typer.Option(
-            help="small-cnn | lenet | cnn1d | resnet8 | mlp | linear | logistic [small-cnn]."
+            help="small-cnn | lenet | compact-cnn | cnn1d | resnet8 | mlp | linear | logistic "
+            "[small-cnn]."
         ),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Workers of a started cluster [2].")] = None,

@@ -210,7 +210,20 @@ def ddp(
     local_steps: LocalSteps = 50,
     grad_sample: GradSample = 1000,
     sgd_rounds: Annotated[int, typer.Option(help="dask-dane synchronous SGD rounds.")] = 200,
-    target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.88,
+    runs: Annotated[
+        Path | None,
+        typer.Option(
+            help="TOML of dask-dane runs ([defaults], [[run]] name = ...) instead of DANE and "
+            "SGD from the flags above; each starts from the DDP run's settings."
+        ),
+    ] = None,
+    target: Annotated[
+        list[float] | None,
+        typer.Option(metavar="ACCURACY", help="Test accuracy to reach (repeatable) [0.88]."),
+    ] = None,
+    single: Annotated[
+        bool, typer.Option(help="Also train in one process (same cores, same global batch).")
+    ] = True,
     seed: Seed = 0,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = "cpu",
     network: Networks = None,
@@ -218,17 +231,66 @@ def ddp(
     json_out: JsonOut = None,
     plot_out: PlotOut = None,
 ) -> None:
-    """PyTorch DDP against dask-dane's DANE and synchronous SGD on the same shards."""
+    """PyTorch DDP, one process and dask-dane's methods on the same shards, side by side."""
     options = dict(locals())
-    from .ddp_compare import CompareSpec, run_compare
+    from .ddp_compare import CompareSpec, default_runs, read_runs, run_compare
+    from .ddp_report import compare_plot, compare_table
     from .ddp_spec import DdpSpec
-    from .scaling_report import compare_plot, compare_table
 
+    targets = tuple(target or (0.88,))
+    dask_runs = (
+        read_runs(runs)
+        if runs
+        else default_runs(
+            dane_rounds=dane_rounds,
+            local_steps=local_steps,
+            grad_sample=grad_sample,
+            sgd_rounds=sgd_rounds,
+            sgd_eval_every=10,
+        )
+    )
     spec = _spec(
         CompareSpec,
         options,
-        ddp=_spec(DdpSpec, options),
+        ddp=_spec(DdpSpec, options, target=targets[0]),
+        runs=dask_runs,
+        targets=targets,
         networks=_networks(network),
     ).validate()
     result = run_compare(spec, log=typer.echo)
     _save(result, json_out, plot_out=plot_out, plot=compare_plot, table=compare_table)
+
+
+@bench_app.command()
+def single(
+    store: Store,
+    model: Model = "lenet",
+    epochs: Annotated[float, typer.Option(help="Passes over the training set.")] = 2.0,
+    batch_size: BatchSize = 64,
+    lr: Annotated[float, typer.Option(help="Learning rate (SGD with momentum).")] = 0.05,
+    momentum: Annotated[float, typer.Option(help="Momentum.")] = 0.9,
+    lr_schedule: Annotated[
+        str, typer.Option(help="constant | cosine | step, over the steps.")
+    ] = "constant",
+    eval_every: Annotated[int, typer.Option(help="Steps between evaluations.")] = 50,
+    seed: Seed = 0,
+    target: Annotated[
+        list[float] | None,
+        typer.Option(metavar="ACCURACY", help="Test accuracy to reach (repeatable) [0.88]."),
+    ] = None,
+    threads: Annotated[int, typer.Option(help="Torch threads; 0: every core.")] = 0,
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
+) -> None:
+    """One process, plain PyTorch: the same model, data and weights, no Dask (the baseline)."""
+    options = dict(locals())
+    from .single import SingleSpec, markdown_table, plot, run_single
+
+    spec = _spec(SingleSpec, options, targets=tuple(target or (0.88,))).validate()
+    _save(
+        run_single(spec, log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )

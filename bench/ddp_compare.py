@@ -1,33 +1,83 @@
-"""`dane bench ddp`: PyTorch DDP against dask-dane's DANE and synchronous SGD, side by side.
+"""`dane bench ddp`: PyTorch DDP against dask-dane's methods, side by side, in one run.
 
-The three train the same model from the same initial weights on the same shards of one store
-(worker r holds the shards the Dask pipeline places on it), on `workers` processes on this
-machine. For each: test accuracy against training wall time (evaluation excluded) and against
-communication rounds, the time and rounds to a target accuracy, and the bytes communicated;
-then the same runs projected onto real networks (network.py), with the projection checked
-against the measured loopback run.
+Every method trains the same model from the same initial weights on the same shards of one
+store, on `workers` processes on this machine: PyTorch DDP (ddp.py); a single process with
+the same cores and the same global batch (single.py: the "one machine" row); and the
+dask-dane runs, by default DANE and synchronous SGD from the flags, or every [[run]] of a
+`--runs` TOML file (the DDP run's store, model, workers, batch size, learning rate, momentum
+and seed, plus the run's own settings). For each: test accuracy against training wall time
+(evaluation excluded), communication rounds, bytes and images processed, and where it first
+reaches each target; then the runs projected onto real networks (ddp_projection.py).
 """
 
 from __future__ import annotations
 
 import shutil
 import statistics
-from dataclasses import asdict, dataclass, replace
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.config import RunConfig
+from ..pipeline.config import RunConfig, check_settings
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
 from .ddp import DdpSpec, run_ddp
-from .network import (
-    PROJECTED_WORKERS,
-    Network,
-    measure_loopback,
-    project_dask_round_s,
-    project_ddp_step_s,
-)
+from .ddp_projection import project
+from .network import Network
+from .single import SingleSpec, run_single
 from .specs import require_at_least_one
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaskRun:
+    """One dask-dane run of the race: a name and its settings beyond the DDP run's."""
+
+    name: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def default_runs(
+    *, dane_rounds: int, local_steps: int, grad_sample: int, sgd_rounds: int, sgd_eval_every: int
+) -> tuple[DaskRun, ...]:
+    """DANE (as the paper defines it, with a fixed gradient sample) and synchronous SGD."""
+    require_at_least_one(dane_rounds=dane_rounds, sgd_rounds=sgd_rounds, local_steps=local_steps)
+    return (
+        DaskRun(
+            name="dane",
+            settings={
+                "algorithm": "dane",
+                "rounds": dane_rounds,
+                "local_steps": local_steps,
+                "grad_sample": grad_sample,
+            },
+        ),
+        DaskRun(
+            name="sgd",
+            settings={"algorithm": "sgd", "rounds": sgd_rounds, "eval_every": sgd_eval_every},
+        ),
+    )
+
+
+def read_runs(path: str | Path) -> tuple[DaskRun, ...]:
+    """The [[run]] tables of a TOML file (each with a name), [defaults] applied to each."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} does not exist; check the --runs path") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path} is not valid TOML ({err}); fix the file") from None
+    defaults = check_settings(data.get("defaults", {}), f"{path} [defaults]")
+    runs = []
+    for i, table in enumerate(data.get("run", [])):
+        table = dict(table)
+        name = table.pop("name", None)
+        if not name:
+            raise ValueError(f'{path}: [[run]] number {i + 1} has no name; add name = "..."')
+        runs.append(DaskRun(name=name, settings={**defaults, **check_settings(table, path)}))
+    if not runs:
+        raise ValueError(f"{path} lists no [[run]] tables")
+    return tuple(runs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,40 +85,55 @@ class CompareSpec:
     """See `dane bench ddp --help`."""
 
     ddp: DdpSpec
-    dane_rounds: int = 20
-    local_steps: int = 50
-    grad_sample: int = 1000
-    sgd_rounds: int = 200
-    sgd_eval_every: int = 10
+    runs: tuple[DaskRun, ...]
+    targets: tuple[float, ...] = (0.88,)
+    single: bool = True  # also the single-process run (same cores, same global batch)
     workdir: str = "bench-out/ddp"
     networks: tuple[Network, ...] = ()
 
     def validate(self) -> CompareSpec:
         self.ddp.validate()
-        require_at_least_one(
-            dane_rounds=self.dane_rounds, sgd_rounds=self.sgd_rounds, local_steps=self.local_steps
-        )
-        self.dask_config("dane")
+        if not self.targets or not all(0 < t <= 1 for t in self.targets):
+            raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.targets})")
+        names = [run.name for run in self.runs]
+        if len(set(names)) != len(names) or {"ddp", "single"} & set(names):
+            raise ValueError(f"run names must be unique and not ddp or single (got {names})")
+        for run in self.runs:
+            self.dask_config(run)
+        self.single_spec().validate()
         return self
 
-    def dask_config(self, algorithm: str) -> RunConfig:
-        """The dask-dane run: the DDP run's own (store, model, seed, workers, batch size,
-        learning rate), as DANE or as dask-dane's synchronous SGD."""
-        dane = algorithm == "dane"
+    def dask_config(self, run: DaskRun) -> RunConfig:
+        """A dask-dane run: the DDP run's own settings, then the run's."""
+        settings = {"eval_every": 1, **run.settings}
         return replace(
             self.ddp.run_config(),
-            out=str(Path(self.workdir) / algorithm),
-            algorithm=algorithm,
-            rounds=self.dane_rounds if dane else self.sgd_rounds,
-            local_steps=self.local_steps,
-            grad_sample=self.grad_sample if dane else 0,
+            out=str(Path(self.workdir) / run.name),
             device="cpu" if self.ddp.device == "cpu" else "auto",
-            eval_every=1 if dane else self.sgd_eval_every,
+            **settings,
         ).validate()
+
+    def single_spec(self) -> SingleSpec:
+        """One process with the cores of the DDP ranks and their global batch: the same
+        synchronous SGD, without communication."""
+        d = self.ddp
+        return SingleSpec(
+            store=d.store,
+            model=d.model,
+            epochs=d.epochs,
+            batch_size=d.batch_size * d.workers,
+            lr=d.lr,
+            momentum=d.momentum,
+            eval_every=d.eval_every,
+            seed=d.seed,
+            targets=self.targets,
+            threads=d.workers,
+            dtype=d.dtype,
+        )
 
 
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
-    """DDP, then DANE and SGD through Dask; returns the JSON-able comparison."""
+    """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
     from ..pipeline.cluster import make_client
     from ..pipeline.loop import train
 
@@ -76,17 +141,25 @@ def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     shutil.rmtree(spec.workdir, ignore_errors=True)
     log("PyTorch DDP ...")
     ddp = run_ddp(spec.ddp)
-    methods: dict[str, Any] = {"ddp": _ddp_method(ddp, spec.ddp.target)}
-    with make_client(spec.dask_config("dane")) as client:
-        for algorithm in ("dane", "sgd"):
-            log(f"dask-dane {algorithm} ...")
-            config = spec.dask_config(algorithm)
+    methods: dict[str, Any] = {"ddp": _ddp_method(ddp, spec)}
+    if spec.single:
+        log("single process ...")
+        methods["single"] = _single_method(run_single(spec.single_spec(), log=lambda _: None), spec)
+    with make_client(spec.dask_config(spec.runs[0])) as client:
+        # One untimed round first: the workers' first torch calls (imports, kernels, the
+        # allocator) would otherwise count against whichever run comes first.
+        warm_up = replace(spec.dask_config(spec.runs[0]), rounds=1, out=f"{spec.workdir}/warm-up")
+        train(warm_up, client=client)
+        for run in spec.runs:
+            log(f"dask-dane {run.name} ...")
+            config = spec.dask_config(run)
             train(config, client=client)
-            methods[algorithm] = _dask_method(config, spec.ddp.target)
-            methods[algorithm]["model_bytes"] = ddp["model_bytes"]  # the same model
+            methods[run.name] = _dask_method(run.name, config, spec)
+            methods[run.name]["model_bytes"] = ddp["model_bytes"]  # the same model
     result = {
         "spec": {**asdict(spec), "networks": [asdict(n) for n in spec.networks]},
-        "target": spec.ddp.target,
+        "target": spec.targets[0],
+        "targets": list(spec.targets),
         "workers": spec.ddp.workers,
         "methods": methods,
         "ddp_raw": {k: v for k, v in ddp.items() if k != "curve"},
@@ -95,12 +168,14 @@ def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     return result
 
 
-def _ddp_method(ddp: dict[str, Any], target: float) -> dict[str, Any]:
+def _ddp_method(ddp: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
+    images_per_step = spec.ddp.batch_size * spec.ddp.workers
     curve = [
         {
             "comm_rounds": p["comm_rounds"],
             "train_wall_s": p["train_wall_s"],
             "cum_bytes": p["cum_bytes"],
+            "images": p["step"] * images_per_step,
             "test_accuracy": p["test_accuracy"],
         }
         for p in ddp["curve"]
@@ -108,7 +183,7 @@ def _ddp_method(ddp: dict[str, Any], target: float) -> dict[str, Any]:
     return {
         "label": f"PyTorch DDP ({ddp['backend']})",
         "curve": curve,
-        **_to_target(curve, target),
+        **_targets(curve, spec.targets),
         # Mean compute per step (a time to target is a sum over steps): the training wall
         # time per step less the measured wait for the all-reduce.
         "round_compute_s": ddp["train_wall_s"] / ddp["steps"] - ddp["median_comm_s"],
@@ -119,7 +194,27 @@ def _ddp_method(ddp: dict[str, Any], target: float) -> dict[str, Any]:
     }
 
 
-def _dask_method(config: RunConfig, target: float) -> dict[str, Any]:
+def _single_method(single: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
+    curve = [
+        {
+            "comm_rounds": 0,
+            "train_wall_s": p["train_wall_s"],
+            "cum_bytes": 0,
+            "images": p["images"],
+            "test_accuracy": p["test_accuracy"],
+        }
+        for p in single["curve"]
+    ]
+    return {
+        "label": f"one process ({single['threads']} threads)",
+        "curve": curve,
+        **_targets(curve, spec.targets),
+        "bytes_per_round": 0,
+        "phases": 0,  # no communication: nothing to project
+    }
+
+
+def _dask_method(name: str, config: RunConfig, spec: CompareSpec) -> dict[str, Any]:
     rows = read_metrics(RunDir(Path(config.out)).metrics)
     curve, wall = [], 0.0
     for row in rows:
@@ -130,6 +225,7 @@ def _dask_method(config: RunConfig, target: float) -> dict[str, Any]:
                     "comm_rounds": row["comm_rounds"],
                     "train_wall_s": wall,
                     "cum_bytes": row["cum_comm_bytes"],
+                    "images": row["cum_images"],
                     "test_accuracy": row["test_accuracy"],
                 }
             )
@@ -138,11 +234,12 @@ def _dask_method(config: RunConfig, target: float) -> dict[str, Any]:
     fixed = statistics.fmean(
         r["wall_s"] - (r.get("eval_s") or 0.0) - r["max_worker_compute_s"] for r in rows
     )
-    phases = 2 if config.algorithm == "dane" else 1
+    phases = rows[0]["comm_rounds"]  # communication rounds of one iteration
     return {
-        "label": f"dask-dane {config.algorithm}",
+        "label": f"dask-dane {name}",
+        "config": config.as_dict(),
         "curve": curve,
-        **_to_target(curve, target),
+        **_targets(curve, spec.targets),
         "round_compute_s": compute,
         "round_fixed_s": fixed,  # orchestration and loopback transfers, measured
         "bytes_per_round": statistics.median(r["comm_bytes"] for r in rows),
@@ -151,73 +248,21 @@ def _dask_method(config: RunConfig, target: float) -> dict[str, Any]:
     }
 
 
-def _to_target(curve: list[dict[str, Any]], target: float) -> dict[str, Any]:
-    hit = next((p for p in curve if p["test_accuracy"] >= target), None)
+def _targets(curve: list[dict[str, Any]], targets: tuple[float, ...]) -> dict[str, Any]:
+    """Where the curve first reaches each target, and its final and best accuracy; the
+    first target's figures also at the top level (the projection and the table use them)."""
+    reached = {str(t): _first(curve, t) for t in targets}
+    first = reached[str(targets[0])] or {}
     return {
-        "time_to_target_s": hit["train_wall_s"] if hit else None,
-        "comm_rounds_to_target": hit["comm_rounds"] if hit else None,
-        "bytes_to_target": hit["cum_bytes"] if hit else None,
+        "to_target": reached,
+        "time_to_target_s": first.get("train_wall_s"),
+        "comm_rounds_to_target": first.get("comm_rounds"),
+        "bytes_to_target": first.get("cum_bytes"),
+        "images_to_target": first.get("images"),
         "final_test_accuracy": curve[-1]["test_accuracy"] if curve else None,
         "best_test_accuracy": max((p["test_accuracy"] for p in curve), default=None),
     }
 
 
-def project(result: dict[str, Any], networks: tuple[Network, ...]) -> dict[str, Any]:
-    """Time to target on loopback (checked against the measurement) and on `networks`."""
-    loopback = measure_loopback()
-    measured_w = result["workers"]
-    check = {}
-    for name, method in result["methods"].items():
-        if method["comm_rounds_to_target"] is None:
-            continue
-        check[name] = {
-            "measured_s": method["time_to_target_s"],
-            "projected_s": _time_to_target(method, name, loopback, measured_w, measured_w),
-        }
-        check[name]["error_pct"] = 100 * (
-            check[name]["projected_s"] / check[name]["measured_s"] - 1
-        )
-    projected = []
-    for net in networks:
-        rows = []
-        for w in PROJECTED_WORKERS:
-            rows.append(
-                {
-                    "workers": w,
-                    **{
-                        name: _time_to_target(method, name, net, w, measured_w)
-                        for name, method in result["methods"].items()
-                        if method["comm_rounds_to_target"] is not None
-                    },
-                }
-            )
-        projected.append({"network": asdict(net), "label": net.label, "time_to_target_s": rows})
-    return {"loopback": asdict(loopback), "loopback_check": check, "networks": projected}
-
-
-def _time_to_target(
-    method: dict[str, Any], name: str, net: Network, workers: int, measured_workers: int
-) -> float:
-    """Rounds to target (as measured) times the projected round (network.py)."""
-    model = method["model_bytes"]
-    if name == "ddp":
-        step = project_ddp_step_s(
-            net,
-            workers=workers,
-            measured_workers=measured_workers,
-            compute_s=method["round_compute_s"],
-            grad_bytes=model,
-        )
-        return method["comm_rounds_to_target"] * step
-    phases = method["phases"]
-    rounds = method["comm_rounds_to_target"] / phases
-    per_round = project_dask_round_s(
-        net,
-        workers=workers,
-        measured_workers=measured_workers,
-        compute_s=method["round_compute_s"],
-        fixed_s=method["round_fixed_s"],
-        phase_inputs=[model] * phases,
-        phase_outputs=[model] * phases,
-    )
-    return rounds * per_round
+def _first(curve: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    return next((p for p in curve if (p["test_accuracy"] or 0.0) >= target), None)

@@ -17,30 +17,35 @@ import time
 import traceback
 import typing
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from ..models.flat import flatten_parameters, unflatten
-from ..models.registry import ModelSpec, build_model
-from ..pipeline.run_setup import RunSetup, initial_weights, prepare_run
+from ..models.flat import flatten_parameters
+from ..models.registry import ModelSpec
+from ..pipeline.run_setup import prepare_run
 from ..pipeline.shards import ShardData
-from ..pipeline.tasks import evaluate, load_shard
+from ..pipeline.tasks import evaluate
 from .ddp_spec import (
     COLLECTIVE_TIMEOUT_S,
     DdpSpec,
     rank_shards,
     steps_per_epoch,
     total_steps,
+)
+from .plain_torch import (
+    epoch_batches,
+    initial_model,
+    load_rows,
+    load_test,
+    minibatch_loss,
+    rank_seed,
 )
 
 
@@ -61,9 +66,9 @@ def train_rank(rank: int, spec: DdpSpec, port: int) -> dict[str, Any]:
     """Join the process group, train for spec.epochs, return this rank's report."""
     device = _join_group(spec, rank, port)
     setup = prepare_run(spec.run_config())
-    data = _load_rows(setup, rank, spec.workers, device)
-    evaluator = _Evaluator(spec=setup.spec, test=_load_test(setup, device)) if rank == 0 else None
-    model = _initial_model(setup.spec, spec.seed, device)
+    data = load_rows(setup, rank_shards(setup.store.num_shards, spec.workers, rank), rank, device)
+    evaluator = _Evaluator(spec=setup.spec, test=load_test(setup, device)) if rank == 0 else None
+    model = initial_model(setup.spec, spec.seed, device)
     clock = CommClock(cuda=device.type == "cuda")
     ddp = DistributedDataParallel(model, device_ids=None if device.index is None else [device])
     # Communication is timed inside DDP's own all-reduce (its default hook, wrapped), so it is
@@ -117,55 +122,6 @@ def _pin_loopback() -> None:
     if names:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
         os.environ.setdefault("NCCL_SOCKET_IFNAME", names[0])
-
-
-def rank_seed(seed: int, rank: int) -> int:
-    """Independent, reproducible minibatch streams per (run seed, rank)."""
-    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
-
-
-def epoch_batches(
-    num_rows: int, batch_size: int, per_epoch: int, seed: int
-) -> Iterator[torch.Tensor]:
-    """Row indices of each step: a fresh permutation per epoch, cut into per_epoch batches.
-
-    A rank with more rows than per_epoch * batch_size leaves the rest of that epoch's
-    permutation unused, so every rank takes the same number of steps.
-    """
-    rng = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(num_rows, generator=rng)
-        for i in range(per_epoch):
-            yield order[i * batch_size : (i + 1) * batch_size]
-
-
-def _load_rows(setup: RunSetup, rank: int, workers: int, device: torch.device) -> ShardData:
-    """This rank's shards, concatenated (index is the rank here, not a shard)."""
-    shards = [
-        load_shard(**setup.shard_args(i))
-        for i in rank_shards(setup.store.num_shards, workers, rank)
-    ]
-    return ShardData(
-        index=rank,
-        x=torch.cat([s.x for s in shards]).to(device),
-        y=torch.cat([s.y for s in shards]).to(device),
-        task=setup.store.task,
-    )
-
-
-def _load_test(setup: RunSetup, device: torch.device) -> ShardData:
-    test = load_shard(**setup.test_args())
-    return ShardData(index=-1, x=test.x.to(device), y=test.y.to(device), task=test.task)
-
-
-def _initial_model(spec: ModelSpec, seed: int, device: torch.device) -> torch.nn.Module:
-    """The architecture holding exactly initial_weights(spec, seed), as every Dask run starts."""
-    weights = initial_weights(spec, seed)
-    model = build_model(spec)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(unflatten(model, weights)[name])
-    return model.to(device)
 
 
 class CommClock:
@@ -256,7 +212,7 @@ def _train_step(
     started = time.perf_counter()
     rows = rows.to(data.x.device)
     optimizer.zero_grad(set_to_none=True)
-    loss = _loss(ddp(data.x[rows]), data.y[rows], data.task) + _penalty(ddp.module, l2)
+    loss = minibatch_loss(ddp, data, rows, l2)
     loss.backward()  # returns once DDP's all-reduce of every bucket has completed
     optimizer.step()
     if data.x.is_cuda:
@@ -266,18 +222,6 @@ def _train_step(
     timings.span_s.append(clock.span())
     timings.calls.append(clock.calls)
     return float(loss.detach())
-
-
-def _loss(out: torch.Tensor, y: torch.Tensor, task: str) -> torch.Tensor:
-    """Mean minibatch loss, as ShardObjective.batch_loss computes it for the Dask run."""
-    if task == "classification":
-        return F.cross_entropy(out, y)
-    return F.mse_loss(out.reshape(y.shape), y)
-
-
-def _penalty(model: torch.nn.Module, l2: float) -> torch.Tensor | float:
-    """lambda*||w||^2, the store's L2 term that every shard's loss carries (objective.py)."""
-    return l2 * sum(p.pow(2).sum() for p in model.parameters()) if l2 else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

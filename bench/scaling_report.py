@@ -1,4 +1,4 @@
-"""The scaling and DDP benchmarks' results as Markdown tables and PNGs (output.py writes)."""
+"""The scaling benchmark's result as a Markdown table and a PNG (output.py writes them)."""
 
 from __future__ import annotations
 
@@ -81,67 +81,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.set_xlabel("workers")
     right.set_ylabel("seconds per round (median)")
     right.legend()
-    fig.tight_layout()
-    save_figure(fig, path)
-
-
-def compare_table(result: dict[str, Any]) -> str:
-    """`dane bench ddp`: one row per method, then the projected times to target."""
-    target = result["target"]
-    lines = [
-        f"| method | comm rounds to {target:.0%} | time to {target:.0%} (s) | "
-        "MB to target | final acc. | best acc. | compute per round (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for method in result["methods"].values():
-        rounds = method["comm_rounds_to_target"]
-        seconds = method["time_to_target_s"]
-        moved = method["bytes_to_target"]
-        lines.append(
-            f"| {method['label']} | {rounds if rounds is not None else 'not reached'} | "
-            f"{f'{seconds:.1f}' if seconds is not None else '-'} | "
-            f"{f'{moved / 1e6:.1f}' if moved is not None else '-'} | "
-            f"{method['final_test_accuracy']:.4f} | {method['best_test_accuracy']:.4f} | "
-            f"{method['round_compute_s']:.4f} |"
-        )
-    projection = result["projection"]
-    for name, check in projection["loopback_check"].items():
-        lines.append(
-            f"\nloopback projection, {name}: {check['projected_s']:.1f} s vs measured "
-            f"{check['measured_s']:.1f} s ({check['error_pct']:+.1f} %)"
-        )
-    for net in projection["networks"]:
-        names = [k for k in net["time_to_target_s"][0] if k != "workers"]
-        lines.append(f"\nprojected time to {target:.0%} (s) at {net['label']}:")
-        lines.append("| workers | " + " | ".join(names) + " |")
-        lines.append("|---:|" + "---:|" * len(names))
-        for row in net["time_to_target_s"]:
-            lines.append(
-                f"| {row['workers']} | " + " | ".join(f"{row[n]:.1f}" for n in names) + " |"
-            )
-    return "\n".join(lines)
-
-
-def compare_plot(result: dict[str, Any], path: Path) -> None:
-    """Test accuracy against communication rounds and against training wall time."""
-    from ..pipeline.report import pyplot, save_figure
-
-    plt = pyplot()
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in result["methods"].values():
-        curve = method["curve"]
-        accuracy = [p["test_accuracy"] for p in curve]
-        axes[0].plot([max(p["comm_rounds"], 1) for p in curve], accuracy, label=method["label"])
-        axes[1].plot([p["train_wall_s"] for p in curve], accuracy, label=method["label"])
-    axes[0].set_xscale("log")
-    axes[0].set_xlabel("communication rounds (log)")
-    axes[1].set_xlabel("training wall time (s)")
-    for ax in axes:
-        ax.axhline(result["target"], color="grey", linestyle=":")
-        ax.set_ylabel("test accuracy")
-        ax.set_ylim(max(0.0, result["target"] - 0.3), 1.0)
-        ax.legend()
     fig.tight_layout()
     save_figure(fig, path)
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .cnn1d import cnn1d, cnn1d_features
+from .compact_cnn import compact_cnn
 from .lenet import lenet
 from .linear import linear, logistic
 from .mlp import mlp
@@ -46,6 +47,11 @@ MODELS: dict[str, _Entry] = {
     ),
     "lenet": _Entry(
         build=lambda s: lenet(s.sample_shape[0], s.num_classes),
+        fits=lambda shape: len(shape) == 3 and shape[1:] == (28, 28),
+        expects="images of shape (C, 28, 28)",
+    ),
+    "compact-cnn": _Entry(
+        build=lambda s: compact_cnn(s.sample_shape[0], s.num_classes),
         fits=lambda shape: len(shape) == 3 and shape[1:] == (28, 28),
         expects="images of shape (C, 28, 28)",
     ),

@@ -204,6 +204,45 @@ def test_adaptive_sdane_halves_lam_on_accepted_rounds_and_doubles_it_on_rejected
     np.testing.assert_allclose(run.weights.numpy(), v, rtol=1e-8)
 
 
+def test_scaffold_corrects_local_steps_with_control_variates(ridge):
+    # Full-batch local gradient steps (batch >= shard), no momentum: SCAFFOLD's option II,
+    # written out in numpy.
+    lr, steps = 0.1, 5
+    config = RunConfig(
+        store=ridge.path,
+        model="linear",
+        dtype="float64",
+        algorithm="scaffold",
+        local_steps=steps,
+        local_lr=lr,
+        batch_size=1000,
+        momentum=0.0,
+        seed=2,
+    ).validate()
+    setup = prepare_run(config)
+    parts, shares = _quadratic(ridge)
+    w = initial_weights(setup.spec, config.seed).numpy()
+    c, c_i = np.zeros(8), [np.zeros(8) for _ in parts]
+    for _ in range(3):
+        ys, c_next = [], []
+        for (h, b), ci in zip(parts, c_i, strict=True):
+            y = w.copy()
+            for _ in range(steps):
+                y = y - lr * (h @ y - b - ci + c)
+            ys.append(y)
+            c_next.append(ci - c + (w - y) / (steps * lr))
+        w = sum(p * y for y, p in zip(ys, shares, strict=True))
+        c = c + sum(p * (cn - ci) for cn, ci, p in zip(c_next, c_i, shares, strict=True))
+        c_i = c_next
+
+    run = run_reference(setup, rounds=3, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), w, rtol=1e-10)
+    np.testing.assert_allclose(run.state.control.numpy(), c, rtol=1e-9, atol=1e-12)
+    for got, expected in zip(run.shard_states, c_i, strict=True):
+        np.testing.assert_allclose(got.control.numpy(), expected, rtol=1e-9, atol=1e-12)
+
+
 # --- through Dask ------------------------------------------------------------------------------
 
 SETTINGS = {

@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from dask_dane.bench.ddp import DdpSpec, run_ddp
-from dask_dane.bench.ddp_rank import epoch_batches, rank_seed
+from dask_dane.bench.plain_torch import epoch_batches, rank_seed
 from dask_dane.models.flat import forward_flat
 from dask_dane.models.registry import build_model
 from dask_dane.pipeline.run_setup import initial_weights, prepare_run

@@ -12,6 +12,8 @@ from dask_dane.models.registry import MODELS, ModelSpec, build_model, check_mode
 PARAMETER_COUNTS = {
     # conv 1->32 5x5: 832; conv 32->64 5x5: 51,264; dense 64*7*7->128: 401,536; 128->10: 1,290
     ("lenet", (1, 28, 28)): 832 + 51_264 + 401_536 + 1_290,
+    # conv 1->32 3x3: 320; 32->64: 18,496; 64->80: 46,160; dense 80*3*3->32: 23,072; 32->10: 330
+    ("compact-cnn", (1, 28, 28)): 320 + 18_496 + 46_160 + 23_072 + 330,
     # conv 1->25 k5: 150; two conv 25->25 k3: 1,900 each; lengths 40->19->10->5: 125*10+10
     ("cnn1d", (1, 40)): 150 + 1_900 + 1_900 + 1_260,
     # stem 3*16*9 + GN 32; blocks 16->16, 16->32 (+1x1), 32->64 (+1x1) incl. GN; head 64*10+10

@@ -1,0 +1,183 @@
+"""`dane bench single`: the same model on the same data in one process, plain PyTorch.
+
+No Dask and no distribution: the "one machine" row every comparison needs. Only the training
+method differs from a `dane train` run on the same store: the data are the store's training
+rows (every shard, loaded and normalised as the pipeline does), the initial weights the
+pipeline's (run_setup.initial_weights under --seed), the loss the pipeline's (minibatch loss
+plus the store's L2 term); the optimizer is SGD with momentum at --lr times --lr-schedule's
+factor over the steps; test metrics are tasks.evaluate's, taken outside the training clock.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..models.flat import flatten_parameters
+from ..pipeline.algorithms.schedule import lr_factor
+from ..pipeline.config import RunConfig
+from ..pipeline.run_setup import prepare_run
+from ..pipeline.tasks import evaluate
+from .plain_torch import (
+    epoch_batches,
+    initial_model,
+    load_rows,
+    load_test,
+    minibatch_loss,
+    rank_seed,
+)
+from .specs import run_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleSpec:
+    """One single-process run; see `dane bench single --help`."""
+
+    store: str
+    model: str = "lenet"
+    epochs: float = 2.0
+    batch_size: int = 64
+    lr: float = 0.05
+    momentum: float = 0.9
+    lr_schedule: str = "constant"  # over the steps, as --lr-schedule spans a run's rounds
+    eval_every: int = 50  # steps between test evaluations
+    seed: int = 0
+    targets: tuple[float, ...] = (0.88,)  # test accuracies whose first crossing is reported
+    threads: int = 0  # torch threads; 0: every core of the machine
+    dtype: str = "float32"
+
+    def validate(self) -> SingleSpec:
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"--epochs must be a positive number (got {self.epochs})")
+        if not self.targets or not all(0 < t <= 1 for t in self.targets):
+            raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.targets})")
+        if self.threads < 0:
+            raise ValueError(f"--threads must be 0 (every core) or more (got {self.threads})")
+        self.run_config()  # store, model, batch size, lr, schedule: as `dane train` checks them
+        return self
+
+    def run_config(self) -> RunConfig:
+        """The `dane train` settings this mirrors (for the store, the model and the weights)."""
+        return run_config(self, algorithm="sgd", local_lr=self.lr, workers=1)
+
+
+def run_single(spec: SingleSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train in this process; returns the curve, the time and images to each target."""
+    spec.validate()
+    setup = prepare_run(spec.run_config())
+    threads, before = spec.threads or os.cpu_count() or 1, torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _train(spec, setup, threads, log)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(spec: SingleSpec, setup: Any, threads: int, log: Callable[[str], None]) -> dict:
+    cpu = torch.device("cpu")
+    data = load_rows(setup, list(range(setup.store.num_shards)), 0, cpu)
+    test = load_test(setup, cpu)
+    model = initial_model(setup.spec, spec.seed, cpu)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    per_epoch = len(data.y) // spec.batch_size
+    steps = max(1, round(spec.epochs * per_epoch))
+    batches = epoch_batches(len(data.y), spec.batch_size, per_epoch, rank_seed(spec.seed, 0))
+    clock, losses = 0.0, []
+    curve = [_point(setup, test, model, 0, per_epoch, spec.batch_size, clock, losses)]
+    for step, rows in zip(range(1, steps + 1), batches, strict=False):
+        started = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = spec.lr * lr_factor(spec.lr_schedule, step, steps)
+        optimizer.zero_grad(set_to_none=True)
+        loss = minibatch_loss(model, data, rows, setup.spec.l2)
+        loss.backward()
+        optimizer.step()
+        clock += time.perf_counter() - started
+        losses.append(float(loss.detach()))
+        if step % spec.eval_every == 0 or step == steps:
+            point = _point(setup, test, model, step, per_epoch, spec.batch_size, clock, losses)
+            curve.append(point)
+            losses = []
+            log(f"step {step}/{steps}: test accuracy {point['test_accuracy']}")
+    return {
+        "spec": asdict(spec),
+        "threads": threads,
+        "model_params": int(flatten_parameters(model).numel()),
+        "rows": len(data.y),
+        "steps": steps,
+        "steps_per_epoch": per_epoch,
+        "train_wall_s": clock,
+        "curve": curve,
+        "to_target": {str(t): to_target(curve, t) for t in spec.targets},
+        "final_test_accuracy": curve[-1]["test_accuracy"],
+        "best_test_accuracy": max(p["test_accuracy"] or 0.0 for p in curve),
+    }
+
+
+def _point(setup, test, model, step, per_epoch, batch_size, clock, losses) -> dict:  # type: ignore[no-untyped-def]
+    metrics = evaluate(setup.spec, test, flatten_parameters(model))
+    return {
+        "step": step,
+        "epoch": step / per_epoch,
+        "images": step * batch_size,
+        "train_wall_s": clock,
+        "train_loss": statistics.fmean(losses) if losses else None,
+        "test_loss": metrics["loss"],
+        "test_accuracy": metrics.get("accuracy"),
+    }
+
+
+def to_target(curve: list[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    """Where a curve first reaches `target` test accuracy (time, images, step), or None."""
+    hit = next((p for p in curve if (p["test_accuracy"] or 0.0) >= target), None)
+    if hit is None:
+        return None
+    return {"train_wall_s": hit["train_wall_s"], "images": hit["images"], "step": hit["step"]}
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    targets = list(result["to_target"])
+    head = " | ".join(f"to {float(t):.0%}: s / images" for t in targets)
+    lines = [
+        f"| model (weights) | epochs | final acc. | best acc. | {head} | train time (s) |",
+        "|---|---:|---:|---:|" + "---:|" * len(targets) + "---:|",
+    ]
+    reached = [result["to_target"][t] for t in targets]
+    cells = " | ".join(
+        f"{r['train_wall_s']:.1f} / {r['images']}" if r else "not reached" for r in reached
+    )
+    s = result["spec"]
+    lines.append(
+        f"| {s['model']} ({result['model_params']}) | {s['epochs']:g} | "
+        f"{result['final_test_accuracy']:.4f} | {result['best_test_accuracy']:.4f} | {cells} | "
+        f"{result['train_wall_s']:.1f} |"
+    )
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Test accuracy against training time and against images processed."""
+    from ..pipeline.report import pyplot, save_figure
+
+    fig, (by_time, by_images) = pyplot().subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    curve = result["curve"][1:]
+    accuracy = [p["test_accuracy"] for p in curve]
+    label = f"{result['spec']['model']}, one process, {result['threads']} thread(s)"
+    by_time.plot([p["train_wall_s"] for p in curve], accuracy, marker=".", label=label)
+    by_images.plot([p["images"] for p in curve], accuracy, marker=".", label=label)
+    by_time.set_xlabel("training time (s)")
+    by_images.set_xlabel("images processed")
+    by_time.set_ylabel("test accuracy")
+    for panel in (by_time, by_images):
+        panel.grid(alpha=0.3)
+    by_time.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)

@@ -1,0 +1,71 @@
+"""`dane bench single` and the race of `dane bench ddp` with a --runs file: every method on the
+same shards, targets reached in order, the single process as the no-communication row."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dask_dane.cli import app
+
+pytestmark = pytest.mark.cluster
+
+
+def test_single_process_trains_the_same_model_and_reports_each_target(digits_stores, tmp_path):
+    out = tmp_path / "single.json"
+
+    done = CliRunner().invoke(
+        app,
+        ["bench", "single", "--store", str(digits_stores[2]), "--model", "small-cnn",
+         "--epochs", "1", "--batch-size", "32", "--eval-every", "10", "--target", "0.5",
+         "--target", "0.9", "--threads", "1", "--json", str(out),
+         "--plot", str(tmp_path / "s.png")],
+    )  # fmt: skip
+
+    assert done.exit_code == 0, done.output
+    result = json.loads(out.read_text())
+    assert result["steps"] == result["steps_per_epoch"] == result["rows"] // 32
+    curve = result["curve"]
+    assert [p["images"] for p in curve] == [p["step"] * 32 for p in curve]
+    assert curve[-1]["test_accuracy"] > curve[0]["test_accuracy"] + 0.3  # it learned
+    half = result["to_target"]["0.5"]
+    first = next(p for p in curve if p["test_accuracy"] >= 0.5)
+    assert half["step"] == first["step"] and half["images"] == first["images"]
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+
+
+def test_the_race_runs_ddp_one_process_and_every_listed_run(digits_stores, tmp_path):
+    runs = tmp_path / "runs.toml"
+    runs.write_text(
+        "[defaults]\nrounds = 3\nlocal_steps = 4\n\n"
+        '[[run]]\nname = "dane-fast"\nalgorithm = "dane"\ngrad_sample = 50\n\n'
+        '[[run]]\nname = "scaffold"\nalgorithm = "scaffold"\nmomentum = 0.0\n'
+    )
+
+    done = CliRunner().invoke(
+        app,
+        ["bench", "ddp", "--store", str(digits_stores[2]), "--model", "small-cnn",
+         "--workers", "2", "--epochs", "0.5", "--batch-size", "16", "--eval-every", "5",
+         "--runs", str(runs), "--target", "0.3", "--target", "0.6", "--no-single",
+         "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "race.json"),
+         "--network", "1,0.5"],
+    )  # fmt: skip
+
+    assert done.exit_code == 0, done.output
+    result = json.loads((tmp_path / "race.json").read_text())
+    assert list(result["methods"]) == ["ddp", "dane-fast", "scaffold"]
+    assert result["targets"] == [0.3, 0.6]
+    dane = result["methods"]["dane-fast"]
+    assert dane["config"]["grad_sample"] == 50 and dane["config"]["rounds"] == 3
+    assert dane["config"]["local_lr"] == 0.05 and dane["config"]["batch_size"] == 16  # DDP's
+    assert [p["comm_rounds"] for p in dane["curve"]] == [2, 4, 6]
+    scaffold = result["methods"]["scaffold"]
+    # SCAFFOLD moves twice FedAvg's bytes: 2 x (2 copies out + 1 partial sum back).
+    assert scaffold["bytes_per_round"] == 2 * 3 * result["ddp_raw"]["model_bytes"]
+    for method in result["methods"].values():
+        reached = method["to_target"]
+        if reached["0.3"] and reached["0.6"]:
+            assert reached["0.3"]["images"] <= reached["0.6"]["images"]
+    assert "| dask-dane scaffold |" in done.output
