@@ -294,3 +294,34 @@ def single(
         plot=plot,
         table=markdown_table,
     )
+
+
+@bench_app.command()
+def shards(
+    config: Annotated[
+        Path, typer.Option(help="TOML of `dane train` settings (no store), run on every m.")
+    ],
+    source: Annotated[str, typer.Option(help="Data source (as `dane prepare`).")] = (
+        "fashion-mnist"
+    ),
+    shards: Annotated[str, typer.Option(help="Shard counts m, comma-separated.")] = "1,2,4,8,16,32",
+    target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.91,
+    seed: Annotated[int, typer.Option(help="Seed of the split into shards.")] = 0,
+    workdir: Workdir = Path("bench-out/shards"),
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
+) -> None:
+    """The same data split over 1, 2, 4... shards, one configuration: is accuracy kept?"""
+    options = dict(locals())
+    from .shards import ShardsSpec, markdown_table, plot, run_shards
+
+    spec = _spec(
+        ShardsSpec, options, config=str(config), shards=_numbers(shards, "--shards", int)
+    ).validate()
+    _save(
+        run_shards(spec, log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )

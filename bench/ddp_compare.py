@@ -135,7 +135,7 @@ class CompareSpec:
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
     from ..pipeline.cluster import make_client
-    from ..pipeline.loop import train
+    from ..pipeline.loop import TrainingDiverged, train
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)
@@ -153,9 +153,15 @@ def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
         for run in spec.runs:
             log(f"dask-dane {run.name} ...")
             config = spec.dask_config(run)
-            train(config, client=client)
+            try:
+                train(config, client=client)
+                diverged = None
+            except TrainingDiverged as err:  # a result too: its rounds until then count
+                diverged = str(err)
+                log(f"dask-dane {run.name}: {diverged}")
             methods[run.name] = _dask_method(run.name, config, spec)
             methods[run.name]["model_bytes"] = ddp["model_bytes"]  # the same model
+            methods[run.name]["diverged"] = diverged
     result = {
         "spec": {**asdict(spec), "networks": [asdict(n) for n in spec.networks]},
         "target": spec.targets[0],
@@ -216,6 +222,10 @@ def _single_method(single: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
 
 def _dask_method(name: str, config: RunConfig, spec: CompareSpec) -> dict[str, Any]:
     rows = read_metrics(RunDir(Path(config.out)).metrics)
+    label = f"dask-dane {name}"
+    if not rows:  # diverged in its first round
+        return {"label": label, "config": config.as_dict(), "curve": [], "phases": 0,
+                **_targets([], spec.targets), "bytes_per_round": 0}  # fmt: skip
     curve, wall = [], 0.0
     for row in rows:
         wall += row["wall_s"] - (row.get("eval_s") or 0.0)
@@ -236,7 +246,7 @@ def _dask_method(name: str, config: RunConfig, spec: CompareSpec) -> dict[str, A
     )
     phases = rows[0]["comm_rounds"]  # communication rounds of one iteration
     return {
-        "label": f"dask-dane {name}",
+        "label": label,
         "config": config.as_dict(),
         "curve": curve,
         **_targets(curve, spec.targets),

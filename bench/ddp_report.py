@@ -18,9 +18,10 @@ def compare_table(result: dict[str, Any]) -> str:
     for method in result["methods"].values():
         reached = method.get("to_target", {}).values() or [None]
         cells = " | ".join(_reached(point) for point in reached)
+        note = " (diverged)" if method.get("diverged") else ""
         lines.append(
-            f"| {method['label']} | {cells} | {method['final_test_accuracy']:.4f} | "
-            f"{method['best_test_accuracy']:.4f} |"
+            f"| {method['label']}{note} | {cells} | {_accuracy(method['final_test_accuracy'])} | "
+            f"{_accuracy(method['best_test_accuracy'])} |"
         )
     projection = result["projection"]
     for name, check in projection["loopback_check"].items():
@@ -38,6 +39,10 @@ def compare_table(result: dict[str, Any]) -> str:
                 f"| {row['workers']} | " + " | ".join(f"{row[n]:.1f}" for n in names) + " |"
             )
     return "\n".join(lines)
+
+
+def _accuracy(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _reached(point: dict[str, Any] | None) -> str:

@@ -69,3 +69,44 @@ def test_the_race_runs_ddp_one_process_and_every_listed_run(digits_stores, tmp_p
         if reached["0.3"] and reached["0.6"]:
             assert reached["0.3"]["images"] <= reached["0.6"]["images"]
     assert "| dask-dane scaffold |" in done.output
+
+
+def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(
+        'model = "small-cnn"\nrounds = 3\nlocal_steps = 5\nworkers = 2\n'
+        'dashboard_address = "127.0.0.1:0"\n'
+    )
+
+    done = CliRunner().invoke(
+        app,
+        ["bench", "shards", "--config", str(config), "--source", "digits", "--shards", "1,2,4",
+         "--target", "0.5", "--workdir", str(tmp_path / "work"),
+         "--json", str(tmp_path / "shards.json"), "--plot", str(tmp_path / "shards.png")],
+    )  # fmt: skip
+
+    assert done.exit_code == 0, done.output
+    result = json.loads((tmp_path / "shards.json").read_text())
+    assert [r["shards"] for r in result["runs"]] == [1, 2, 4]
+    for run in result["runs"]:
+        assert len(run["curve"]) == 3  # the same iteration budget on every split
+        store = run["config"]["store"]
+        assert store.endswith(f"digits-iid-{run['shards']}.zarr")
+        assert 0.1 < run["final_test_accuracy"] <= run["best_test_accuracy"] <= 1
+        if run["rounds_to_target"] is not None:
+            first = next(p for p in run["curve"] if p["test_accuracy"] >= 0.5)
+            assert run["rounds_to_target"] == first["round"]
+    # m shards run m local solves of 5 steps an iteration: the images grow with m.
+    images = [r["curve"][-1]["images"] for r in result["runs"]]
+    assert images[0] < images[1] < images[2]
+    assert (tmp_path / "shards.png").stat().st_size > 10_000
+
+
+def test_shards_bench_refuses_a_config_that_names_a_store(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('store = "data/x.zarr"\n')
+
+    done = CliRunner().invoke(app, ["bench", "shards", "--config", str(config)])
+
+    assert done.exit_code != 0
+    assert "names a store" in str(done.exception)

@@ -1,0 +1,143 @@
+"""`dane bench shards`: is the accuracy kept as the data are split over more machines?
+
+The same training data (one source, one seed) split into m = 1, 2, 4, ... iid shards, the
+same run configuration and iteration budget on each (a TOML of `dane train` settings, the
+store left out), one run per m on one cluster: final and best test accuracy, and the
+iterations, communication rounds and images to a target accuracy, against m. With more
+shards each holds fewer rows, so the local problems (and their Hessians) differ more: DANE's
+premise weakens, which is what this measures.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..datasets.partition import PartitionSpec
+from ..datasets.sources import SourceOptions, load_source
+from ..datasets.store import write_store
+from ..pipeline.config import RunConfig, read_toml
+from ..pipeline.metrics import read_metrics
+from ..pipeline.rundir import RunDir
+from .specs import run_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardsSpec:
+    """See `dane bench shards --help`."""
+
+    source: str = "fashion-mnist"
+    shards: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    config: str  # a TOML of `dane train` settings (no store: it is made per shard count)
+    target: float = 0.91
+    seed: int = 0  # of the split into shards
+    workdir: str = "bench-out/shards"
+
+    def validate(self) -> ShardsSpec:
+        if not self.shards or min(self.shards) < 1:
+            raise ValueError(f"--shards must list counts of at least 1 (got {self.shards})")
+        if not 0 < self.target <= 1:
+            raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
+        if "store" in read_toml(self.config):
+            raise ValueError(f"{self.config} names a store; drop it: each shard count has its own")
+        self.run_config(1, "unused")
+        return self
+
+    def run_config(self, shards: int, store: str) -> RunConfig:
+        settings = read_toml(self.config)
+        out = str(Path(self.workdir) / "runs" / f"m{shards}")
+        return replace(run_config(**settings), store=store, out=out).validate()
+
+
+def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every shard count on one cluster, one after another; returns the JSON-able result."""
+    from ..pipeline.cluster import make_client
+    from ..pipeline.loop import train
+
+    spec = spec.validate()
+    raw = load_source(spec.source, SourceOptions(seed=spec.seed))
+    stores = Path(spec.workdir) / "stores"
+    runs = []
+    with make_client(spec.run_config(1, "unused")) as client:
+        for m in spec.shards:
+            store = stores / f"{spec.source}-iid-{m}.zarr"
+            if not store.exists():
+                partition = PartitionSpec(kind="iid", num_shards=m, seed=spec.seed)
+                write_store(raw, partition, store, force=False)
+            config = spec.run_config(m, str(store))
+            shutil.rmtree(config.out, ignore_errors=True)  # each shard count starts afresh
+            log(f"m = {m} ...")
+            started = time.perf_counter()
+            train(config, client=client)
+            runs.append(_summary(m, config, spec.target, time.perf_counter() - started))
+    return {"spec": asdict(spec), "config": runs[0]["config"], "runs": runs}
+
+
+def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[str, Any]:
+    rows = read_metrics(RunDir(Path(config.out)).metrics)
+    evaluated = [r for r in rows if r["test_accuracy"] is not None]
+    hit = next((r for r in evaluated if r["test_accuracy"] >= target), None)
+    return {
+        "shards": m,
+        "config": config.as_dict(),
+        "final_test_accuracy": evaluated[-1]["test_accuracy"],
+        "best_test_accuracy": max(r["test_accuracy"] for r in evaluated),
+        "rounds_to_target": hit["round"] if hit else None,
+        "comm_rounds_to_target": hit["comm_rounds"] if hit else None,
+        "images_to_target": hit["cum_images"] if hit else None,
+        "curve": [
+            {"round": r["round"], "test_accuracy": r["test_accuracy"], "images": r["cum_images"]}
+            for r in evaluated
+        ],
+        "seconds": seconds,
+    }
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    target = result["spec"]["target"]
+    lines = [
+        f"| shards m | final acc. | best acc. | iterations to {target:.0%} | "
+        f"comm rounds to {target:.0%} | images to {target:.0%} | wall (s) |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in result["runs"]:
+        reached = run["rounds_to_target"] is not None
+
+        def cell(key: str, run: dict = run, reached: bool = reached) -> str:
+            return str(run[key]) if reached else "not reached"
+
+        lines.append(
+            f"| {run['shards']} | {run['final_test_accuracy']:.4f} | "
+            f"{run['best_test_accuracy']:.4f} | {cell('rounds_to_target')} | "
+            f"{cell('comm_rounds_to_target')} | {cell('images_to_target')} | "
+            f"{run['seconds']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Final accuracy, and iterations to the target, against the number of shards."""
+    from ..pipeline.report import pyplot, save_figure
+
+    runs = result["runs"]
+    fig, (accuracy, iterations) = pyplot().subplots(1, 2, figsize=(10, 3.8))
+    shards = [r["shards"] for r in runs]
+    accuracy.plot(shards, [r["final_test_accuracy"] for r in runs], marker="o", label="final")
+    accuracy.plot(shards, [r["best_test_accuracy"] for r in runs], marker=".", label="best")
+    reached = [r for r in runs if r["rounds_to_target"] is not None]
+    iterations.plot(
+        [r["shards"] for r in reached], [r["rounds_to_target"] for r in reached], marker="o"
+    )
+    for panel in (accuracy, iterations):
+        panel.set_xscale("log", base=2)
+        panel.set_xlabel("shards m (same data, same iteration budget)")
+        panel.grid(alpha=0.3)
+    accuracy.set_ylabel("test accuracy")
+    accuracy.legend(fontsize=7)
+    iterations.set_ylabel(f"iterations to {result['spec']['target']:.0%}")
+    fig.tight_layout()
+    save_figure(fig, path)
