@@ -279,6 +279,9 @@ def single(
         typer.Option(metavar="ACCURACY", help="Test accuracy to reach (repeatable) [0.88]."),
     ] = None,
     threads: Annotated[int, typer.Option(help="Torch threads; 0: every core.")] = 0,
+    l2: Annotated[
+        float | None, typer.Option(help="L2 penalty lambda (default: the store's, else 0).")
+    ] = None,
     json_out: JsonOut = None,
     plot_out: PlotOut = None,
 ) -> None:
@@ -305,6 +308,10 @@ def shards(
         "fashion-mnist"
     ),
     shards: Annotated[str, typer.Option(help="Shard counts m, comma-separated.")] = "1,2,4,8,16,32",
+    local_epochs: Annotated[
+        float | None,
+        typer.Option(help="Set --local-steps per m to this many passes over a shard."),
+    ] = None,
     target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.91,
     seed: Annotated[int, typer.Option(help="Seed of the split into shards.")] = 0,
     workdir: Workdir = Path("bench-out/shards"),

@@ -33,6 +33,9 @@ class ShardsSpec:
     source: str = "fashion-mnist"
     shards: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     config: str  # a TOML of `dane train` settings (no store: it is made per shard count)
+    # If given, --local-steps is set per m so that a local solve passes over its shard this
+    # many times: every iteration then does the same work, whatever m.
+    local_epochs: float | None = None
     target: float = 0.91
     seed: int = 0  # of the split into shards
     workdir: str = "bench-out/shards"
@@ -42,15 +45,21 @@ class ShardsSpec:
             raise ValueError(f"--shards must list counts of at least 1 (got {self.shards})")
         if not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
+        if self.local_epochs is not None and not self.local_epochs > 0:
+            raise ValueError(f"--local-epochs must be above 0 (got {self.local_epochs})")
         if "store" in read_toml(self.config):
             raise ValueError(f"{self.config} names a store; drop it: each shard count has its own")
         self.run_config(1, "unused")
         return self
 
-    def run_config(self, shards: int, store: str) -> RunConfig:
-        settings = read_toml(self.config)
+    def run_config(self, shards: int, store: str, rows: int = 0) -> RunConfig:
+        """The configuration on m = `shards` shards of `rows` training rows in all."""
+        config = run_config(**read_toml(self.config))
         out = str(Path(self.workdir) / "runs" / f"m{shards}")
-        return replace(run_config(**settings), store=store, out=out).validate()
+        steps = config.local_steps
+        if self.local_epochs is not None and rows:
+            steps = max(1, round(self.local_epochs * rows / shards / config.batch_size))
+        return replace(config, store=store, out=out, local_steps=steps).validate()
 
 
 def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -68,7 +77,7 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
             if not store.exists():
                 partition = PartitionSpec(kind="iid", num_shards=m, seed=spec.seed)
                 write_store(raw, partition, store, force=False)
-            config = spec.run_config(m, str(store))
+            config = spec.run_config(m, str(store), rows=len(raw.y_train))
             shutil.rmtree(config.out, ignore_errors=True)  # each shard count starts afresh
             log(f"m = {m} ...")
             started = time.perf_counter()
@@ -100,9 +109,9 @@ def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[s
 def markdown_table(result: dict[str, Any]) -> str:
     target = result["spec"]["target"]
     lines = [
-        f"| shards m | final acc. | best acc. | iterations to {target:.0%} | "
+        f"| shards m | local steps K | final acc. | best acc. | iterations to {target:.0%} | "
         f"comm rounds to {target:.0%} | images to {target:.0%} | wall (s) |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in result["runs"]:
         reached = run["rounds_to_target"] is not None
@@ -111,7 +120,8 @@ def markdown_table(result: dict[str, Any]) -> str:
             return str(run[key]) if reached else "not reached"
 
         lines.append(
-            f"| {run['shards']} | {run['final_test_accuracy']:.4f} | "
+            f"| {run['shards']} | {run['config']['local_steps']} | "
+            f"{run['final_test_accuracy']:.4f} | "
             f"{run['best_test_accuracy']:.4f} | {cell('rounds_to_target')} | "
             f"{cell('comm_rounds_to_target')} | {cell('images_to_target')} | "
             f"{run['seconds']:.0f} |"

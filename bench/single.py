@@ -53,6 +53,7 @@ class SingleSpec:
     targets: tuple[float, ...] = (0.88,)  # test accuracies whose first crossing is reported
     threads: int = 0  # torch threads; 0: every core of the machine
     dtype: str = "float32"
+    l2: float | None = None  # the L2 penalty lambda, as `dane train --l2` (None: the store's)
 
     def validate(self) -> SingleSpec:
         if not (math.isfinite(self.epochs) and self.epochs > 0):

@@ -110,3 +110,18 @@ def test_shards_bench_refuses_a_config_that_names_a_store(tmp_path):
 
     assert done.exit_code != 0
     assert "names a store" in str(done.exception)
+
+
+def test_shards_bench_local_epochs_sets_the_steps_that_pass_once_over_a_shard(tmp_path):
+    from dask_dane.bench.shards import ShardsSpec
+
+    config = tmp_path / "run.toml"
+    config.write_text('model = "small-cnn"\nlocal_steps = 5\nbatch_size = 32\n')
+    spec = ShardsSpec(config=str(config), local_epochs=2.0).validate()
+
+    # 6400 rows over m shards, 2 passes of batches of 32: 400 / m steps.
+    steps = [spec.run_config(m, "x.zarr", rows=6400).local_steps for m in (1, 2, 4, 8)]
+    assert steps == [400, 200, 100, 50]
+    assert ShardsSpec(config=str(config)).run_config(4, "x.zarr", rows=6400).local_steps == 5
+    with pytest.raises(ValueError, match="--local-epochs"):
+        ShardsSpec(config=str(config), local_epochs=0.0).validate()
