@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .output import percent
+
 
 def compare_table(result: dict[str, Any]) -> str:
     """One row per method: to each target its rounds, seconds, MB and images; then the
     projected times to the first target."""
     targets = result.get("targets", [result["target"]])
-    head = " | ".join(f"to {t:.0%}: comm rounds / s / MB / images" for t in targets)
+    head = " | ".join(f"to {percent(t)}: comm rounds / s / MB / images" for t in targets)
     lines = [
         f"| method | {head} | final acc. | best acc. |",
         "|---|" + "---:|" * len(targets) + "---:|---:|",
@@ -31,7 +33,7 @@ def compare_table(result: dict[str, Any]) -> str:
         )
     for net in projection["networks"]:
         names = [k for k in net["time_to_target_s"][0] if k != "workers"]
-        lines.append(f"\nprojected time to {targets[0]:.0%} (s) at {net['label']}:")
+        lines.append(f"\nprojected time to {percent(targets[0])} (s) at {net['label']}:")
         lines.append("| workers | " + " | ".join(names) + " |")
         lines.append("|---:|" + "---:|" * len(names))
         for row in net["time_to_target_s"]:

@@ -18,6 +18,11 @@ from ..pipeline.checkpoint import atomic_write_bytes
 Result = dict[str, Any]
 
 
+def percent(fraction: float) -> str:
+    """A target accuracy as tables print it: 0.88 -> "88%", 0.925 -> "92.5%" (not "92%")."""
+    return f"{round(float(fraction) * 100, 2):g}%"
+
+
 def command_line() -> str:
     """The `dane ...` command being run, as the results record it."""
     return "dane " + " ".join(sys.argv[1:])

@@ -23,6 +23,7 @@ from ..datasets.store import write_store
 from ..pipeline.config import RunConfig, read_toml
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
+from .output import percent
 from .specs import run_config
 
 
@@ -109,8 +110,8 @@ def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[s
 def markdown_table(result: dict[str, Any]) -> str:
     target = result["spec"]["target"]
     lines = [
-        f"| shards m | local steps K | final acc. | best acc. | iterations to {target:.0%} | "
-        f"comm rounds to {target:.0%} | images to {target:.0%} | wall (s) |",
+        f"| shards m | local steps K | final acc. | best acc. | iterations to {percent(target)} | "
+        f"comm rounds to {percent(target)} | images to {percent(target)} | wall (s) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in result["runs"]:
@@ -148,6 +149,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
         panel.grid(alpha=0.3)
     accuracy.set_ylabel("test accuracy")
     accuracy.legend(fontsize=7)
-    iterations.set_ylabel(f"iterations to {result['spec']['target']:.0%}")
+    iterations.set_ylabel(f"iterations to {percent(result['spec']['target'])}")
     fig.tight_layout()
     save_figure(fig, path)

@@ -26,6 +26,7 @@ from ..pipeline.algorithms.schedule import lr_factor
 from ..pipeline.config import RunConfig
 from ..pipeline.run_setup import prepare_run
 from ..pipeline.tasks import evaluate
+from .output import percent
 from .plain_torch import (
     epoch_batches,
     initial_model,
@@ -146,7 +147,7 @@ def to_target(curve: list[dict[str, Any]], target: float) -> dict[str, Any] | No
 
 def markdown_table(result: dict[str, Any]) -> str:
     targets = list(result["to_target"])
-    head = " | ".join(f"to {float(t):.0%}: s / images" for t in targets)
+    head = " | ".join(f"to {percent(float(t))}: s / images" for t in targets)
     lines = [
         f"| model (weights) | epochs | final acc. | best acc. | {head} | train time (s) |",
         "|---|---:|---:|---:|" + "---:|" * len(targets) + "---:|",

@@ -243,6 +243,42 @@ def test_scaffold_corrects_local_steps_with_control_variates(ridge):
         np.testing.assert_allclose(got.control.numpy(), expected, rtol=1e-9, atol=1e-12)
 
 
+def test_fedavgm_is_fedavg_with_heavy_ball_momentum_on_the_server(ridge):
+    # Full-batch local gradient steps, no local momentum: FedAvg's average, then the server's
+    # heavy ball v <- beta v + (avg - w), w <- w + v, written out in numpy.
+    lr, steps, beta = 0.1, 5, 0.7
+    config = RunConfig(
+        store=ridge.path,
+        model="linear",
+        dtype="float64",
+        algorithm="fedavg",
+        local_steps=steps,
+        local_lr=lr,
+        batch_size=1000,
+        momentum=0.0,
+        server_momentum=beta,
+        seed=2,
+    ).validate()
+    setup = prepare_run(config)
+    parts, shares = _quadratic(ridge)
+    w = initial_weights(setup.spec, config.seed).numpy()
+    velocity = np.zeros(8)
+    for _ in range(4):
+        ys = []
+        for h, b in parts:
+            y = w.copy()
+            for _ in range(steps):
+                y = y - lr * (h @ y - b)
+            ys.append(y)
+        average = sum(p * y for y, p in zip(ys, shares, strict=True))
+        velocity = beta * velocity + (average - w)
+        w = w + velocity
+
+    run = run_reference(setup, rounds=4, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), w, rtol=1e-10)
+
+
 # --- through Dask ------------------------------------------------------------------------------
 
 SETTINGS = {
