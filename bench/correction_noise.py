@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from ..pipeline.algorithms.dane import sample_rows
 from ..pipeline.checkpoint import load_checkpoint
 from ..pipeline.config import RunConfig
 from ..pipeline.run_setup import initial_weights, prepare_run
@@ -40,7 +39,7 @@ def measure(config: RunConfig, weights: torch.Tensor, sample: int, draws: int) -
     full = [objective.loss_and_grad(weights)[1] for objective in objectives]
     mean = torch.stack(full).mean(0)
     sampled = [
-        [sample_rows(o, sample, seed).loss_and_grad(weights)[1] for o in objectives]
+        [o.fixed_sample(sample, seed).loss_and_grad(weights)[1] for o in objectives]
         for seed in range(draws)
     ]
     shards = []

@@ -9,7 +9,7 @@ uneven shards (dirichlet partitions) it keeps g equal to the gradient of the glo
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,6 +24,7 @@ class ShardReport:
     num_samples: int
     compute_s: float
     worker: str
+    shard: int = -1  # the shard's index, for its own diagnostics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,8 @@ class Partial:
     num_shards: int
     compute_by_worker: dict[str, float]
     rows: int = 0  # rows read by the shards' work (LocalOutput.rows), summed
+    # Each shard's LocalOutput.diagnostics by shard index: collected, never summed.
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 def to_partial(report: ShardReport) -> Partial:
@@ -47,6 +50,7 @@ def to_partial(report: ShardReport) -> Partial:
         num_shards=1,
         compute_by_worker={report.worker: report.compute_s},
         rows=report.output.rows,
+        diagnostics={report.shard: report.output.diagnostics} if report.output.diagnostics else {},
     )
 
 
@@ -60,6 +64,7 @@ def merge(a: Partial, b: Partial) -> Partial:
         num_shards=a.num_shards + b.num_shards,
         compute_by_worker=dict(compute),
         rows=a.rows + b.rows,
+        diagnostics={**a.diagnostics, **b.diagnostics},
     )
 
 

@@ -78,6 +78,8 @@ def round_row(
     }
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them.
     row.update({k: v for k, v in metrics.items() if k not in row})
+    if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
+        row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
     row["is_best"] = accuracy is not None and accuracy > totals.best_accuracy
     row.update(driver or {})
     return row

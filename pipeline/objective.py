@@ -93,6 +93,24 @@ class ShardObjective:
     def _penalty(self, w: torch.Tensor) -> torch.Tensor | float:
         return self.l2 * torch.dot(w, w) if self.l2 else 0.0
 
+    def fixed_sample(self, size: int, seed: int) -> ShardObjective:
+        """This shard's first `size` rows in one fixed order drawn from `seed` (the whole
+        shard if `size` is 0 or covers it): the same rows every time, never a new minibatch."""
+        if not size or self.num_samples <= size:
+            return self
+        generator = torch.Generator().manual_seed(seed)
+        rows = torch.randperm(self.num_samples, generator=generator)[:size].sort().values
+        return ShardObjective(self.model, self.x[rows], self.y[rows], self.task, self.l2)
+
+    @torch.no_grad()
+    def loss(self, w: torch.Tensor) -> float:
+        """Full-shard mean loss at w (the L2 penalty included), without a gradient."""
+        total = 0.0
+        for start in range(0, self.num_samples, self.chunk):
+            stop = start + self.chunk
+            total += float(self._loss_sum(w, self.x[start:stop], self.y[start:stop]))
+        return total / self.num_samples + float(self._penalty(w))
+
     def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]:
         """Full-shard mean loss and its gradient at w, in chunks of `self.chunk` rows."""
         w = w.detach().requires_grad_(True)

@@ -57,6 +57,7 @@ class PhaseEnd:
     communicated: bool
     compute_by_worker: dict[str, float]
     rows: int  # rows the shards' work read in this phase
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)  # by shard
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +72,7 @@ class RoundResult:
     compute_by_worker: dict[str, float] = field(default_factory=dict)
     shard_states: list[Any] | None = None  # each shard's state for the next round, if any
     rows: int = 0  # rows read by all shards' work in the round: images processed
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)  # by shard
 
 
 register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
@@ -164,6 +166,7 @@ def run_local(
         num_samples=int(shard.x.shape[0]),
         compute_s=time.perf_counter() - started,
         worker=worker_id(),
+        shard=shard.index,
     )
 
 
@@ -221,6 +224,7 @@ def _phase_end(
         communicated=incoming + outgoing > 0,
         compute_by_worker=total.compute_by_worker,
         rows=total.rows,
+        diagnostics=total.diagnostics,
     )
 
 
@@ -258,9 +262,12 @@ def update_round(
     )
     metrics.update(update.metrics)
     compute: dict[str, float] = {}
+    diagnostics: dict[int, dict[str, float]] = {}
     for phase_end in ends:
         for worker, seconds in phase_end.compute_by_worker.items():
             compute[worker] = compute.get(worker, 0.0) + seconds
+        for shard, figures in phase_end.diagnostics.items():
+            diagnostics.setdefault(shard, {}).update(figures)
     return RoundResult(
         weights=update.weights,
         state=update.state,
@@ -271,6 +278,7 @@ def update_round(
         compute_by_worker=compute,
         shard_states=shard_states,
         rows=sum(e.rows for e in ends),
+        diagnostics=diagnostics,
     )
 
 

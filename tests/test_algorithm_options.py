@@ -151,6 +151,7 @@ def test_dask_run_equals_reference_and_counts_its_bytes(
     for row, expected in zip(rows, reference.history, strict=True):
         assert row["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-12)
         assert row["images"] == expected["images"] > 0
+        assert row.get("shards") == expected.get("shards")  # per-shard figures, bit for bit
     assert [r["comm_bytes"] for r in rows] == [COPIES[case] * num_params * 8] * 3
     assert rows[-1]["cum_images"] == sum(r["images"] for r in rows)
     if case == "dane-fast":  # the stopping rule cut the solves short: fewer images read

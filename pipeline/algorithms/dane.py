@@ -32,6 +32,7 @@ from ..objective import ShardObjective
 from . import safeguard as sg
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .checks import at_least, checked, momentum_range, non_negative, one_of, positive, rows_or_all
+from .diagnostics import solve_diagnostics
 from .local_solver import LocalProblem, StopRule
 from .server import MomentumState, init_momentum, momentum_label, momentum_step
 from .solvers import Solver
@@ -123,7 +124,10 @@ class Dane(StrategyDefaults):
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
         return LocalOutput(
-            tensors={"weights": solution.weights}, metrics=metrics, rows=solution.rows
+            tensors={"weights": solution.weights},
+            metrics=metrics,
+            rows=solution.rows,
+            diagnostics=solve_diagnostics(problem, ctx.weights, solution.weights, self.seed),
         )
 
     def _stop_rule(self, g: torch.Tensor) -> StopRule | None:
@@ -139,7 +143,7 @@ class Dane(StrategyDefaults):
         if not self.grad_sample:
             return objective
         size = round(self.grad_sample * self.grad_sample_growth ** (round_index - 1))
-        return sample_rows(objective, size, self.seed)
+        return objective.fixed_sample(size, self.seed)
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
         g = mean.tensors["grad"]
@@ -173,15 +177,3 @@ class Dane(StrategyDefaults):
         )
         metrics = {"safeguard_rejected": float(not decision.accept), "mu": decision.mu}
         return RoundUpdate(weights=weights, state=state, metrics=metrics)
-
-
-def sample_rows(objective: ShardObjective, size: int, seed: int) -> ShardObjective:
-    """The shard's first `size` rows in one fixed order drawn from `seed` (the whole shard if
-    `size` is 0 or covers it): the same rows in every round, never a new minibatch."""
-    if not size or objective.num_samples <= size:
-        return objective
-    generator = torch.Generator().manual_seed(seed)
-    rows = torch.randperm(objective.num_samples, generator=generator)[:size].sort().values
-    return ShardObjective(
-        objective.model, objective.x[rows], objective.y[rows], objective.task, objective.l2
-    )

@@ -33,6 +33,15 @@ class LocalProblem:
     anchor: torch.Tensor | None = None
     mu: float = 0.0
 
+    def value(self, v: torch.Tensor) -> tuple[float, float]:
+        """(h(v), f_i(v)) over the whole shard, without gradients."""
+        f = h = self.objective.loss(v)
+        if self.linear is not None:
+            h -= float(torch.dot(self.linear, v))
+        if self.mu and self.anchor is not None:
+            h += 0.5 * self.mu * float(torch.sum((v - self.anchor) ** 2))
+        return h, f
+
     def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
         """(h(v), grad h(v), f_i(v)) over the whole shard."""
         f, grad = self.objective.loss_and_grad(v)

@@ -28,7 +28,6 @@ import torch
 from ..objective import ShardObjective
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .checks import checked, non_negative, rows_or_all
-from .dane import sample_rows
 from .local_solver import LocalProblem, StopRule
 from .solvers import Solver
 
@@ -59,7 +58,7 @@ class Sdane(StrategyDefaults):
         return self.mu
 
     def _sampled(self, objective: ShardObjective) -> ShardObjective:
-        return sample_rows(objective, self.grad_sample, self.seed)
+        return objective.fixed_sample(self.grad_sample, self.seed)
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         if ctx.phase == 0:  # grad f_i at the prox-centre

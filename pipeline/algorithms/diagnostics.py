@@ -1,0 +1,43 @@
+"""Per-shard figures of a local solve, for finding out why a round went wrong.
+
+On heterogeneous shards DANE can diverge: a likely cause is that for a network the local
+problem h_i(v) = f_i(v) - <c_i, v> + (mu/2)||v - w||^2 (c_i = g_i - eta g, the correction)
+is unbounded below along directions where f_i is flat, so the K local steps run far. These
+figures show it per shard and round in metrics.jsonl (`shards`): the size of the tilt
+||c_i||, how far the solve went ||v_i - w||, and h_i and f_i at the start and the end.
+
+h_i and f_i are measured on a fixed sample of the shard (DIAGNOSTIC_ROWS rows, chosen once
+from the run's seed, forward passes only) so that they cost a small, fixed part of a round;
+they read rows that are not counted as training `images`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .local_solver import LocalProblem
+
+DIAGNOSTIC_ROWS = 512
+
+
+def solve_diagnostics(
+    problem: LocalProblem, start: torch.Tensor, end: torch.Tensor, seed: int
+) -> dict[str, float]:
+    """The figures above for a solve of `problem` from `start` to `end`."""
+    on_sample = LocalProblem(
+        problem.objective.fixed_sample(DIAGNOSTIC_ROWS, seed),
+        linear=problem.linear,
+        anchor=problem.anchor,
+        mu=problem.mu,
+    )
+    h_start, f_start = on_sample.value(start)
+    h_end, f_end = on_sample.value(end)
+    correction = 0.0 if problem.linear is None else float(problem.linear.norm())
+    return {
+        "correction_norm": correction,
+        "step_norm": float((end - start).norm()),
+        "local_loss_start": h_start,
+        "local_loss_end": h_end,
+        "shard_loss_start": f_start,
+        "shard_loss_end": f_end,
+    }
