@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.config import RunConfig, check_settings
+from ..pipeline.config import RunConfig
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
 from .ddp import DdpSpec, run_ddp
 from .ddp_projection import project
 from .network import Network
 from .single import SingleSpec, run_single
-from .specs import require_at_least_one
+from .specs import require_at_least_one, run_tables
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,23 +60,7 @@ def default_runs(
 
 def read_runs(path: str | Path) -> tuple[DaskRun, ...]:
     """The [[run]] tables of a TOML file (each with a name), [defaults] applied to each."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path} does not exist; check the --runs path") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path} is not valid TOML ({err}); fix the file") from None
-    defaults = check_settings(data.get("defaults", {}), f"{path} [defaults]")
-    runs = []
-    for i, table in enumerate(data.get("run", [])):
-        table = dict(table)
-        name = table.pop("name", None)
-        if not name:
-            raise ValueError(f'{path}: [[run]] number {i + 1} has no name; add name = "..."')
-        runs.append(DaskRun(name=name, settings={**defaults, **check_settings(table, path)}))
-    if not runs:
-        raise ValueError(f"{path} lists no [[run]] tables")
-    return tuple(runs)
+    return tuple(DaskRun(name=n, settings=s) for n, s in run_tables(path, "--runs"))
 
 
 @dataclass(frozen=True, kw_only=True)

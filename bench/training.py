@@ -11,36 +11,22 @@ rounds, written after each run (output.py), with a table and the curves as a fig
 from __future__ import annotations
 
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.config import RunConfig, check_settings
+from ..pipeline.config import RunConfig
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
+from .specs import run_tables
 
 
 def read_runs(path: str | Path, workdir: str | Path) -> list[tuple[str, RunConfig]]:
     """(name, validated config) of every [[run]] in the file, defaults applied."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path} does not exist; check the --configs path") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path} is not valid TOML ({err}); fix the file") from None
-    defaults = check_settings(data.get("defaults", {}), f"{path} [defaults]")
     runs = []
-    for i, table in enumerate(data.get("run", [])):
-        table = dict(table)
-        name = table.pop("name", None)
-        if not name:
-            raise ValueError(f'{path}: [[run]] number {i + 1} has no name; add name = "..."')
-        settings = {**defaults, **check_settings(table, f"{path} run {name!r}")}
+    for name, settings in run_tables(path, "--configs"):
         settings.setdefault("out", str(Path(workdir) / name))
         runs.append((name, RunConfig(**settings).validate()))
-    if not runs:
-        raise ValueError(f"{path} lists no [[run]] tables")
     return runs
 
 
