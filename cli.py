@@ -150,7 +150,8 @@ def train(
         float | None, typer.Option(help="DANE: step on the global gradient [1].")
     ] = None,
     mu: Annotated[
-        float | None, typer.Option(help="Proximal strength (dane, fedprox; sdane: lam > 0) [0].")
+        float | None,
+        typer.Option(help="Proximal strength (dane, fedprox; sdane lam, feddyn alpha: > 0) [0]."),
     ] = None,
     local_steps: Annotated[int | None, typer.Option(help="Local solver steps K [30].")] = None,
     local_lr: Annotated[
@@ -187,6 +188,10 @@ def train(
     ] = None,
     server_momentum: Annotated[
         float | None, typer.Option(help="dane/fedavg/fedprox: momentum on the averaged step [0].")
+    ] = None,
+    trust_radius: Annotated[
+        float | None,
+        typer.Option(help="DANE, skewed shards: keep local steps within ||v - w|| <= R [0: off]."),
     ] = None,
     lr_schedule: Annotated[
         str | None, typer.Option(help="--local-lr across rounds: constant | cosine | step.")

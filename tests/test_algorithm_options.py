@@ -1,5 +1,6 @@
-"""The options and algorithms that make DANE cheaper or faster (issue 12): each checked by
-hand on tiny problems, then Dask against the reference, with its communication counted."""
+"""The options and algorithms that make DANE cheaper or faster (issue 12) or hold it on skewed
+shards (issue 13): each checked by hand on tiny problems, then Dask against the reference,
+with its communication counted."""
 
 from __future__ import annotations
 
@@ -105,6 +106,8 @@ CASES = {
         lr_schedule="cosine",
     ),
     "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
+    "dane-trust": dict(algorithm="dane", trust_radius=0.05),  # binds here: steps 0.2-0.4 free
+    "feddyn": dict(algorithm="feddyn", mu=0.1),
     "scaffold": dict(algorithm="scaffold", momentum=0.0),
     "sdane": dict(algorithm="sdane", mu=2.0),
     "sdane-adaptive": dict(algorithm="sdane-adaptive", mu=2.0),
@@ -117,6 +120,8 @@ CASES = {
 COPIES = {
     "dane-fast": 5,
     "fedavgm": 3,
+    "dane-trust": 5,
+    "feddyn": 3,  # the tilt a_i stays on its shard
     "scaffold": 6,
     "sdane": 6,
     "sdane-adaptive": 7,
@@ -154,6 +159,9 @@ def test_dask_run_equals_reference_and_counts_its_bytes(
         assert row.get("shards") == expected.get("shards")  # per-shard figures, bit for bit
     assert [r["comm_bytes"] for r in rows] == [COPIES[case] * num_params * 8] * 3
     assert rows[-1]["cum_images"] == sum(r["images"] for r in rows)
+    if case == "dane-trust":  # every shard's solve ended on the region's sphere
+        steps = [s["step_norm"] for r in rows for s in r["shards"]]
+        assert steps == pytest.approx([0.05] * 12, rel=1e-5)
     if case == "dane-fast":  # the stopping rule cut the solves short: fewer images read
         assert any(1 <= r["local_steps"] < 8 for r in rows)
         assert [r["grad_rows"] for r in rows] == [60, 120, 240]

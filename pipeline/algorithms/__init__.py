@@ -28,6 +28,7 @@ from .base import (
 from .dane import Dane
 from .exact_solver import ExactSolver
 from .fedavg import FedAvg
+from .feddyn import FedDyn
 from .fedprox import FedProx
 from .gd import Gd
 from .local_solver import LocalSolver
@@ -39,7 +40,20 @@ from .solvers import make_solver
 
 ALGORITHMS: dict[str, type] = {
     cls.name: cls
-    for cls in (Dane, Sdane, SdaneAdaptive, Sgd, FedAvg, FedProx, Scaffold, OneShot, Admm, Gd, Agd)
+    for cls in (
+        Dane,
+        Sdane,
+        SdaneAdaptive,
+        Sgd,
+        FedAvg,
+        FedProx,
+        FedDyn,
+        Scaffold,
+        OneShot,
+        Admm,
+        Gd,
+        Agd,
+    )
 }
 
 __all__ = [

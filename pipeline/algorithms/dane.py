@@ -14,6 +14,10 @@ Options, each off by default so that plain DANE stays the paper's:
   stops once ||grad h_i(v)|| (on the step's minibatch) <= theta * ||g||, so --local-steps
   becomes a bound. The steps taken are reported as `local_steps`.
 - `server_momentum` = beta: heavy-ball momentum on the averaged step (server.py).
+- `trust_radius` = R > 0 keeps every local iterate within ||v - w|| <= R (projected steps).
+  On skewed shards f_i flattens once the shard's few classes are fitted, and h_i then falls
+  without bound along the correction c_i = g_i - eta*g: the K steps run off (measured in
+  docs/results.md, issue 13). A radius bounds how far one round can carry any shard.
 - `safeguard` (safeguard.py) backtracks along rejected steps and optionally adapts mu: its
   state is the driver state, its scalars reach the shards as the round's data (a
   safeguard.Trial), and the broadcast of the gradient phase decides once per round what the
@@ -33,7 +37,7 @@ from . import safeguard as sg
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .checks import at_least, checked, momentum_range, non_negative, one_of, positive, rows_or_all
 from .diagnostics import solve_diagnostics
-from .local_solver import LocalProblem, StopRule
+from .local_solver import LocalProblem, LocalSolver, StopRule
 from .server import MomentumState, init_momentum, momentum_label, momentum_step
 from .solvers import Solver
 
@@ -48,6 +52,7 @@ class Dane(StrategyDefaults):
     grad_sample_growth: float = checked(at_least(1.0), exclusive=True, default=1.0)
     local_theta: float = checked(non_negative, exclusive=True, default=0.0)
     server_momentum: float = checked(momentum_range, default=0.0)
+    trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
     seed: int = 0  # the run's seed: which rows grad_sample takes
 
     name: ClassVar[str] = "dane"
@@ -59,6 +64,11 @@ class Dane(StrategyDefaults):
             raise ValueError(
                 "--grad-sample-growth grows the gradient sample from --grad-sample N rows; "
                 "pass --grad-sample N as well"
+            )
+        if self.trust_radius and not isinstance(self.solver, LocalSolver):
+            raise ValueError(
+                "--trust-radius bounds the local steps of --local-solver steps; lbfgs and cg "
+                "solve the unbounded problem: drop --trust-radius or use --local-solver steps"
             )
         if self.server_momentum and self.safeguard != "off":
             raise ValueError(
@@ -82,6 +92,8 @@ class Dane(StrategyDefaults):
             parts.append(f"growth={self.grad_sample_growth:g}")
         if self.local_theta:
             parts.append(f"theta={self.local_theta:g}")
+        if self.trust_radius:
+            parts.append(f"radius={self.trust_radius:g}")
         label = " ".join([*parts, self.solver.label()])
         return label + momentum_label(self.server_momentum)
 
@@ -118,6 +130,7 @@ class Dane(StrategyDefaults):
             linear=ctx.previous.tensors["grad"] - self.eta * g,
             anchor=ctx.weights,
             mu=mu,
+            radius=self.trust_radius,
         )
         solution = self.solver.solve(
             problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=self._stop_rule(g)

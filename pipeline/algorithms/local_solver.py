@@ -1,7 +1,8 @@
 """The local problem every solve-then-average algorithm hands its shards, and the K-step solver.
 
-LocalProblem: min_v f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 on one shard. DANE uses
-linear = grad f_i(w) - eta * g and anchor = w; FedProx linear = 0; FedAvg also mu = 0.
+LocalProblem: min_v f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 on one shard, optionally
+within a trust region ||v - anchor|| <= radius. DANE uses linear = grad f_i(w) - eta * g and
+anchor = w; FedProx linear = 0; FedAvg also mu = 0.
 LocalSolver: at most K minibatch steps of SGD (with momentum) or Adam on it, at --local-lr
 times the round's schedule factor (schedule.py), stopping early where the caller's rule says
 the problem is solved well enough (InexactDANE, S-DANE); exact_solver.py solves it to a
@@ -26,12 +27,22 @@ StopRule = Callable[[torch.Tensor, torch.Tensor], bool]
 
 @dataclass(frozen=True)
 class LocalProblem:
-    """h(v) = f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 (no term where None or 0)."""
+    """h(v) = f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 (no term where None or 0),
+    over ||v - anchor|| <= radius where radius > 0 (a trust region; 0: everywhere)."""
 
     objective: ShardObjective
     linear: torch.Tensor | None = None
     anchor: torch.Tensor | None = None
     mu: float = 0.0
+    radius: float = 0.0
+
+    def project(self, v: torch.Tensor) -> None:
+        """Pull v (in place) back onto the trust region's sphere where it has left it."""
+        if not self.radius or self.anchor is None:
+            return
+        distance = float(torch.linalg.vector_norm(v - self.anchor))
+        if distance > self.radius:
+            v.sub_(self.anchor).mul_(self.radius / distance).add_(self.anchor)
 
     def value(self, v: torch.Tensor) -> tuple[float, float]:
         """(h(v), f_i(v)) over the whole shard, without gradients."""
@@ -129,6 +140,8 @@ class LocalSolver:
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
             opt.step()
+            with torch.no_grad():
+                problem.project(v)  # projected SGD: every iterate stays in the region
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
         return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)

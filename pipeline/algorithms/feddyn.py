@@ -1,0 +1,77 @@
+"""FedDyn (Acar et al., ICLR 2021): DANE's linear tilt kept per shard across rounds.
+
+Legend: w = weights at the start of the round, v_i = shard i's local solution, a_i = shard
+i's accumulated tilt (the paper's grad L_i, 0 before round 1), alpha = --mu. One round, with
+every shard taking part:
+    v_i ~ argmin_v f_i(v) - <a_i, v> + (alpha/2)||v - w||^2
+    a_i' = a_i - alpha (v_i - w)
+    w'   = mean_i (v_i - a_i' / alpha)
+The last line is the paper's server step w' = mean_i v_i - h/alpha, where h = mean_i a_i'
+when all shards take part, so each shard sends v_i - a_i'/alpha and the phase's average is
+w'. At a fixed point a_i = grad f_i(w): the tilt is DANE's correction grad f_i(w) - g (with
+mean_i a_i = g = 0 there), learned from the shard's own solves instead of a gradient phase,
+so a round is one reduction and one broadcast (FedAvg's bytes), not DANE's two of each.
+
+a_i never leaves the shard: it is shard state (base.py), kept next to the driver state like
+ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted by shard size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .checks import checked, non_negative
+from .diagnostics import solve_diagnostics
+from .local_solver import LocalProblem
+from .solvers import Solver
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedDynShardState:
+    tilt: torch.Tensor  # a_i
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedDyn(StrategyDefaults):
+    mu: float = checked(non_negative)  # alpha; above 0 (checked below: --mu 0 is the default)
+    solver: Solver  # K steps; or exact (lbfgs, cg) on convex models, as the paper's analysis
+    seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
+
+    name: ClassVar[str] = "feddyn"
+    phases: ClassVar[tuple[str, ...]] = ("local_train",)
+    shard_state_type: ClassVar[type | None] = FedDynShardState
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.mu > 0:
+            raise ValueError(
+                "--algorithm feddyn needs --mu above 0, its regulariser alpha "
+                "(the server step divides by it); e.g. --mu 0.01"
+            )
+
+    def label(self) -> str:
+        return f"{self.name} alpha={self.mu:g} {self.solver.label()}"
+
+    def init_shard_state(self, weights: torch.Tensor) -> FedDynShardState:
+        return FedDynShardState(tilt=torch.zeros_like(weights))
+
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        w, tilt = ctx.weights, ctx.shard_state.tilt
+        problem = LocalProblem(ctx.objective, linear=tilt, anchor=w, mu=self.mu)
+        solution = self.solver.solve(problem, w, ctx.rng, round_index=ctx.round_index)
+        v_i = solution.weights
+        next_tilt = tilt - self.mu * (v_i - w)
+        return LocalOutput(
+            tensors={"weights": v_i - next_tilt / self.mu},
+            metrics={"train_loss": solution.first_loss},
+            shard_state=FedDynShardState(tilt=next_tilt),
+            rows=solution.rows,
+            diagnostics=solve_diagnostics(problem, w, v_i, self.seed),
+        )
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        return RoundUpdate(weights=end.mean.tensors["weights"], state=end.state)

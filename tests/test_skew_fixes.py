@@ -1,0 +1,187 @@
+"""The fixes for skewed shards (issue 13), each on a case built to need it, against numpy.
+
+- DANE's trust region: a shard whose loss is flat, so that h_i = f_i - <c_i, v> falls without
+  bound along the correction c_i; the region must stop the steps on its sphere.
+- FedDyn: its three update lines in numpy with exact solves on ridge regression, and its
+  fixed point, which is the global minimiser where FedAvg and FedProx stop short of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import RawDataset
+from dask_dane.datasets.store import write_store
+from dask_dane.pipeline.algorithms.local_solver import LocalProblem, LocalSolver
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.objective import ShardObjective
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+
+L2 = 0.01
+
+
+def _flat_shard(d: int = 3) -> ShardObjective:
+    """Rows of zeros: f_i(v) = mean(y^2) whatever v is, so grad f_i = 0 everywhere."""
+    x = torch.zeros(32, d, dtype=torch.float64)
+    y = torch.linspace(-1.0, 1.0, 32, dtype=torch.float64)
+    return ShardObjective(torch.nn.Linear(d, 1, bias=False), x, y, "regression")
+
+
+def test_without_a_trust_region_the_steps_run_along_the_tilt_without_end():
+    w = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
+    c = torch.tensor([3.0, 4.0, 0.0], dtype=torch.float64)  # ||c|| = 5
+    solver = LocalSolver(local_steps=40, local_lr=0.1, batch_size=8, momentum=0.0)
+
+    free = solver.solve(LocalProblem(_flat_shard(), linear=c, anchor=w), w, _rng())
+    bounded = solver.solve(LocalProblem(_flat_shard(), linear=c, anchor=w, radius=2.0), w, _rng())
+
+    # grad h = -c at every v: 40 steps of 0.1 * c, a distance of 20 that more steps would grow.
+    torch.testing.assert_close(free.weights, w + 40 * 0.1 * c, rtol=0, atol=1e-12)
+    # Projected steps: the point of the sphere ||v - w|| = 2 furthest along c.
+    torch.testing.assert_close(bounded.weights, w + 2.0 * c / 5.0, rtol=0, atol=1e-12)
+
+
+def test_a_trust_region_that_is_not_reached_changes_nothing():
+    objective = ShardObjective(
+        torch.nn.Linear(2, 1, bias=False),
+        torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64),
+        torch.tensor([1.0, 1.0], dtype=torch.float64),
+        "regression",
+    )
+    w = torch.zeros(2, dtype=torch.float64)
+    solver = LocalSolver(local_steps=5, local_lr=0.05, batch_size=2, momentum=0.5)
+
+    free = solver.solve(LocalProblem(objective, anchor=w, mu=1.0), w, _rng())
+    wide = solver.solve(LocalProblem(objective, anchor=w, mu=1.0, radius=100.0), w, _rng())
+
+    assert torch.equal(free.weights, wide.weights)
+    assert 0 < float(free.weights.norm()) < 100.0
+
+
+def test_dane_keeps_every_shard_within_its_trust_radius(digits_stores):
+    radius = 0.05
+    config = RunConfig(
+        store=str(digits_stores[4]), model="small-cnn", rounds=2, seed=3, trust_radius=radius
+    ).validate()
+    free = dataclasses.replace(config, trust_radius=0.0)
+
+    bounded_rows = run_reference(prepare_run(config), rounds=2, num_workers=2).history
+    free_rows = run_reference(prepare_run(free), rounds=2, num_workers=2).history
+
+    bounded_steps = [s["step_norm"] for r in bounded_rows for s in r["shards"]]
+    free_steps = [s["step_norm"] for r in free_rows for s in r["shards"]]
+    assert min(free_steps) > 4 * radius  # the region binds: unbounded solves go further
+    assert bounded_steps == pytest.approx([radius] * 8, rel=1e-5)  # on the sphere, not past it
+
+
+def test_trust_radius_needs_the_step_solver():
+    with pytest.raises(ValueError, match="--trust-radius bounds the local steps"):
+        RunConfig(model="linear", local_solver="cg", trust_radius=1.0).validate()
+    with pytest.raises(ValueError, match="applies to --algorithm dane only"):
+        RunConfig(algorithm="fedavg", trust_radius=1.0).validate()
+
+
+# --- FedDyn -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def skewed_ridge(tmp_path_factory):
+    """Ridge regression, d = 6, 3 shards of 40 rows drawn from three groups of rows that differ
+    in scale and offset, so that the shards' minimisers differ (FedProx's bias is 14 %)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((150, 6)) * np.linspace(1.5, 0.3, 6)
+    y = x @ np.linspace(1.0, -1.0, 6) + 0.3 * rng.standard_normal(150)
+    x[:40] *= 2.0
+    y[40:80] += 3.0
+    raw = RawDataset(
+        source="test-skewed-ridge",
+        task="regression",
+        num_classes=1,
+        x_train=x[:120],
+        y_train=y[:120],
+        x_test=x[120:],
+        y_test=y[120:],
+        attrs={"l2": L2},
+    )
+    path = tmp_path_factory.mktemp("skewed") / "ridge.zarr"
+    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
+
+
+def _shards(info) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[float]]:
+    """Per shard (H_i, b_i) with f_i(w) = (1/2) w'H_i w - b_i'w + const, and n_i / N."""
+    import zarr
+
+    group = zarr.open_group(info.path, mode="r")
+    x, y = group["train/x"][:], group["train/y"][:]
+    parts = []
+    for a, b in info.shards:
+        xi, yi = x[a:b], y[a:b]
+        parts.append((2 * xi.T @ xi / len(xi) + 2 * L2 * np.eye(6), 2 * xi.T @ yi / len(xi)))
+    return parts, [(b - a) / len(x) for a, b in info.shards]
+
+
+def _exact(info, algorithm: str, **settings):
+    config = RunConfig(
+        store=info.path,
+        model="linear",
+        dtype="float64",
+        algorithm=algorithm,
+        local_solver="cg",
+        local_tol=1e-13,
+        seed=5,
+        **settings,
+    ).validate()
+    setup = prepare_run(config)
+    return setup, initial_weights(setup.spec, config.seed).numpy()
+
+
+def test_feddyn_takes_the_papers_three_steps(skewed_ridge):
+    alpha = 0.5
+    setup, w = _exact(skewed_ridge, "feddyn", mu=alpha)
+    parts, shares = _shards(skewed_ridge)
+    tilts = [np.zeros(6) for _ in parts]
+    for _ in range(3):
+        # v_i = argmin (1/2) v'H_i v - b_i'v - a_i'v + (alpha/2)||v - w||^2
+        solutions = [
+            np.linalg.solve(h + alpha * np.eye(6), b + a + alpha * w)
+            for (h, b), a in zip(parts, tilts, strict=True)
+        ]
+        tilts = [a - alpha * (v - w) for a, v in zip(tilts, solutions, strict=True)]
+        h_server = sum(p * a for p, a in zip(shares, tilts, strict=True))
+        w = sum(p * v for p, v in zip(shares, solutions, strict=True)) - h_server / alpha
+
+    run = run_reference(setup, rounds=3, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), w, rtol=1e-9, atol=1e-11)
+    for state, a in zip(run.shard_states, tilts, strict=True):
+        np.testing.assert_allclose(state.tilt.numpy(), a, rtol=1e-9, atol=1e-11)
+
+
+def test_feddyn_reaches_the_global_minimiser_where_fedprox_stops_short(skewed_ridge):
+    parts, shares = _shards(skewed_ridge)
+    hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
+    optimum = np.linalg.solve(hess, sum(p * b for (_, b), p in zip(parts, shares, strict=True)))
+    feddyn, w0 = _exact(skewed_ridge, "feddyn", mu=1.0)
+    fedprox, _ = _exact(skewed_ridge, "fedprox", mu=1.0)
+
+    dyn = run_reference(feddyn, rounds=150, num_workers=2).weights.numpy()
+    prox = run_reference(fedprox, rounds=150, num_workers=2).weights.numpy()
+
+    start = np.linalg.norm(w0 - optimum)
+    assert np.linalg.norm(dyn - optimum) < 1e-7 * start  # linear rate: 2e-9 measured
+    assert np.linalg.norm(prox - optimum) > 0.1 * start  # FedProx's fixed point: 0.145
+
+
+def test_feddyn_needs_a_positive_alpha():
+    with pytest.raises(ValueError, match="feddyn needs --mu above 0"):
+        RunConfig(algorithm="feddyn").validate()
+
+
+def _rng() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
