@@ -99,7 +99,7 @@ def prepare(
 @app.command()
 def info(store: Annotated[Path, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
     """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
-    from .datasets.store import label_histograms, open_store
+    from .datasets.store import label_histograms, labels_no_shard_holds, open_store
 
     meta = open_store(store)
     typer.echo(f"store:          {meta.path}")
@@ -121,6 +121,12 @@ def info(store: Annotated[Path, typer.Argument(help="A store written by `dane pr
         if histograms is not None:
             line += "  labels " + " ".join(str(int(c)) for c in histograms[i])
         typer.echo(line)
+    if histograms is not None:
+        missing = labels_no_shard_holds(histograms)
+        typer.echo(
+            "labels no shard holds: "
+            + (" ".join(map(str, missing)) + "  (never trained on)" if missing else "none")
+        )
 
 
 @app.command()

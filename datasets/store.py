@@ -366,3 +366,8 @@ def label_histograms(info: StoreInfo) -> list[np.ndarray]:
     group = zarr.open_group(info.path, mode="r", zarr_format=3)
     labels = group["train/y"][:]
     return [np.bincount(labels[a:b], minlength=info.num_classes) for a, b in info.shards]
+
+
+def labels_no_shard_holds(histograms: list[np.ndarray]) -> list[int]:
+    """The labels with no training row on any shard: a model trained on them never sees them."""
+    return [int(label) for label in np.flatnonzero(np.sum(histograms, axis=0) == 0)]

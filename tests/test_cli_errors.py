@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dask_dane.datasets.partition import PartitionSpec
@@ -138,4 +140,24 @@ def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path):
         assert counts == histogram.tolist()
         assert sum(counts) == int(samples) == shard[1] - shard[0]
     assert sum(int(samples) for *_, samples, _ in rows) == info.num_train
+    assert re.search(r"^labels no shard holds: none$", shown.stdout, re.MULTILINE)
     assert info.num_train + info.num_test == 200
+
+
+def test_info_names_the_labels_that_no_shard_holds(tmp_path):
+    raw = load_source("synthetic", SourceOptions(seed=0, samples=300))
+    y_train = raw.y_train.copy()
+    y_train[np.isin(y_train, (3, 7))] = 4  # labels 3 and 7 only in the test split
+    store = tmp_path / "s.zarr"
+    write_store(
+        dataclasses.replace(raw, y_train=y_train),
+        PartitionSpec(num_shards=2, seed=0),
+        store,
+        force=False,
+    )
+
+    shown = run_dane("info", str(store), cwd=tmp_path, cache=tmp_path / "cache")
+
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^labels no shard holds: 3 7 ", shown.stdout, re.MULTILINE)
+    assert 3 in raw.y_test and 3 in raw.y_train  # the source had them: the store lost them
