@@ -138,8 +138,9 @@ def train(
     algorithm: Annotated[
         str | None,
         typer.Option(
-            help="dane | sdane | sdane-adaptive | sgd | fedavg | fedprox | scaffold | one-shot | "
-            "admm | gd | agd [dane]."
+            help="dane | sdane | sdane-adaptive | sgd | fedavg | fedprox | feddyn (skewed "
+            "shards: DANE's tilt kept per shard, --mu alpha) | scaffold | one-shot | admm | gd | "
+            "agd [dane]."
         ),
     ] = None,
     model: Annotated[

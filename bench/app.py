@@ -122,12 +122,20 @@ def bench_train(
     json_out: Annotated[Path, typer.Option("--json", help="Write the results here (JSON).")],
     plot_out: PlotOut = None,
     workdir: Workdir = Path("bench-out/training"),
+    store: Annotated[
+        str | None, typer.Option(help="Train every run on this store instead of its own.")
+    ] = None,
+    comm_rounds: Annotated[
+        int | None,
+        typer.Option(help="Every run's budget of communication rounds (DANE: 2 a round)."),
+    ] = None,
 ) -> None:
     """Training-quality runs (e.g. CNNs on real data), one after another on one cluster."""
     from .output import saving_partial
     from .training import markdown_table, plot, read_runs, run_all
 
-    result = run_all(read_runs(configs, workdir), log=typer.echo, on_run=saving_partial(json_out))
+    runs = read_runs(configs, workdir, store=store, comm_rounds=comm_rounds)
+    result = run_all(runs, log=typer.echo, on_run=saving_partial(json_out))
     _save(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,34 @@ from ..pipeline.rundir import RunDir
 from .specs import run_tables
 
 
-def read_runs(path: str | Path, workdir: str | Path) -> list[tuple[str, RunConfig]]:
-    """(name, validated config) of every [[run]] in the file, defaults applied."""
+def read_runs(
+    path: str | Path,
+    workdir: str | Path,
+    *,
+    store: str | None = None,
+    comm_rounds: int | None = None,
+) -> list[tuple[str, RunConfig]]:
+    """(name, validated config) of every [[run]] in the file, defaults applied.
+
+    `store` replaces every run's store (one list of methods, raced on many partitions).
+    `comm_rounds` gives every run the same budget of communication rounds: its `rounds`
+    become the budget over the reductions one of its rounds takes (DANE's 2, FedAvg's 1).
+    """
     runs = []
     for name, settings in run_tables(path, "--configs"):
         settings.setdefault("out", str(Path(workdir) / name))
-        runs.append((name, RunConfig(**settings).validate()))
+        if store is not None:
+            settings["store"] = store
+        config = RunConfig(**settings).validate()
+        if comm_rounds is not None:
+            per_round = len(config.strategy().phases)
+            if comm_rounds < per_round:
+                raise ValueError(
+                    f"--comm-rounds {comm_rounds} is less than one round of run {name!r} "
+                    f"({per_round} communication rounds); raise --comm-rounds"
+                )
+            config = replace(config, rounds=comm_rounds // per_round).validate()
+        runs.append((name, config))
     return runs
 
 
@@ -89,21 +112,45 @@ def run_all(
 
 
 def markdown_table(result: dict[str, Any]) -> str:
-    """One row per run: accuracy, communication rounds and time, safeguard rejections."""
+    """One row per run: accuracy, communication rounds, bytes and time, safeguard rejections;
+    then each run's accuracy at equal communication rounds (equal_rounds_table)."""
     lines = [
-        "| run | final test accuracy | best | rounds | comm rounds | wall (s) | rejections |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | final test accuracy | best | rounds | comm rounds | MB sent | wall (s) "
+        "| rejections |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in result["runs"]:
         s = run["summary"]
         last = run["curve"][-1] if run["curve"] else {}
         accuracy = s.get("final_test_accuracy")
+        megabytes = last.get("cum_comm_bytes")
         lines.append(
             f"| {run['name']} | {_number(accuracy)} | {_number(s.get('best_test_accuracy'))} | "
             f"{s.get('rounds', '-')} | {last.get('comm_rounds', '-')} | "
+            f"{_number(megabytes and megabytes / 1e6, '.1f')} | "
             f"{_number(s.get('total_wall_s'), '.1f')} | {run['safeguard_rejections']} |"
             + (f" {run['error']}" if run["error"] else "")
         )
+    return "\n".join(lines) + "\n\n" + equal_rounds_table(result)
+
+
+def equal_rounds_table(result: dict[str, Any], columns: int = 5) -> str:
+    """Each run's test accuracy after c communication rounds, at `columns` values of c up to
+    the longest run's: the last evaluation at or before c ('-' where there is none yet)."""
+    longest = max((p["comm_rounds"] for run in result["runs"] for p in run["curve"]), default=0)
+    if not longest:
+        return ""
+    marks = sorted({max(1, round(longest * (k + 1) / columns)) for k in range(columns)})
+    lines = [
+        "| run | " + " | ".join(f"{c} comm rounds" for c in marks) + " |",
+        "|---|" + "---:|" * len(marks),
+    ]
+    for run in result["runs"]:
+        cells = []
+        for c in marks:
+            reached = [p["test_accuracy"] for p in run["curve"] if p["comm_rounds"] <= c]
+            cells.append(_number(reached[-1] if reached else None))
+        lines.append(f"| {run['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

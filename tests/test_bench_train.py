@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dask_dane.bench.output import save_results
+from dask_dane.bench.training import equal_rounds_table
 from dask_dane.cli import app
 
 
@@ -15,7 +16,7 @@ from dask_dane.cli import app
 def test_bench_train_runs_every_run_and_writes_json_table_and_figure(digits_stores, tmp_path):
     configs = tmp_path / "runs.toml"
     configs.write_text(
-        f'[defaults]\nstore = "{digits_stores[2]}"\nrounds = 2\nlocal_steps = 3\n'
+        f'[defaults]\nstore = "{digits_stores[4]}"\nrounds = 9\nlocal_steps = 3\n'
         'dashboard_address = "127.0.0.1:0"\n\n'
         '[[run]]\nname = "dane"\n\n[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n'
     )
@@ -24,7 +25,8 @@ def test_bench_train_runs_every_run_and_writes_json_table_and_figure(digits_stor
     done = CliRunner().invoke(
         app,
         ["bench", "train", "--configs", str(configs), "--json", str(out / "r.json"),
-         "--plot", str(out / "r.png"), "--workdir", str(out / "runs")],
+         "--plot", str(out / "r.png"), "--workdir", str(out / "runs"),
+         "--store", str(digits_stores[2]), "--comm-rounds", "4"],
     )  # fmt: skip
 
     assert done.exit_code == 0, done.output
@@ -32,9 +34,11 @@ def test_bench_train_runs_every_run_and_writes_json_table_and_figure(digits_stor
     assert result["command"].startswith("dane ")  # the command line (sys.argv) is recorded
     assert [r["name"] for r in result["runs"]] == ["dane", "fedavg"]
     dane, fedavg = result["runs"]
-    # DANE's two phases are two communication rounds a round; FedAvg's one.
+    # --store replaced the TOML's; --comm-rounds 4 is DANE's 2 rounds (2 phases each) and
+    # FedAvg's 4, whatever `rounds` the TOML gave.
+    assert {r["config"]["store"] for r in result["runs"]} == {str(digits_stores[2])}
     assert [p["comm_rounds"] for p in dane["curve"]] == [2, 4]
-    assert [p["comm_rounds"] for p in fedavg["curve"]] == [1, 2]
+    assert [p["comm_rounds"] for p in fedavg["curve"]] == [1, 2, 3, 4]
     assert all(0.1 < r["summary"]["final_test_accuracy"] <= 1 for r in result["runs"])
     assert (out / "runs" / "fedavg" / "metrics.jsonl").exists()
     assert "| fedavg |" in done.output and "| dane |" in done.output
@@ -45,3 +49,23 @@ def test_bench_train_runs_every_run_and_writes_json_table_and_figure(digits_stor
 def test_a_figure_from_a_bench_that_draws_none_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="draws no figure; drop --plot"):
         save_results({}, json_out=None, plot_out=tmp_path / "x.png", table=str)
+
+
+def test_accuracy_at_equal_communication_rounds_takes_the_last_evaluation_before_each():
+    def run(name, points):
+        return {"name": name, "curve": [{"comm_rounds": c, "test_accuracy": a} for c, a in points]}
+
+    result = {
+        "runs": [
+            run("fedavg", [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8)]),
+            run("dane", [(2, 0.55), (4, 0.9)]),
+            run("late", [(3, 0.4)]),
+        ]
+    }
+
+    table = equal_rounds_table(result, columns=4).splitlines()
+
+    assert table[0] == "| run | 1 comm rounds | 2 comm rounds | 3 comm rounds | 4 comm rounds |"
+    assert table[2] == "| fedavg | 0.5000 | 0.6000 | 0.7000 | 0.8000 |"
+    assert table[3] == "| dane | - | 0.5500 | 0.5500 | 0.9000 |"  # round 3: still round 2's
+    assert table[4] == "| late | - | - | 0.4000 | 0.4000 |"
