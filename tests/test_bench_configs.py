@@ -3,6 +3,9 @@ range in a published configuration fails here, not in front of a user."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -41,6 +44,31 @@ def test_the_shipped_dane_settings_are_the_ones_documented():
         assert config.eval_every == 1  # shows the round it crosses the target
     assert (fast.local_steps, fast.grad_sample) == (200, 1000)
     assert (best.local_steps, best.grad_sample, best.l2) == (400, 2000, 0.00025)
+
+
+@pytest.mark.cluster
+def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_path):
+    from dask_dane.datasets.partition import PartitionSpec
+    from dask_dane.datasets.sources import SourceOptions, load_source
+    from dask_dane.datasets.store import write_store
+
+    store = tmp_path / "digits-skew.zarr"  # digits, 4 shards of 3 classes: not Fashion-MNIST
+    spec = PartitionSpec(num_shards=4, seed=0, kind="label-skew", classes_per_shard=3)
+    write_store(load_source("digits", SourceOptions(seed=0)), spec, store, force=False)
+    out = tmp_path / "run"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", "train", str(store),
+         "--config", str(BENCH / "configs" / "skew-dane.toml"), "--model", "small-cnn",
+         "--workers", "2", "--rounds", "3", "--out", str(out),
+         "--dashboard-address", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert [(r["algorithm"], r["comm_rounds"]) for r in rows] == [("feddyn", c) for c in (1, 2, 3)]
+    assert rows[-1]["test_accuracy"] > 0.5  # 10 classes; no shard holds more than 3
 
 
 def test_correction_noise_separates_the_true_correction_from_the_sampling_error(digits_stores):
