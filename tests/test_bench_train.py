@@ -69,3 +69,43 @@ def test_accuracy_at_equal_communication_rounds_takes_the_last_evaluation_before
     assert table[2] == "| fedavg | 0.5000 | 0.6000 | 0.7000 | 0.8000 |"
     assert table[3] == "| dane | - | 0.5500 | 0.5500 | 0.9000 |"  # round 3: still round 2's
     assert table[4] == "| late | - | - | 0.4000 | 0.4000 |"
+
+
+def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_gap():
+    from dask_dane.bench.skew_summary import best_per_method, family_gap, store_table
+
+    def run(name, lr, points, error=None):
+        curve = [
+            {"comm_rounds": c, "test_accuracy": a, "cum_comm_bytes": 1e6 * c} for c, a in points
+        ]
+        best = max((a for _, a in points), default=None)
+        return {
+            "name": name,
+            "config": {"local_lr": lr},
+            "summary": {} if error else {"best_test_accuracy": best},
+            "curve": curve,
+            "seconds": 10.0,
+            "error": error,
+        }
+
+    result = {
+        "runs": [
+            run("fedavg-lr0.05", 0.05, [(1, 0.5), (2, 0.6), (3, 0.7), (4, 0.8)]),
+            run("fedavg-lr0.1", 0.1, [(1, 0.6), (2, 0.65), (3, 0.7), (4, 0.75)]),
+            run("dane-lr0.05", 0.05, [(2, 0.3)], error="diverged"),
+            run("feddyn-lr0.05", 0.05, [(1, 0.55), (2, 0.7), (3, 0.75), (4, 0.79)]),
+        ]
+    }
+
+    picked = best_per_method(result)
+    gaps = family_gap(picked, [2, 4])
+    table = store_table("s", result, columns=2)
+
+    assert {m: r["config"]["local_lr"] for m, r in picked.items()} == {
+        "fedavg": 0.05, "dane": 0.05, "feddyn": 0.05,
+    }  # fmt: skip
+    assert [(g["family"], g["baseline"], g["gap_points"]) for g in gaps] == [
+        ("feddyn", "fedavg", 10.0), ("feddyn", "fedavg", -1.0),
+    ]  # fmt: skip
+    assert "| fedavg | 0.05 | 60.0 | 80.0 | 80.0 | 4 | 10 |" in table
+    assert "| dane (diverged) | 0.05 | 30.0 | 30.0 | - | 2 | 10 |" in table
