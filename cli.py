@@ -200,6 +200,10 @@ def train(
         float | None,
         typer.Option(help="DANE, skewed shards: keep local steps within ||v - w|| <= R [0: off]."),
     ] = None,
+    line_search: Annotated[
+        int | None,
+        typer.Option(help="DANE, skewed shards: best of N steps 2, 1, 1/2.. on the loss [0: off]."),
+    ] = None,
     lr_schedule: Annotated[
         str | None, typer.Option(help="--local-lr across rounds: constant | cosine | step.")
     ] = None,

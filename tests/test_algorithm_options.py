@@ -108,6 +108,7 @@ CASES = {
     "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
     "dane-trust": dict(algorithm="dane", trust_radius=0.05),  # binds here: steps 0.2-0.4 free
     "feddyn": dict(algorithm="feddyn", mu=0.1),
+    "dane-line-search": dict(algorithm="dane", line_search=3, grad_sample=60),
     "scaffold": dict(algorithm="scaffold", momentum=0.0),
     "sdane": dict(algorithm="sdane", mu=2.0),
     "sdane-adaptive": dict(algorithm="sdane-adaptive", mu=2.0),
@@ -122,6 +123,7 @@ COPIES = {
     "fedavgm": 3,
     "dane-trust": 5,
     "feddyn": 3,  # the tilt a_i stays on its shard
+    "dane-line-search": 6,  # DANE's 5 and the proposal to the other worker; losses are scalars
     "scaffold": 6,
     "sdane": 6,
     "sdane-adaptive": 7,
@@ -159,6 +161,9 @@ def test_dask_run_equals_reference_and_counts_its_bytes(
         assert row.get("shards") == expected.get("shards")  # per-shard figures, bit for bit
     assert [r["comm_bytes"] for r in rows] == [COPIES[case] * num_params * 8] * 3
     assert rows[-1]["cum_images"] == sum(r["images"] for r in rows)
+    if case == "dane-line-search":
+        assert all(r["line_search_step"] in (2.0, 1.0, 0.5) for r in rows)
+        assert [r["comm_rounds"] for r in rows] == [3, 6, 9]
     if case == "dane-trust":  # every shard's solve ended on the region's sphere
         steps = [s["step_norm"] for r in rows for s in r["shards"]]
         assert steps == pytest.approx([0.05] * 12, rel=1e-5)

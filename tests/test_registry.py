@@ -94,6 +94,7 @@ def test_each_algorithm_labels_itself_with_its_own_settings():
         "sgd": "sgd lr=0.05 B=32",
         "fedavg": "fedavg K=30 lr=0.05 B=32",
         "fedprox": "fedprox mu=0.5 K=30 lr=0.05 B=32",
+        "feddyn": "feddyn alpha=0.5 K=30 lr=0.05 B=32",
         "scaffold": "scaffold K=30 lr=0.05 B=32",
         "one-shot": "one-shot K=30 lr=0.05 B=32",
         "admm": "admm rho=1 K=30 lr=0.05 B=32",
@@ -104,6 +105,10 @@ def test_each_algorithm_labels_itself_with_its_own_settings():
     assert make_strategy("dane", options).label() == (
         "dane eta=1 mu=0 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine B=32 "
         "server-momentum=0.9"
+    )
+    skew = _settings(trust_radius=2.0, line_search=4)
+    assert make_strategy("dane", skew).label() == (
+        "dane eta=1 mu=0 radius=2 line-search=4 K=30 lr=0.05 B=32"
     )
 
 

@@ -185,3 +185,40 @@ def test_feddyn_needs_a_positive_alpha():
 
 def _rng() -> torch.Generator:
     return torch.Generator().manual_seed(0)
+
+
+# --- DANE's server-side line search -------------------------------------------------------------
+
+
+def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(skewed_ridge):
+    # eta = 0.3 makes every exact DANE step a third of Newton's: a step of 2 must win.
+    eta = 0.3
+    setup, w = _exact(skewed_ridge, "dane", eta=eta, line_search=4)
+    parts, shares = _shards(skewed_ridge)
+    hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
+    rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
+    loss = lambda u: 0.5 * u @ hess @ u - rhs @ u  # noqa: E731  (F up to a constant)
+    steps = []
+    for _ in range(2):
+        g = hess @ w - rhs
+        # Exact local solves: v_i = w - eta (H_i + mu I)^-1 g with mu = 0.
+        proposal = sum(
+            p * (w - eta * np.linalg.solve(h, g)) for (h, _), p in zip(parts, shares, strict=True)
+        )
+        tried = {s: loss(w + s * (proposal - w)) for s in (2.0, 1.0, 0.5, 0.25)}
+        steps.append(min(tried, key=tried.get))
+        w = w + steps[-1] * (proposal - w)
+
+    run = run_reference(setup, rounds=2, num_workers=2)
+
+    assert steps == [2.0, 2.0]
+    assert [row["line_search_step"] for row in run.history] == steps
+    np.testing.assert_allclose(run.weights.numpy(), w, rtol=1e-9, atol=1e-11)
+    assert [row["comm_rounds"] for row in run.history] == [3, 6]  # a third phase a round
+
+
+def test_the_line_search_refuses_what_would_choose_the_step_for_it():
+    with pytest.raises(ValueError, match="--line-search chooses the step itself"):
+        RunConfig(line_search=3, safeguard="backtrack").validate()
+    with pytest.raises(ValueError, match="--line-search must be 0"):
+        RunConfig(line_search=-1).validate()

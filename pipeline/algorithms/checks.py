@@ -88,3 +88,8 @@ def at_least(bound: float) -> Rule:
             raise ValueError(f"{flag(name)} must be at least {bound:g} (got {value})")
 
     return rule
+
+
+def count_or_off(name: str, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{flag(name)} must be 0 (off) or a positive count (got {value})")

@@ -18,6 +18,8 @@ Options, each off by default so that plain DANE stays the paper's:
   On skewed shards f_i flattens once the shard's few classes are fitted, and h_i then falls
   without bound along the correction c_i = g_i - eta*g: the K steps run off (measured in
   docs/results.md, issue 13). A radius bounds how far one round can carry any shard.
+- `line_search` = N > 0 adds a third phase that tries N step sizes along the averaged step
+  and keeps the best on the global loss (line_search.py).
 - `safeguard` (safeguard.py) backtracks along rejected steps and optionally adapts mu: its
   state is the driver state, its scalars reach the shards as the round's data (a
   safeguard.Trial), and the broadcast of the gradient phase decides once per round what the
@@ -33,9 +35,19 @@ from typing import Any, ClassVar
 import torch
 
 from ..objective import ShardObjective
+from . import line_search as ls
 from . import safeguard as sg
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import at_least, checked, momentum_range, non_negative, one_of, positive, rows_or_all
+from .checks import (
+    at_least,
+    checked,
+    count_or_off,
+    momentum_range,
+    non_negative,
+    one_of,
+    positive,
+    rows_or_all,
+)
 from .diagnostics import solve_diagnostics
 from .local_solver import LocalProblem, LocalSolver, StopRule
 from .server import MomentumState, init_momentum, momentum_label, momentum_step
@@ -53,10 +65,15 @@ class Dane(StrategyDefaults):
     local_theta: float = checked(non_negative, exclusive=True, default=0.0)
     server_momentum: float = checked(momentum_range, default=0.0)
     trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
+    line_search: int = checked(count_or_off, exclusive=True, default=0)  # trial steps; 0: off
     seed: int = 0  # the run's seed: which rows grad_sample takes
 
     name: ClassVar[str] = "dane"
-    phases: ClassVar[tuple[str, ...]] = ("local_grad", "local_solve")
+
+    @property
+    def phases(self) -> tuple[str, ...]:  # type: ignore[override]
+        searched = ("local_check",) if self.line_search else ()
+        return ("local_grad", "local_solve", *searched)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -69,6 +86,11 @@ class Dane(StrategyDefaults):
             raise ValueError(
                 "--trust-radius bounds the local steps of --local-solver steps; lbfgs and cg "
                 "solve the unbounded problem: drop --trust-radius or use --local-solver steps"
+            )
+        if self.line_search and (self.safeguard != "off" or self.server_momentum):
+            raise ValueError(
+                "--line-search chooses the step itself; it does not combine with --safeguard "
+                "or --server-momentum: pass one of them"
             )
         if self.server_momentum and self.safeguard != "off":
             raise ValueError(
@@ -94,6 +116,8 @@ class Dane(StrategyDefaults):
             parts.append(f"theta={self.local_theta:g}")
         if self.trust_radius:
             parts.append(f"radius={self.trust_radius:g}")
+        if self.line_search:
+            parts.append(f"line-search={self.line_search}")
         label = " ".join([*parts, self.solver.label()])
         return label + momentum_label(self.server_momentum)
 
@@ -120,6 +144,13 @@ class Dane(StrategyDefaults):
                 metrics["grad_rows"] = float(sampled.num_samples)
             rows = sampled.num_samples
             return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows)
+        if ctx.phase == 2:  # the line search: F_i along the averaged step
+            sampled = self._sampled(ctx.objective, ctx.round_index)
+            proposal = ctx.received["proposal"]
+            losses = ls.losses_along(sampled, ctx.weights, proposal, self.line_search)
+            return LocalOutput(
+                tensors={}, metrics=losses, rows=self.line_search * sampled.num_samples
+            )
         if "grad" not in ctx.received:  # the safeguard rejected w: no solve, nothing to send
             return LocalOutput(tensors={})
         assert ctx.previous is not None, "local_solve needs the shard's own gradient"
@@ -159,6 +190,8 @@ class Dane(StrategyDefaults):
         return objective.fixed_sample(size, self.seed)
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
+        if phase == 1:  # the line search's proposal p = mean_i v_i
+            return Broadcast(tensors={"proposal": mean.tensors["weights"]})
         g = mean.tensors["grad"]
         metrics = {"grad_norm": float(g.norm())}
         if round_data is None:
@@ -176,6 +209,12 @@ class Dane(StrategyDefaults):
         return Broadcast(tensors=sent, metrics=metrics, decision=decision)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
+        if self.line_search:
+            proposal = end.broadcasts[1].tensors["proposal"]
+            step, loss = ls.best_step(end.mean.metrics, self.line_search)
+            weights = end.weights + step * (proposal - end.weights)
+            metrics = {"line_search_step": step, "line_search_loss": loss}
+            return RoundUpdate(weights=weights, state=end.state, metrics=metrics)
         if not isinstance(end.state, sg.SafeguardState):
             proposal = end.mean.tensors["weights"]
             weights, state = momentum_step(self.server_momentum, end.state, end.weights, proposal)
