@@ -3,10 +3,12 @@ rate, and the DANE family's gap to the best baseline at equal communication roun
 
     python -m dask_dane.bench.skew_summary bench-out/skew/*.json
 
-Each JSON is one `dane bench train --store S --comm-rounds N` result (bench/skew/*.toml). A
-run named `METHOD-lrX` is METHOD at local learning rate X; a method's row is its run with the
-best test accuracy (the grid's pick). DANE-family methods are `dane*`, `sdane*` and `feddyn*`
-(FedDyn's local problem is DANE's, its tilt kept per shard); the others are baselines.
+Each JSON is a `dane bench train --store S --comm-rounds N` result (bench/skew/*.toml); runs
+are grouped by their store, so runs added later in a JSON of their own join their store's
+table. A run named `METHOD-lrX` is METHOD at local learning rate X; a method's row is its
+run with the best test accuracy (the grid's pick). DANE-family methods are `dane*`,
+`sdane*` and `feddyn*` (FedDyn's local problem is DANE's, its tilt kept per shard); the
+others are baselines.
 """
 
 from __future__ import annotations
@@ -102,9 +104,20 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def by_store(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The runs of all results, grouped by their store's name (folder name without .zarr)."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for result in results:
+        for run in result["runs"]:
+            name = Path(run["config"]["store"]).name.removesuffix(".zarr")
+            grouped.setdefault(name, {"runs": []})["runs"].append(run)
+    return grouped
+
+
 def main(paths: list[str]) -> None:
-    for path in paths:
-        print(store_table(Path(path).stem, json.loads(Path(path).read_text())))
+    results = [json.loads(Path(path).read_text()) for path in paths]
+    for name, result in sorted(by_store(results).items()):
+        print(store_table(name, result))
 
 
 if __name__ == "__main__":

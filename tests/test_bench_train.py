@@ -72,7 +72,7 @@ def test_accuracy_at_equal_communication_rounds_takes_the_last_evaluation_before
 
 
 def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_gap():
-    from dask_dane.bench.skew_summary import best_per_method, family_gap, store_table
+    from dask_dane.bench.skew_summary import best_per_method, by_store, family_gap, store_table
 
     def run(name, lr, points, error=None):
         curve = [
@@ -81,7 +81,7 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
         best = max((a for _, a in points), default=None)
         return {
             "name": name,
-            "config": {"local_lr": lr},
+            "config": {"local_lr": lr, "store": "/data/s.zarr"},
             "summary": {} if error else {"best_test_accuracy": best},
             "curve": curve,
             "seconds": 10.0,
@@ -109,3 +109,7 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
     ]  # fmt: skip
     assert "| fedavg | 0.05 | 60.0 | 80.0 | 80.0 | 4 | 10 |" in table
     assert "| dane (diverged) | 0.05 | 30.0 | 30.0 | - | 2 | 10 |" in table
+    # Runs added later, in a result of their own, join their store's table.
+    later = {"runs": [run("dane-ls-lr0.05", 0.05, [(3, 0.6)])]}
+    grouped = by_store([result, later])
+    assert list(grouped) == ["s"] and len(grouped["s"]["runs"]) == 5
