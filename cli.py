@@ -241,7 +241,11 @@ def train(
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out.")] = False,
 ) -> None:
-    """Train a model with DANE (or SGD / FedAvg) and print the test accuracy."""
+    """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
+
+    Skewed (non-iid) shards: --algorithm feddyn --mu 0.01, the settings of
+    bench/configs/skew-dane.toml (README, "Non-iid data").
+    """
     # First statement: the options given, by name (None = not given on the command line).
     flags = {k: v for k, v in locals().items() if k not in ("config", "resume")}
     from .console import TrainingProgress
