@@ -11,7 +11,7 @@ RUN_DIR ?= runs/quickstart
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dask-dane-installed
 
-.PHONY: setup train test lint clean
+.PHONY: setup train test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
+
+# The development loop: every test that starts no process (no cluster, no subprocess).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not cluster" -q
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -61,3 +61,18 @@ def cluster_client():
     yield client
     client.close()
     cluster.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the shared cluster must carry the `cluster` marker, so that
+    `make test-fast` (-m "not cluster") never starts one."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "cluster_client" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("cluster") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that use cluster_client need @pytest.mark.cluster: " + ", ".join(unmarked)
+        )

@@ -145,6 +145,7 @@ def _run_cli(argv: list[str]) -> int:
     return 0
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     case, inputs, cluster_client, tmp_path, monkeypatch, capfd

@@ -73,6 +73,7 @@ def _reference_weights(spec: DdpSpec, steps: int, per_epoch: int) -> torch.Tenso
     return w
 
 
+@pytest.mark.cluster
 def test_ddp_trains_like_synchronous_sgd_on_the_same_shards(spec, result):
     # prepare: the rows each rank holds (shards 0, 1 and 2, 3) fix the steps per epoch
     store = prepare_run(spec.run_config()).store
@@ -95,6 +96,7 @@ def test_ddp_trains_like_synchronous_sgd_on_the_same_shards(spec, result):
     assert final["test_accuracy"] == pytest.approx(expected["accuracy"], abs=2 / 359)
 
 
+@pytest.mark.cluster
 def test_ddp_replicas_end_identical(result):
     hashes = {r["weights_sha256"] for r in result["ranks"]}
 
@@ -102,6 +104,7 @@ def test_ddp_replicas_end_identical(result):
     assert result["replicas_identical"] is True
 
 
+@pytest.mark.cluster
 def test_ddp_learns_and_reports_time_to_target(result):
     curve = result["curve"]
     first_hit = next(p for p in curve if p["test_accuracy"] >= 0.5)
@@ -116,6 +119,7 @@ def test_ddp_learns_and_reports_time_to_target(result):
     assert all(p["train_wall_s"] <= p["wall_s"] for p in curve)
 
 
+@pytest.mark.cluster
 def test_ddp_counts_one_ring_allreduce_of_the_gradient_per_step(spec, result):
     params = sum(p.numel() for p in build_model(prepare_run(spec.run_config()).spec).parameters())
     grad_bytes = 4 * params  # float32
@@ -131,6 +135,7 @@ def test_ddp_counts_one_ring_allreduce_of_the_gradient_per_step(spec, result):
     assert result["median_compute_s"] > 0
 
 
+@pytest.mark.cluster
 def test_a_crashed_rank_stops_the_run_instead_of_hanging(spec, tmp_path):
     # prepare: a store whose test split (read by rank 0 only, after joining the group) is damaged
     store = Path(shutil.copytree(spec.store, tmp_path / "bad.zarr"))

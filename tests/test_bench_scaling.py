@@ -44,6 +44,7 @@ def scaling(tmp_path_factory):
     return json.loads((out / "s.json").read_text()), out
 
 
+@pytest.mark.cluster
 def test_dask_transfer_logs_agree_with_the_counted_bytes(scaling):
     result, _ = scaling
     for run in result["runs"]:
@@ -60,6 +61,7 @@ def test_dask_transfer_logs_agree_with_the_counted_bytes(scaling):
     assert two["median"]["client_bytes"] == pytest.approx(2 * model, rel=0.01)
 
 
+@pytest.mark.cluster
 def test_memory_report_follows_the_bound_it_states(scaling):
     # Memory is measured by the benchmark (docs/results.md), not asserted against a machine's
     # numbers here: what a process holds beyond its data varies with the environment (the
@@ -90,6 +92,7 @@ def test_memory_report_follows_the_bound_it_states(scaling):
             assert trace["peak_mib"] <= peak + 1
 
 
+@pytest.mark.cluster
 def test_outputs_reference_fixed_cost_and_projection(scaling):
     result, out = scaling
     assert (out / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -118,6 +121,7 @@ def test_outputs_reference_fixed_cost_and_projection(scaling):
     assert all(r["round_s"] > 0 for r in network["rounds"])
 
 
+@pytest.mark.cluster
 def test_shard_count_mismatch_is_a_clean_error(digits_stores, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "dask_dane.cli", "bench", "scaling", "--store",
@@ -151,6 +155,7 @@ def test_bad_network_is_rejected_with_the_form(text):
         parse_network(text)
 
 
+@pytest.mark.cluster
 def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
     # The same comparison bench/gpu_check.sh runs on a GPU, here with the Dask run on the CPU.
     from dask_dane.bench.gpu_correctness import check

@@ -97,6 +97,7 @@ def bad_input_runs(inputs, tmp_path_factory) -> dict[str, tuple]:
     return {case: (*run, before, after) for case, run in runs.items()}
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, bad_input_runs):
     result, out, folder, inputs_before, inputs_after = bad_input_runs[case]
@@ -112,6 +113,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, bad_input_runs
     assert inputs_after == inputs_before  # the stores, the folder and the TOML are untouched
 
 
+@pytest.mark.cluster
 def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path):
     store = tmp_path / "s.zarr"
     cache = tmp_path / "cache"
@@ -144,6 +146,7 @@ def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path):
     assert info.num_train + info.num_test == 200
 
 
+@pytest.mark.cluster
 def test_info_names_the_labels_that_no_shard_holds(tmp_path):
     raw = load_source("synthetic", SourceOptions(seed=0, samples=300))
     y_train = raw.y_train.copy()

@@ -321,6 +321,7 @@ def test_signal_store_normalises_per_channel_over_the_length_axis(tmp_path):
     assert float(shard.x.std(unbiased=False)) == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.cluster
 def test_cli_prepare_mnist1d_then_info(tmp_path):
     store = tmp_path / "m1d.zarr"
     dane = [sys.executable, "-m", "dask_dane.cli"]
