@@ -32,6 +32,20 @@ def test_defaults_are_valid():
         ("local_lr", -1.0, "--local-lr"),
         ("algorithm", "newton", "--algorithm"),
         ("dtype", "float16", "--dtype"),
+        ("device", "tpu", "--device"),
+        ("local_optimizer", "rmsprop", "--local-optimizer"),
+        ("local_solver", "newton", "--local-solver"),
+        ("rho", 0.0, "--rho"),
+        ("safeguard", "sometimes", "--safeguard"),
+        ("l2", -0.01, "--l2"),
+        ("timeout", 0.0, "--timeout"),
+        ("momentum", 1.0, "--momentum"),
+        ("server_momentum", -0.1, "--server-momentum"),
+        ("trust_radius", -1.0, "--trust-radius"),
+        ("line_search", -2, "--line-search"),
+        ("eval_every", 0, "--eval-every"),
+        ("threads_per_worker", 0, "--threads-per-worker"),
+        ("lr_schedule", "linear", "--lr-schedule"),
     ],
 )
 def test_validate_rejects_bad_value_naming_the_flag(field, value, flag):
@@ -41,6 +55,20 @@ def test_validate_rejects_bad_value_naming_the_flag(field, value, flag):
         config.validate()
 
     assert str(value) in str(raised.value) or repr(value) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"algorithm": "fedavg", "grad_sample": 100}, "--grad-sample 100 applies to --algorithm"),
+        ({"algorithm": "sgd", "safeguard": "backtrack"}, "--safeguard backtrack applies to"),
+        ({"tls_ca_file": "ca.pem"}, "secure a connection to --scheduler"),
+        ({"algorithm": "sdane"}, "sdane needs --mu above 0"),
+    ],
+)
+def test_settings_that_do_not_go_together_are_refused_with_the_fix(settings, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig(**settings).validate()
 
 
 def test_validate_accepts_boundary_values():

@@ -365,3 +365,29 @@ def test_cli_prepare_help_renders_the_source_and_path_options():
     assert (
         "idx:DIR | npz:FILE" in shown.stdout and "/usr/share/datasets/fashion-mnist" in shown.stdout
     )
+
+
+def test_the_synthetic_source_is_a_function_of_its_seed():
+    options = SourceOptions(samples=120, image_size=6, seed=3)
+
+    first, again = load_source("synthetic", options), load_source("synthetic", options)
+    other = load_source("synthetic", SourceOptions(samples=120, image_size=6, seed=4))
+
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        np.testing.assert_array_equal(getattr(first, name), getattr(again, name))
+    assert not np.array_equal(first.x_train, other.x_train)
+
+
+def test_the_train_test_split_keeps_each_class_in_proportion():
+    from dask_dane.datasets.raw import split_train_test
+
+    y = np.repeat(np.arange(4), [100, 40, 20, 10])  # skewed class sizes
+    x = np.arange(len(y))[:, None]
+
+    x_train, y_train, x_test, y_test = split_train_test(x, y, test_fraction=0.2, seed=1)
+
+    assert np.bincount(y_test).tolist() == [20, 8, 4, 2]  # round(0.2 n) of every class
+    assert np.bincount(y_train).tolist() == [80, 32, 16, 8]
+    rows = np.concatenate([x_train[:, 0], x_test[:, 0]])
+    assert sorted(rows.tolist()) == list(range(len(y)))  # every row once, none lost or doubled
+    np.testing.assert_array_equal(y[x_test[:, 0]], y_test)  # rows keep their labels
