@@ -67,6 +67,38 @@ def test_report_writes_valid_pngs_of_every_run(tmp_path):
         assert path.stat().st_size > 10_000  # real lines and text, not an empty canvas
 
 
+def test_each_panel_draws_one_line_per_run_through_its_metrics(tmp_path, monkeypatch):
+    from dask_dane.pipeline import report
+
+    figures = {}
+    monkeypatch.setattr(
+        report, "save_figure", lambda fig, path, dpi: figures.update({path.name: fig})
+    )
+    configs = {
+        "dane": RunConfig(algorithm="dane", mu=0.1),
+        "fedavg": RunConfig(algorithm="fedavg", local_steps=20),
+    }
+    runs = [_fake_run(tmp_path, name, config) for name, config in configs.items()]
+
+    report.write_report(runs, tmp_path / "plots")
+
+    accuracy = figures["test_accuracy.png"]
+    by_round, by_comm_rounds = accuracy.axes[0], accuracy.axes[1]
+    assert len(accuracy.axes) == 4 and all(len(panel.lines) == 2 for panel in accuracy.axes)
+    dane, fedavg = by_round.lines
+    assert dane.get_label().startswith("dane eta=1 mu=0.1")
+    assert fedavg.get_label().startswith("fedavg K=20")
+    # Evaluated every 3rd round: accuracy 1 - 0.9 / t at t = 3, 6, 9, 12.
+    assert list(dane.get_xdata()) == [3, 6, 9, 12]
+    assert list(dane.get_ydata()) == pytest.approx([1 - 0.9 / t for t in (3, 6, 9, 12)])
+    # DANE's round is two communication rounds, FedAvg's one.
+    assert list(by_comm_rounds.lines[0].get_xdata()) == [6, 12, 18, 24]
+    assert list(by_comm_rounds.lines[1].get_xdata()) == [3, 6, 9, 12]
+    loss = figures["train_loss.png"].axes[0]
+    assert [len(line.get_xdata()) for line in loss.lines] == [12, 12]  # every round
+    assert loss.get_yscale() == "log"
+
+
 def test_labels_name_the_algorithm_and_its_key_settings():
     dane = run_label(
         RunConfig(algorithm="dane", mu=0.5, safeguard="adaptive-mu", grad_sample=1000).as_dict()
