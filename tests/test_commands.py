@@ -1,0 +1,141 @@
+"""Every command as a user runs it (issue 15, item 3): `dane train` with the options no other
+test runs, `dane evaluate` with and without --best and its errors, a resume that carries the
+safeguard's state, and the embedded default store. Real processes, so all carry `cluster`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.cluster
+
+
+def dane(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DANE_CACHE": str(cache or cwd / "cache")}
+    return subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").open()]
+
+
+COMMON = ("--model", "small-cnn", "--workers", "2", "--dashboard-address", "127.0.0.1:0")
+
+
+@pytest.fixture(scope="module")
+def adam_run(digits_stores, tmp_path_factory) -> Path:
+    """DANE with Adam local steps, evaluated every 2nd round, 2 threads a worker."""
+    root = tmp_path_factory.mktemp("adam")
+    done = dane(
+        "train", str(digits_stores[4]), *COMMON, "--rounds", "5", "--eval-every", "2",
+        "--local-optimizer", "adam", "--local-lr", "0.01", "--threads-per-worker", "2",
+        "--local-steps", "10", "--out", str(root / "run"), cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root / "run"
+
+
+def test_eval_every_evaluates_every_nth_round_and_the_last(adam_run):
+    rows = _rows(adam_run)
+
+    evaluated = [r["round"] for r in rows if r["test_accuracy"] is not None]
+    assert evaluated == [2, 4, 5]
+    config = (adam_run / "config.toml").read_text()
+    assert 'local_optimizer = "adam"' in config and "threads_per_worker = 2" in config
+    assert rows[-1]["test_accuracy"] > 0.5  # Adam trained it (10 classes)
+
+
+def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run):
+    rows = _rows(adam_run)
+    summary = json.loads((adam_run / "summary.json").read_text())
+    best_row = max((r for r in rows if r["test_accuracy"] is not None),
+                   key=lambda r: r["test_accuracy"])  # fmt: skip
+
+    latest = dane("evaluate", str(adam_run), cwd=adam_run.parent)
+    best = dane("evaluate", str(adam_run), "--best", cwd=adam_run.parent)
+
+    pattern = r"^(\w+\.pt) \(round (\d+)\): test loss ([\d.]+), test accuracy ([\d.]+)$"
+    name, round_index, loss, accuracy = re.match(pattern, latest.stdout.strip()).groups()
+    assert (name, int(round_index)) == ("latest.pt", 5)
+    assert float(loss) == pytest.approx(rows[-1]["test_loss"], abs=1e-4)
+    assert float(accuracy) == pytest.approx(rows[-1]["test_accuracy"], abs=1e-4)
+    name, round_index, _, accuracy = re.match(pattern, best.stdout.strip()).groups()
+    assert (name, int(round_index)) == ("best.pt", best_row["round"])
+    assert float(accuracy) == pytest.approx(summary["best_test_accuracy"], abs=1e-4)
+
+
+def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "checkpoints").mkdir()
+    config = (adam_run / "config.toml").read_text().replace('"small-cnn"', '"mlp"')
+    (other / "config.toml").write_text(config)
+    (other / "checkpoints" / "latest.pt").write_bytes(
+        (adam_run / "checkpoints" / "latest.pt").read_bytes()
+    )
+    future = tmp_path / "future"
+    future.mkdir()
+    (future / "checkpoints").mkdir()
+    (future / "config.toml").write_text((adam_run / "config.toml").read_text())
+    saved = torch.load(adam_run / "checkpoints" / "latest.pt", weights_only=True)
+    torch.save({**saved, "checkpoint_version": 999}, future / "checkpoints" / "latest.pt")
+
+    mismatch = dane("evaluate", str(other), cwd=tmp_path)
+    unknown = dane("evaluate", str(future), cwd=tmp_path)
+
+    for done, message in ((mismatch, "does not fit model 'mlp'"), (unknown, "unknown version")):
+        assert done.returncode == 2
+        assert done.stderr.count("\n") == 1 and message in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_resumed_safeguarded_run_ends_where_an_unbroken_one_does(digits_stores, tmp_path):
+    # eta 4 overshoots, so the safeguard rejects steps: its anchor, step and halvings must
+    # survive the checkpoint for the resumed run to take the same decisions.
+    args = (str(digits_stores[2]), *COMMON, "--safeguard", "backtrack", "--eta", "4",
+            "--local-steps", "5", "--dtype", "float64")  # fmt: skip
+    whole = dane("train", *args, "--rounds", "6", "--out", str(tmp_path / "whole"), cwd=tmp_path)
+    first = dane("train", *args, "--rounds", "3", "--out", str(tmp_path / "split"), cwd=tmp_path)
+    rest = dane(
+        "train", "--rounds", "6", "--out", str(tmp_path / "split"), "--resume", cwd=tmp_path
+    )
+
+    assert whole.returncode == first.returncode == rest.returncode == 0, rest.stderr
+    unbroken, resumed = _rows(tmp_path / "whole"), _rows(tmp_path / "split")
+    rejected = [r["safeguard_rejected"] for r in unbroken]
+    assert 0 < sum(rejected) < 6  # the safeguard acted, and not on every round
+    assert [r["safeguard_rejected"] for r in resumed] == rejected
+    assert [r["train_loss"] for r in resumed] == [r["train_loss"] for r in unbroken]
+    weights = [
+        torch.load(tmp_path / run / "checkpoints" / "latest.pt", weights_only=True)["weights"]
+        for run in ("whole", "split")
+    ]
+    assert torch.equal(*weights)
+
+
+def test_train_without_a_store_prepares_and_reuses_the_embedded_default(tmp_path):
+    cache = tmp_path / "cache"
+
+    first = dane("train", "--rounds", "1", "--out", str(tmp_path / "a"), cwd=tmp_path, cache=cache)
+    again = dane("train", "--rounds", "1", "--out", str(tmp_path / "b"), cwd=tmp_path, cache=cache)
+
+    assert first.returncode == again.returncode == 0, first.stderr
+    stores = list(cache.rglob("zarr.json"))
+    assert stores and all("digits" in str(p) for p in stores)
+    accuracy = [_rows(tmp_path / run)[-1]["test_accuracy"] for run in ("a", "b")]
+    assert accuracy[0] == accuracy[1] > 0.3  # the same store and seed: the same result
