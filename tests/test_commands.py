@@ -139,3 +139,28 @@ def test_train_without_a_store_prepares_and_reuses_the_embedded_default(tmp_path
     assert stores and all("digits" in str(p) for p in stores)
     accuracy = [_rows(tmp_path / run)[-1]["test_accuracy"] for run in ("a", "b")]
     assert accuracy[0] == accuracy[1] > 0.3  # the same store and seed: the same result
+
+
+def test_prepare_takes_every_partition_and_size_option(tmp_path):
+    from dask_dane.datasets.store import label_histograms, open_store
+
+    store = tmp_path / "s.zarr"
+    prepare = ("prepare", "synthetic", "--out", str(store), "--samples", "400",
+               "--image-size", "6", "--test-fraction", "0.25", "--seed", "2")  # fmt: skip
+    skew = ("--shards", "4", "--partition", "label-skew", "--classes-per-shard", "3")
+
+    dirichlet = dane(*prepare, "--shards", "3", "--partition", "dirichlet", "--alpha", "0.3",
+                     cwd=tmp_path)  # fmt: skip
+    first = open_store(store)
+    kept = dane(*prepare, *skew, cwd=tmp_path)
+    forced = dane(*prepare, *skew, "--force", cwd=tmp_path)
+    second = open_store(store)
+
+    assert dirichlet.returncode == 0, dirichlet.stderr
+    assert first.num_train + first.num_test == 400 and first.sample_shape == (1, 6, 6)
+    assert abs(first.num_test - 100) <= 5  # a quarter of each class, rounded per class
+    assert first.partition == {"kind": "dirichlet", "seed": 2, "alpha": 0.3}
+    assert kept.returncode == 2 and "--force" in kept.stderr  # not replaced without --force
+    assert forced.returncode == 0, forced.stderr
+    assert second.num_shards == 4 and second.partition["classes_per_shard"] == 3
+    assert all((h > 0).sum() <= 3 for h in label_histograms(second))
