@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import math
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,7 @@ def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
 
 def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: bool) -> StoreInfo:
     """Partition `raw` and write it to `out` atomically; refuse to replace a store unless forced."""
+    refuse_url(out)
     out = Path(out)
     check_raw_dataset(raw)
     if out.exists() and not force:
@@ -142,9 +144,28 @@ def _replace_dir(src: Path, dst: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def refuse_url(path: str | os.PathLike) -> None:
+    """ValueError for a URL (s3://..., gs://...; pathlib turns `//` into `/`): this release
+    reads and writes stores on file systems only, and a URL must not become a local folder."""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(path)):
+        raise ValueError(
+            f"{path} is a URL; this release reads and writes stores on a file system only "
+            "(fsspec URLs such as s3:// are not supported yet): pass a path every worker sees"
+        )
+
+
+# What a worker that cannot see a store is told (pipeline/tasks.py load_shard).
+SHARED_STORE = "a store must be on a file system every worker shares, at the same path"
+
+
 def open_store(path: str | os.PathLike) -> StoreInfo:
-    """Read and check a store's metadata; ValueError naming the problem and the fix if bad."""
-    path = Path(path)
+    """Read and check a store's metadata; ValueError naming the problem and the fix if bad.
+
+    The store's path comes back absolute: workers started in another folder (`dask worker`
+    on a cluster of the user's) resolve a relative path elsewhere, or not at all.
+    """
+    refuse_url(path)
+    path = Path(path).absolute()
     hint = f"create one with `dane prepare digits --out {path}`"
     if not path.exists():
         raise ValueError(f"store {path} does not exist; {hint}")

@@ -14,12 +14,13 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..datasets.store import read_shard
+from ..datasets.store import SHARED_STORE, read_shard
 from ..models.registry import ModelSpec
 from . import comm
 from .aggregate import Partial, ShardReport, mean_of, merge, to_partial, tree_reduce
@@ -52,8 +53,7 @@ class PhaseEnd:
     broadcast: Broadcast  # what the next phase receives (nothing after the last phase)
     metrics: dict[str, float]  # the phase's averaged metrics and its broadcast's
     comm_bytes: int
-    # Whether the phase sent or gathered tensors at all: a communication round of the
-    # algorithm, whatever the layout (on one worker DANE's solve phase moves no bytes).
+    # Sent or gathered tensors at all: a communication round, whatever the layout.
     communicated: bool
     compute_by_worker: dict[str, float]
     rows: int  # rows the shards' work read in this phase
@@ -109,6 +109,8 @@ def load_shard(
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store.py read_shard); the driver reports it as one line.
     """
+    if not Path(store).exists():  # the driver saw it (open_store): this worker does not
+        raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
     torch_dtype = getattr(torch, dtype)
     where = resolve_device(device)

@@ -332,3 +332,33 @@ def test_chunks_of_zeros_are_stored_so_they_do_not_read_as_missing(digits, tmp_p
         num_classes=10,
     )
     np.testing.assert_array_equal(y, 0)
+
+
+def test_a_relative_store_path_reaches_the_workers_absolute(tmp_path, monkeypatch):
+    from dask_dane.pipeline.config import RunConfig
+    from dask_dane.pipeline.run_setup import prepare_run
+
+    raw = load_source("synthetic", SourceOptions(samples=60, image_size=4))
+    write_store(raw, PartitionSpec(num_shards=2), tmp_path / "data" / "s.zarr", force=False)
+    monkeypatch.chdir(tmp_path)
+
+    setup = prepare_run(RunConfig(store="data/s.zarr", model="mlp").validate())
+
+    # A `dask worker` started in another folder would resolve "data/s.zarr" elsewhere.
+    assert setup.store.path == str(tmp_path / "data" / "s.zarr")
+    assert setup.shard_args(1)["store"] == str(tmp_path / "data" / "s.zarr")
+
+
+def test_a_worker_that_cannot_see_the_store_says_so_and_what_it_needs(tmp_path):
+    from dask_dane.pipeline import tasks
+
+    missing = str(tmp_path / "elsewhere.zarr")
+    with pytest.raises(ValueError) as raised:
+        tasks.load_shard(
+            missing, split="train", start=0, stop=10, index=0, task="classification",
+            normalization={"mean": [0.0], "std": [1.0]}, dtype="float32",
+        )  # fmt: skip
+
+    message = str(raised.value)
+    assert message.startswith(f"worker {tasks.worker_id()} cannot see the store {missing}; ")
+    assert "every worker shares" in message and "\n" not in message
