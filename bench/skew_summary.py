@@ -1,7 +1,7 @@
 """The skewed-shard races (issue 13) summed up: per store, each method at its best learning
 rate, and the DANE family's gap to the best baseline at equal communication rounds.
 
-    python -m dask_dane.bench.skew_summary bench-out/skew/*.json
+    python -m dask_dane.bench.skew_summary [--target 0.88] bench-out/skew/*.json
 
 Each JSON is a `dane bench train --store S --comm-rounds N` result (bench/skew/*.toml); runs
 are grouped by their store, so runs added later in a JSON of their own join their store's
@@ -69,7 +69,14 @@ def family_gap(picked: dict[str, dict[str, Any]], marks: list[int]) -> list[dict
     return rows
 
 
-def store_table(name: str, result: dict[str, Any], columns: int = 4) -> str:
+def rounds_to(curve: list[dict[str, Any]], target: float) -> int | None:
+    """The first communication round at which the test accuracy reached `target`."""
+    return next((p["comm_rounds"] for p in curve if p["test_accuracy"] >= target), None)
+
+
+def store_table(
+    name: str, result: dict[str, Any], columns: int = 4, target: float | None = None
+) -> str:
     """The markdown table of one store: a row per method at its picked rate."""
     picked = best_per_method(result)
     budget = max(p["comm_rounds"] for run in picked.values() for p in run["curve"])
@@ -77,12 +84,16 @@ def store_table(name: str, result: dict[str, Any], columns: int = 4) -> str:
     lines = [
         f"**{name}** (budget {budget} communication rounds)",
         "",
-        "| method | lr | " + " | ".join(f"@{c}" for c in marks) + " | best | MB sent | wall (s) |",
-        "|---|---:|" + "---:|" * (len(marks) + 3),
+        "| method | lr | "
+        + " | ".join(f"@{c}" for c in marks)
+        + " | best | MB sent | wall (s) |"
+        + (f" to {100 * target:g} % |" if target else ""),
+        "|---|---:|" + "---:|" * (len(marks) + 3 + bool(target)),
     ]
     for method, run in picked.items():
         last = run["curve"][-1] if run["curve"] else {}
-        cells = [_pct(accuracy_at(run["curve"], c)) for c in marks]
+        stopped = last.get("comm_rounds", 0) if run.get("error") else budget
+        cells = [_pct(accuracy_at(run["curve"], c)) if c <= stopped else "stopped" for c in marks]
         note = " (diverged)" if run.get("error") else ""
         megabytes = last.get("cum_comm_bytes", 0) / 1e6
         lines.append(
@@ -90,6 +101,7 @@ def store_table(name: str, result: dict[str, Any], columns: int = 4) -> str:
             + " | ".join(cells)
             + f" | {_pct(run['summary'].get('best_test_accuracy'))} | {megabytes:.0f} | "
             f"{run['seconds']:.0f} |"
+            + (f" {rounds_to(run['curve'], target) or '-'} |" if target else "")
         )
     gaps = family_gap(picked, marks)
     gap_text = ", ".join(
@@ -114,10 +126,13 @@ def by_store(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return grouped
 
 
-def main(paths: list[str]) -> None:
-    results = [json.loads(Path(path).read_text()) for path in paths]
+def main(args: list[str]) -> None:
+    target = None
+    if args[:1] == ["--target"]:
+        target, args = float(args[1]), args[2:]
+    results = [json.loads(Path(path).read_text()) for path in args]
     for name, result in sorted(by_store(results).items()):
-        print(store_table(name, result))
+        print(store_table(name, result, target=target))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,7 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
     picked = best_per_method(result)
     gaps = family_gap(picked, [2, 4])
     table = store_table("s", result, columns=2)
+    with_target = store_table("s", result, columns=2, target=0.7)
 
     assert {m: r["config"]["local_lr"] for m, r in picked.items()} == {
         "fedavg": 0.05, "dane": 0.05, "feddyn": 0.05,
@@ -108,7 +109,10 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
         ("feddyn", "fedavg", 10.0), ("feddyn", "fedavg", -1.0),
     ]  # fmt: skip
     assert "| fedavg | 0.05 | 60.0 | 80.0 | 80.0 | 4 | 10 |" in table
-    assert "| dane (diverged) | 0.05 | 30.0 | 30.0 | - | 2 | 10 |" in table
+    assert "| dane (diverged) | 0.05 | 30.0 | stopped | - | 2 | 10 |" in table
+    assert "| best | MB sent | wall (s) | to 70 % |" in with_target
+    assert "| fedavg | 0.05 | 60.0 | 80.0 | 80.0 | 4 | 10 | 3 |" in with_target
+    assert "| dane (diverged) | 0.05 | 30.0 | stopped | - | 2 | 10 | - |" in with_target
     # Runs added later, in a result of their own, join their store's table.
     later = {"runs": [run("dane-ls-lr0.05", 0.05, [(3, 0.6)])]}
     grouped = by_store([result, later])
