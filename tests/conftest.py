@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -76,3 +77,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             "tests that use cluster_client need @pytest.mark.cluster: " + ", ".join(unmarked)
         )
+
+
+def _shard_quadratics(info, l2: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[float]]:
+    """Per shard (H_i, b_i) with f_i(w) = mean_rows (x w - y)^2 + l2 ||w||^2
+    = (1/2) w'H_i w - b_i'w + const, and each shard's share n_i / N of the rows."""
+    import zarr
+
+    group = zarr.open_group(info.path, mode="r")
+    x, y = group["train/x"][:], group["train/y"][:]
+    eye = np.eye(x.shape[1])
+    parts = []
+    for a, b in info.shards:
+        xi, yi = x[a:b], y[a:b]
+        parts.append((2 * xi.T @ xi / len(xi) + 2 * l2 * eye, 2 * xi.T @ yi / len(xi)))
+    return parts, [(b - a) / len(x) for a, b in info.shards]
+
+
+@pytest.fixture(scope="session")
+def shard_quadratics():
+    """(store info of a least-squares store, its lambda) -> each shard's (H_i, b_i), shares."""
+    return _shard_quadratics

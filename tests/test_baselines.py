@@ -49,19 +49,6 @@ def digits_table(tmp_path_factory):
     return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
 
 
-def _quadratic(info):
-    """Per shard (H_i, b_i) with f_i(w) = (1/2) w'H_i w - b_i'w + const, and n_i / N."""
-    import zarr
-
-    group = zarr.open_group(info.path, mode="r")
-    x, y = group["train/x"][:], group["train/y"][:]
-    parts = []
-    for a, b in info.shards:
-        xi, yi = x[a:b], y[a:b]
-        parts.append((2 * xi.T @ xi / len(xi) + 2 * L2 * np.eye(8), 2 * xi.T @ yi / len(xi)))
-    return parts, [(b - a) / len(x) for a, b in info.shards]
-
-
 def _setup(info, algorithm, **settings):
     config = RunConfig(
         store=info.path,
@@ -80,9 +67,9 @@ def _setup(info, algorithm, **settings):
 # --- the algorithms' math, single process ----------------------------------------------------
 
 
-def test_one_shot_averages_each_shards_own_minimiser(ridge):
+def test_one_shot_averages_each_shards_own_minimiser(ridge, shard_quadratics):
     setup, _ = _setup(ridge, "one-shot")
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     expected = sum(p * np.linalg.solve(h, b) for (h, b), p in zip(parts, shares, strict=True))
 
     run = run_reference(setup, rounds=1, num_workers=2)
@@ -90,10 +77,10 @@ def test_one_shot_averages_each_shards_own_minimiser(ridge):
     np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-9)
 
 
-def test_fedprox_with_exact_solves_averages_the_proximal_points(ridge):
+def test_fedprox_with_exact_solves_averages_the_proximal_points(ridge, shard_quadratics):
     mu = 0.3
     setup, w0 = _setup(ridge, "fedprox", mu=mu)
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     eye = np.eye(8)
     expected = sum(
         p * np.linalg.solve(h + mu * eye, b + mu * w0)
@@ -105,9 +92,9 @@ def test_fedprox_with_exact_solves_averages_the_proximal_points(ridge):
     np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-9)
 
 
-def test_gd_and_agd_take_the_textbook_steps(ridge):
+def test_gd_and_agd_take_the_textbook_steps(ridge, shard_quadratics):
     lr, beta = 0.2, 0.5
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
     grad = lambda w: hess @ w - rhs  # noqa: E731
@@ -129,10 +116,10 @@ def test_gd_and_agd_take_the_textbook_steps(ridge):
     np.testing.assert_allclose(agd.state.x.numpy(), x_prev, rtol=1e-12)
 
 
-def test_admm_converges_to_the_global_minimiser(ridge):
+def test_admm_converges_to_the_global_minimiser(ridge, shard_quadratics):
     # H has eigenvalues 0.09 .. 2.2; rho = 0.45 ~ sqrt(0.09 * 2.2) contracts ~0.77 per round.
     setup, _ = _setup(ridge, "admm", rho=0.45)
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     w_star = np.linalg.solve(hess, sum(p * b for (_, b), p in zip(parts, shares, strict=True)))
 
@@ -145,7 +132,7 @@ def test_admm_converges_to_the_global_minimiser(ridge):
     assert max(np.abs(s.dual.numpy()).max() for s in run.shard_states) > 1e-3
 
 
-def test_admm_first_round_is_the_proximal_average(ridge):
+def test_admm_first_round_is_the_proximal_average(ridge, shard_quadratics):
     # u_0 = 0, so round 1 solves argmin f_i + (rho/2)||x - z_0||^2, exactly FedProx's step.
     rho = 0.7
     admm, _ = _setup(ridge, "admm", rho=rho)
@@ -167,10 +154,10 @@ def _sdane_round(parts, shares, v, lam):
     return xs, grads, big_g, v - big_g / lam
 
 
-def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge):
+def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge, shard_quadratics):
     lam = 0.4
     setup, v = _setup(ridge, "sdane", mu=lam)
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     for _ in range(3):
         *_, v = _sdane_round(parts, shares, v, lam)
 
@@ -179,9 +166,11 @@ def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge):
     np.testing.assert_allclose(run.weights.numpy(), v, rtol=1e-9)
 
 
-def test_adaptive_sdane_halves_lam_on_accepted_rounds_and_doubles_it_on_rejected_ones(ridge):
+def test_adaptive_sdane_halves_lam_on_accepted_rounds_and_doubles_it_on_rejected_ones(
+    ridge, shard_quadratics
+):
     setup, v = _setup(ridge, "sdane-adaptive", mu=0.05)
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
     lam, rejected = 0.05, []
@@ -204,7 +193,7 @@ def test_adaptive_sdane_halves_lam_on_accepted_rounds_and_doubles_it_on_rejected
     np.testing.assert_allclose(run.weights.numpy(), v, rtol=1e-8)
 
 
-def test_scaffold_corrects_local_steps_with_control_variates(ridge):
+def test_scaffold_corrects_local_steps_with_control_variates(ridge, shard_quadratics):
     # Full-batch local gradient steps (batch >= shard), no momentum: SCAFFOLD's option II,
     # written out in numpy.
     lr, steps = 0.1, 5
@@ -220,7 +209,7 @@ def test_scaffold_corrects_local_steps_with_control_variates(ridge):
         seed=2,
     ).validate()
     setup = prepare_run(config)
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     w = initial_weights(setup.spec, config.seed).numpy()
     c, c_i = np.zeros(8), [np.zeros(8) for _ in parts]
     for _ in range(3):
@@ -243,7 +232,7 @@ def test_scaffold_corrects_local_steps_with_control_variates(ridge):
         np.testing.assert_allclose(got.control.numpy(), expected, rtol=1e-9, atol=1e-12)
 
 
-def test_fedavgm_is_fedavg_with_heavy_ball_momentum_on_the_server(ridge):
+def test_fedavgm_is_fedavg_with_heavy_ball_momentum_on_the_server(ridge, shard_quadratics):
     # Full-batch local gradient steps, no local momentum: FedAvg's average, then the server's
     # heavy ball v <- beta v + (avg - w), w <- w + v, written out in numpy.
     lr, steps, beta = 0.1, 5, 0.7
@@ -260,7 +249,7 @@ def test_fedavgm_is_fedavg_with_heavy_ball_momentum_on_the_server(ridge):
         seed=2,
     ).validate()
     setup = prepare_run(config)
-    parts, shares = _quadratic(ridge)
+    parts, shares = shard_quadratics(ridge, L2)
     w = initial_weights(setup.spec, config.seed).numpy()
     velocity = np.zeros(8)
     for _ in range(4):

@@ -22,13 +22,12 @@ from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 L2 = 0.02
 
 
-@pytest.fixture(scope="module")
-def least_squares(tmp_path_factory):
-    """d = 5, 3 shards of 30 rows, float64."""
+def _least_squares_raw() -> RawDataset:
+    """d = 5, 90 training rows, float64."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((110, 5)) * np.array([1.5, 1.0, 0.7, 0.4, 0.2])
     y = x @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + 0.4 * rng.standard_normal(110)
-    raw = RawDataset(
+    return RawDataset(
         source="test-least-squares",
         task="regression",
         num_classes=1,
@@ -38,8 +37,13 @@ def least_squares(tmp_path_factory):
         y_test=y[90:],
         attrs={"l2": L2},
     )
+
+
+@pytest.fixture(scope="module")
+def least_squares(tmp_path_factory):
+    """The rows above in 3 shards of 30."""
     path = tmp_path_factory.mktemp("oracle") / "ls.zarr"
-    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
+    return write_store(_least_squares_raw(), PartitionSpec(num_shards=3, seed=0), path, force=False)
 
 
 def _shards(info) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -129,23 +133,14 @@ def test_the_gradient_sample_is_the_same_rows_every_round_and_their_gradient(lea
     np.testing.assert_allclose(run.weights.numpy(), w, rtol=1e-12, atol=1e-14)
 
 
-def test_the_safeguard_rejects_and_accepts_where_the_quadratic_says(least_squares, tmp_path):
+def test_the_safeguard_rejects_and_accepts_where_the_quadratic_says(tmp_path):
     # One shard and exact solves: DANE's step is eta Newton steps, and on a quadratic
     # F(w - a N) - F* = (1 - a)^2 (F(w) - F*). With eta = 3 every proposal lands at
     # (1 - 3)^2 = 4 times the gap (rejected), its halving at (1 - 1.5)^2 = 1/4 (accepted):
     # rounds alternate accept, reject, ..., and the gap at each accepted anchor falls by 4.
-    group = zarr.open_group(least_squares.path, mode="r")
-    raw = RawDataset(
-        source="test-least-squares",
-        task="regression",
-        num_classes=1,
-        x_train=group["train/x"][:],
-        y_train=group["train/y"][:],
-        x_test=group["test/x"][:],
-        y_test=group["test/y"][:],
-        attrs={"l2": L2},
+    one = write_store(
+        _least_squares_raw(), PartitionSpec(num_shards=1, seed=0), tmp_path / "1.zarr", force=False
     )
-    one = write_store(raw, PartitionSpec(num_shards=1, seed=0), tmp_path / "one.zarr", force=False)
     config = _config(
         one, eta=3.0, mu=0.0, safeguard="backtrack", local_solver="cg", local_tol=1e-13
     )

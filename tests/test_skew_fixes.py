@@ -113,19 +113,6 @@ def skewed_ridge(tmp_path_factory):
     return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
 
 
-def _shards(info) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[float]]:
-    """Per shard (H_i, b_i) with f_i(w) = (1/2) w'H_i w - b_i'w + const, and n_i / N."""
-    import zarr
-
-    group = zarr.open_group(info.path, mode="r")
-    x, y = group["train/x"][:], group["train/y"][:]
-    parts = []
-    for a, b in info.shards:
-        xi, yi = x[a:b], y[a:b]
-        parts.append((2 * xi.T @ xi / len(xi) + 2 * L2 * np.eye(6), 2 * xi.T @ yi / len(xi)))
-    return parts, [(b - a) / len(x) for a, b in info.shards]
-
-
 def _exact(info, algorithm: str, **settings):
     config = RunConfig(
         store=info.path,
@@ -141,10 +128,10 @@ def _exact(info, algorithm: str, **settings):
     return setup, initial_weights(setup.spec, config.seed).numpy()
 
 
-def test_feddyn_takes_the_papers_three_steps(skewed_ridge):
+def test_feddyn_takes_the_papers_three_steps(skewed_ridge, shard_quadratics):
     alpha = 0.5
     setup, w = _exact(skewed_ridge, "feddyn", mu=alpha)
-    parts, shares = _shards(skewed_ridge)
+    parts, shares = shard_quadratics(skewed_ridge, L2)
     tilts = [np.zeros(6) for _ in parts]
     for _ in range(3):
         # v_i = argmin (1/2) v'H_i v - b_i'v - a_i'v + (alpha/2)||v - w||^2
@@ -163,8 +150,10 @@ def test_feddyn_takes_the_papers_three_steps(skewed_ridge):
         np.testing.assert_allclose(state.tilt.numpy(), a, rtol=1e-9, atol=1e-11)
 
 
-def test_feddyn_reaches_the_global_minimiser_where_fedprox_stops_short(skewed_ridge):
-    parts, shares = _shards(skewed_ridge)
+def test_feddyn_reaches_the_global_minimiser_where_fedprox_stops_short(
+    skewed_ridge, shard_quadratics
+):
+    parts, shares = shard_quadratics(skewed_ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     optimum = np.linalg.solve(hess, sum(p * b for (_, b), p in zip(parts, shares, strict=True)))
     feddyn, w0 = _exact(skewed_ridge, "feddyn", mu=1.0)
@@ -190,11 +179,13 @@ def _rng() -> torch.Generator:
 # --- DANE's server-side line search -------------------------------------------------------------
 
 
-def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(skewed_ridge):
+def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(
+    skewed_ridge, shard_quadratics
+):
     # eta = 0.3 makes every exact DANE step a third of Newton's: a step of 2 must win.
     eta = 0.3
     setup, w = _exact(skewed_ridge, "dane", eta=eta, line_search=4)
-    parts, shares = _shards(skewed_ridge)
+    parts, shares = shard_quadratics(skewed_ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
     loss = lambda u: 0.5 * u @ hess @ u - rhs @ u  # noqa: E731  (F up to a constant)
