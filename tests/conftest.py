@@ -98,3 +98,22 @@ def _shard_quadratics(info, l2: float) -> tuple[list[tuple[np.ndarray, np.ndarra
 def shard_quadratics():
     """(store info of a least-squares store, its lambda) -> each shard's (H_i, b_i), shares."""
     return _shard_quadratics
+
+
+def _exact_setup(info, algorithm: str, *, seed: int = 2, local_tol: float = 1e-12, **settings):
+    """A float64 linear-model run on `info` with exact (cg) local solves: (setup, w0)."""
+    from dask_dane.pipeline.config import RunConfig
+    from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+
+    config = RunConfig(
+        store=info.path, model="linear", dtype="float64", algorithm=algorithm,
+        local_solver="cg", local_tol=local_tol, seed=seed, **settings,
+    ).validate()  # fmt: skip
+    setup = prepare_run(config)
+    return setup, initial_weights(setup.spec, config.seed).numpy()
+
+
+@pytest.fixture(scope="session")
+def exact_setup():
+    """(store info, algorithm, settings...) -> (setup, initial weights) with exact solves."""
+    return _exact_setup

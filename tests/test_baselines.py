@@ -49,26 +49,11 @@ def digits_table(tmp_path_factory):
     return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
 
 
-def _setup(info, algorithm, **settings):
-    config = RunConfig(
-        store=info.path,
-        model="linear",
-        dtype="float64",
-        algorithm=algorithm,
-        local_solver="cg",
-        local_tol=1e-12,
-        seed=2,
-        **settings,
-    ).validate()
-    setup = prepare_run(config)
-    return setup, initial_weights(setup.spec, config.seed).numpy()
-
-
 # --- the algorithms' math, single process ----------------------------------------------------
 
 
-def test_one_shot_averages_each_shards_own_minimiser(ridge, shard_quadratics):
-    setup, _ = _setup(ridge, "one-shot")
+def test_one_shot_averages_each_shards_own_minimiser(ridge, shard_quadratics, exact_setup):
+    setup, _ = exact_setup(ridge, "one-shot")
     parts, shares = shard_quadratics(ridge, L2)
     expected = sum(p * np.linalg.solve(h, b) for (h, b), p in zip(parts, shares, strict=True))
 
@@ -77,9 +62,11 @@ def test_one_shot_averages_each_shards_own_minimiser(ridge, shard_quadratics):
     np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-9)
 
 
-def test_fedprox_with_exact_solves_averages_the_proximal_points(ridge, shard_quadratics):
+def test_fedprox_with_exact_solves_averages_the_proximal_points(
+    ridge, shard_quadratics, exact_setup
+):
     mu = 0.3
-    setup, w0 = _setup(ridge, "fedprox", mu=mu)
+    setup, w0 = exact_setup(ridge, "fedprox", mu=mu)
     parts, shares = shard_quadratics(ridge, L2)
     eye = np.eye(8)
     expected = sum(
@@ -92,14 +79,14 @@ def test_fedprox_with_exact_solves_averages_the_proximal_points(ridge, shard_qua
     np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-9)
 
 
-def test_gd_and_agd_take_the_textbook_steps(ridge, shard_quadratics):
+def test_gd_and_agd_take_the_textbook_steps(ridge, shard_quadratics, exact_setup):
     lr, beta = 0.2, 0.5
     parts, shares = shard_quadratics(ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
     grad = lambda w: hess @ w - rhs  # noqa: E731
-    gd_setup, w0 = _setup(ridge, "gd", local_lr=lr)
-    agd_setup, _ = _setup(ridge, "agd", local_lr=lr, momentum=beta)
+    gd_setup, w0 = exact_setup(ridge, "gd", local_lr=lr)
+    agd_setup, _ = exact_setup(ridge, "agd", local_lr=lr, momentum=beta)
     w = w0.copy()
     for _ in range(3):
         w = w - lr * grad(w)
@@ -116,9 +103,9 @@ def test_gd_and_agd_take_the_textbook_steps(ridge, shard_quadratics):
     np.testing.assert_allclose(agd.state.x.numpy(), x_prev, rtol=1e-12)
 
 
-def test_admm_converges_to_the_global_minimiser(ridge, shard_quadratics):
+def test_admm_converges_to_the_global_minimiser(ridge, shard_quadratics, exact_setup):
     # H has eigenvalues 0.09 .. 2.2; rho = 0.45 ~ sqrt(0.09 * 2.2) contracts ~0.77 per round.
-    setup, _ = _setup(ridge, "admm", rho=0.45)
+    setup, _ = exact_setup(ridge, "admm", rho=0.45)
     parts, shares = shard_quadratics(ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     w_star = np.linalg.solve(hess, sum(p * b for (_, b), p in zip(parts, shares, strict=True)))
@@ -132,11 +119,11 @@ def test_admm_converges_to_the_global_minimiser(ridge, shard_quadratics):
     assert max(np.abs(s.dual.numpy()).max() for s in run.shard_states) > 1e-3
 
 
-def test_admm_first_round_is_the_proximal_average(ridge, shard_quadratics):
+def test_admm_first_round_is_the_proximal_average(ridge, shard_quadratics, exact_setup):
     # u_0 = 0, so round 1 solves argmin f_i + (rho/2)||x - z_0||^2, exactly FedProx's step.
     rho = 0.7
-    admm, _ = _setup(ridge, "admm", rho=rho)
-    fedprox, _ = _setup(ridge, "fedprox", mu=rho)
+    admm, _ = exact_setup(ridge, "admm", rho=rho)
+    fedprox, _ = exact_setup(ridge, "fedprox", mu=rho)
 
     a = run_reference(admm, rounds=1, num_workers=2)
     b = run_reference(fedprox, rounds=1, num_workers=2)
@@ -154,9 +141,9 @@ def _sdane_round(parts, shares, v, lam):
     return xs, grads, big_g, v - big_g / lam
 
 
-def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge, shard_quadratics):
+def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge, shard_quadratics, exact_setup):
     lam = 0.4
-    setup, v = _setup(ridge, "sdane", mu=lam)
+    setup, v = exact_setup(ridge, "sdane", mu=lam)
     parts, shares = shard_quadratics(ridge, L2)
     for _ in range(3):
         *_, v = _sdane_round(parts, shares, v, lam)
@@ -167,9 +154,9 @@ def test_sdane_with_exact_solves_takes_its_closed_form_steps(ridge, shard_quadra
 
 
 def test_adaptive_sdane_halves_lam_on_accepted_rounds_and_doubles_it_on_rejected_ones(
-    ridge, shard_quadratics
+    ridge, shard_quadratics, exact_setup
 ):
-    setup, v = _setup(ridge, "sdane-adaptive", mu=0.05)
+    setup, v = exact_setup(ridge, "sdane-adaptive", mu=0.05)
     parts, shares = shard_quadratics(ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))

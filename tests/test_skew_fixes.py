@@ -21,7 +21,7 @@ from dask_dane.pipeline.algorithms.local_solver import LocalProblem, LocalSolver
 from dask_dane.pipeline.config import RunConfig
 from dask_dane.pipeline.objective import ShardObjective
 from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.run_setup import prepare_run
 
 L2 = 0.01
 
@@ -113,24 +113,9 @@ def skewed_ridge(tmp_path_factory):
     return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
 
 
-def _exact(info, algorithm: str, **settings):
-    config = RunConfig(
-        store=info.path,
-        model="linear",
-        dtype="float64",
-        algorithm=algorithm,
-        local_solver="cg",
-        local_tol=1e-13,
-        seed=5,
-        **settings,
-    ).validate()
-    setup = prepare_run(config)
-    return setup, initial_weights(setup.spec, config.seed).numpy()
-
-
-def test_feddyn_takes_the_papers_three_steps(skewed_ridge, shard_quadratics):
+def test_feddyn_takes_the_papers_three_steps(skewed_ridge, shard_quadratics, exact_setup):
     alpha = 0.5
-    setup, w = _exact(skewed_ridge, "feddyn", mu=alpha)
+    setup, w = exact_setup(skewed_ridge, "feddyn", mu=alpha, seed=5, local_tol=1e-13)
     parts, shares = shard_quadratics(skewed_ridge, L2)
     tilts = [np.zeros(6) for _ in parts]
     for _ in range(3):
@@ -151,13 +136,13 @@ def test_feddyn_takes_the_papers_three_steps(skewed_ridge, shard_quadratics):
 
 
 def test_feddyn_reaches_the_global_minimiser_where_fedprox_stops_short(
-    skewed_ridge, shard_quadratics
+    skewed_ridge, shard_quadratics, exact_setup
 ):
     parts, shares = shard_quadratics(skewed_ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     optimum = np.linalg.solve(hess, sum(p * b for (_, b), p in zip(parts, shares, strict=True)))
-    feddyn, w0 = _exact(skewed_ridge, "feddyn", mu=1.0)
-    fedprox, _ = _exact(skewed_ridge, "fedprox", mu=1.0)
+    feddyn, w0 = exact_setup(skewed_ridge, "feddyn", mu=1.0, seed=5, local_tol=1e-13)
+    fedprox, _ = exact_setup(skewed_ridge, "fedprox", mu=1.0, seed=5, local_tol=1e-13)
 
     dyn = run_reference(feddyn, rounds=150, num_workers=2).weights.numpy()
     prox = run_reference(fedprox, rounds=150, num_workers=2).weights.numpy()
@@ -180,11 +165,11 @@ def _rng() -> torch.Generator:
 
 
 def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(
-    skewed_ridge, shard_quadratics
+    skewed_ridge, shard_quadratics, exact_setup
 ):
     # eta = 0.3 makes every exact DANE step a third of Newton's: a step of 2 must win.
     eta = 0.3
-    setup, w = _exact(skewed_ridge, "dane", eta=eta, line_search=4)
+    setup, w = exact_setup(skewed_ridge, "dane", eta=eta, line_search=4, seed=5, local_tol=1e-13)
     parts, shares = shard_quadratics(skewed_ridge, L2)
     hess = sum(p * h for (h, _), p in zip(parts, shares, strict=True))
     rhs = sum(p * b for (_, b), p in zip(parts, shares, strict=True))
