@@ -198,7 +198,7 @@ def train(
     ] = None,
     trust_radius: Annotated[
         float | None,
-        typer.Option(help="DANE, skewed shards: keep local steps within ||v - w|| <= R [0: off]."),
+        typer.Option(help="Skewed shards (dane, feddyn): steps within ||v - w|| <= R [0: off]."),
     ] = None,
     line_search: Annotated[
         int | None,

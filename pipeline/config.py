@@ -66,7 +66,7 @@ class AlgorithmSettings:
     grad_sample_growth: float = 1.0  # dane: the sample grows by this factor each round
     local_theta: float = 0.0  # dane: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K
     server_momentum: float = 0.0  # dane, fedavg, fedprox: momentum on the averaged step
-    trust_radius: float = 0.0  # dane: keep every local iterate within ||v - w|| <= R; 0: none
+    trust_radius: float = 0.0  # dane, feddyn: every local iterate within ||v - w|| <= R; 0: none
     line_search: int = 0  # dane: try N step sizes 2, 1, 1/2, ... along the averaged step
     lr_schedule: str = "constant"  # --local-lr across rounds: constant | cosine | step
 

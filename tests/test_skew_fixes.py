@@ -83,7 +83,7 @@ def test_dane_keeps_every_shard_within_its_trust_radius(digits_stores):
 def test_trust_radius_needs_the_step_solver():
     with pytest.raises(ValueError, match="--trust-radius bounds the local steps"):
         RunConfig(model="linear", local_solver="cg", trust_radius=1.0).validate()
-    with pytest.raises(ValueError, match="applies to --algorithm dane only"):
+    with pytest.raises(ValueError, match="applies to --algorithm dane or feddyn only"):
         RunConfig(algorithm="fedavg", trust_radius=1.0).validate()
 
 

@@ -49,7 +49,7 @@ from .checks import (
     rows_or_all,
 )
 from .diagnostics import solve_diagnostics
-from .local_solver import LocalProblem, LocalSolver, StopRule
+from .local_solver import LocalProblem, StopRule, check_trust_radius
 from .server import MomentumState, init_momentum, momentum_label, momentum_step
 from .solvers import Solver
 
@@ -82,11 +82,7 @@ class Dane(StrategyDefaults):
                 "--grad-sample-growth grows the gradient sample from --grad-sample N rows; "
                 "pass --grad-sample N as well"
             )
-        if self.trust_radius and not isinstance(self.solver, LocalSolver):
-            raise ValueError(
-                "--trust-radius bounds the local steps of --local-solver steps; lbfgs and cg "
-                "solve the unbounded problem: drop --trust-radius or use --local-solver steps"
-            )
+        check_trust_radius(self.trust_radius, self.solver)
         if self.line_search and (self.safeguard != "off" or self.server_momentum):
             raise ValueError(
                 "--line-search chooses the step itself; it does not combine with --safeguard "

@@ -12,6 +12,9 @@ w'. At a fixed point a_i = grad f_i(w): the tilt is DANE's correction grad f_i(w
 mean_i a_i = g = 0 there), learned from the shard's own solves instead of a gradient phase,
 so a round is one reduction and one broadcast (FedAvg's bytes), not DANE's two of each.
 
+`trust_radius` = R > 0 keeps every local iterate within ||v - w|| <= R (as DANE's): the tilt
+grows by at most alpha R a round, so one shard's runaway solve cannot feed its own tilt.
+
 a_i never leaves the shard: it is shard state (base.py), kept next to the driver state like
 ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted by shard size.
 """
@@ -26,7 +29,7 @@ import torch
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .checks import checked, non_negative
 from .diagnostics import solve_diagnostics
-from .local_solver import LocalProblem
+from .local_solver import LocalProblem, check_trust_radius
 from .solvers import Solver
 
 
@@ -39,6 +42,7 @@ class FedDynShardState:
 class FedDyn(StrategyDefaults):
     mu: float = checked(non_negative)  # alpha; above 0 (checked below: --mu 0 is the default)
     solver: Solver  # K steps; or exact (lbfgs, cg) on convex models, as the paper's analysis
+    trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
 
     name: ClassVar[str] = "feddyn"
@@ -52,16 +56,20 @@ class FedDyn(StrategyDefaults):
                 "--algorithm feddyn needs --mu above 0, its regulariser alpha "
                 "(the server step divides by it); e.g. --mu 0.01"
             )
+        check_trust_radius(self.trust_radius, self.solver)
 
     def label(self) -> str:
-        return f"{self.name} alpha={self.mu:g} {self.solver.label()}"
+        radius = f" radius={self.trust_radius:g}" if self.trust_radius else ""
+        return f"{self.name} alpha={self.mu:g}{radius} {self.solver.label()}"
 
     def init_shard_state(self, weights: torch.Tensor) -> FedDynShardState:
         return FedDynShardState(tilt=torch.zeros_like(weights))
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         w, tilt = ctx.weights, ctx.shard_state.tilt
-        problem = LocalProblem(ctx.objective, linear=tilt, anchor=w, mu=self.mu)
+        problem = LocalProblem(
+            ctx.objective, linear=tilt, anchor=w, mu=self.mu, radius=self.trust_radius
+        )
         solution = self.solver.solve(problem, w, ctx.rng, round_index=ctx.round_index)
         v_i = solution.weights
         next_tilt = tilt - self.mu * (v_i - w)

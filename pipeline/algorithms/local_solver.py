@@ -145,3 +145,12 @@ class LocalSolver:
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
         return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)
+
+
+def check_trust_radius(radius: float, solver: object) -> None:
+    """A trust region bounds K projected steps; the exact solvers solve the unbounded problem."""
+    if radius and not isinstance(solver, LocalSolver):
+        raise ValueError(
+            "--trust-radius bounds the local steps of --local-solver steps; lbfgs and cg "
+            "solve the unbounded problem: drop --trust-radius or use --local-solver steps"
+        )
