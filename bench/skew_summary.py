@@ -51,7 +51,9 @@ def best_per_method(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def family_gap(picked: dict[str, dict[str, Any]], marks: list[int]) -> list[dict[str, Any]]:
     """At each mark: the best DANE-family and the best baseline accuracy, and the gap."""
-    rows = []
+    rows: list[dict[str, Any]] = []
+    if not any(map(in_family, picked)) or all(map(in_family, picked)):
+        return rows  # nothing to compare (a result still being written, say)
     for c in marks:
         scores = {m: accuracy_at(run["curve"], c) or 0.0 for m, run in picked.items()}
         family = max((m for m in scores if in_family(m)), key=scores.get)
@@ -109,6 +111,7 @@ def store_table(
         f"{g['baseline']} {_pct(g['baseline_accuracy'])} ({g['gap_points']:+.1f})"
         for g in gaps
     )
+    gap_text = gap_text or "no DANE-family run and baseline to compare"
     return "\n".join(lines) + f"\n\nDANE family against the best baseline: {gap_text}\n"
 
 
