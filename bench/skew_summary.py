@@ -49,13 +49,21 @@ def best_per_method(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return picked
 
 
+def _reached(run: dict[str, Any], comm_rounds: int) -> float:
+    """The run's accuracy at `comm_rounds`; 0 before its first evaluation or after it stopped."""
+    curve = run["curve"]
+    if run.get("error") and curve and comm_rounds > curve[-1]["comm_rounds"]:
+        return 0.0
+    return accuracy_at(curve, comm_rounds) or 0.0
+
+
 def family_gap(picked: dict[str, dict[str, Any]], marks: list[int]) -> list[dict[str, Any]]:
     """At each mark: the best DANE-family and the best baseline accuracy, and the gap."""
     rows: list[dict[str, Any]] = []
     if not any(map(in_family, picked)) or all(map(in_family, picked)):
         return rows  # nothing to compare (a result still being written, say)
     for c in marks:
-        scores = {m: accuracy_at(run["curve"], c) or 0.0 for m, run in picked.items()}
+        scores = {m: _reached(run, c) for m, run in picked.items()}
         family = max((m for m in scores if in_family(m)), key=scores.get)
         baseline = max((m for m in scores if not in_family(m)), key=scores.get)
         rows.append(

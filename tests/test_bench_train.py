@@ -94,6 +94,7 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
             run("fedavg-lr0.1", 0.1, [(1, 0.6), (2, 0.65), (3, 0.7), (4, 0.75)]),
             run("dane-lr0.05", 0.05, [(2, 0.3)], error="diverged"),
             run("feddyn-lr0.05", 0.05, [(1, 0.55), (2, 0.7), (3, 0.75), (4, 0.79)]),
+            run("sdane-lr0.05", 0.05, [(1, 0.9)], error="diverged"),  # counts 0 once stopped
         ]
     }
 
@@ -104,7 +105,7 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
     with_target = store_table("s", result, columns=2, target=0.7)
 
     assert {m: r["config"]["local_lr"] for m, r in picked.items()} == {
-        "fedavg": 0.05, "dane": 0.05, "feddyn": 0.05,
+        "fedavg": 0.05, "dane": 0.05, "feddyn": 0.05, "sdane": 0.05,
     }  # fmt: skip
     assert [(g["family"], g["baseline"], g["gap_points"]) for g in gaps] == [
         ("feddyn", "fedavg", 10.0), ("feddyn", "fedavg", -1.0),
@@ -118,4 +119,4 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
     # Runs added later, in a result of their own, join their store's table.
     later = {"runs": [run("dane-ls-lr0.05", 0.05, [(3, 0.6)])]}
     grouped = by_store([result, later])
-    assert list(grouped) == ["s"] and len(grouped["s"]["runs"]) == 5
+    assert list(grouped) == ["s"] and len(grouped["s"]["runs"]) == 6
