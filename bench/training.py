@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..datasets.store import open_store
 from ..pipeline.config import RunConfig
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
@@ -35,6 +36,8 @@ def read_runs(
     `comm_rounds` gives every run the same budget of communication rounds: its `rounds`
     become the budget over the reductions one of its rounds takes (DANE's 2, FedAvg's 1).
     """
+    if store is not None:
+        open_store(store)  # a missing or broken --store is bad input, not a failed run each
     runs = []
     for name, settings in run_tables(path, "--configs"):
         settings.setdefault("out", str(Path(workdir) / name))

@@ -120,3 +120,13 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
     later = {"runs": [run("dane-ls-lr0.05", 0.05, [(3, 0.6)])]}
     grouped = by_store([result, later])
     assert list(grouped) == ["s"] and len(grouped["s"]["runs"]) == 6
+
+
+def test_a_missing_store_given_with_store_is_refused_before_any_run(tmp_path):
+    from dask_dane.bench.training import read_runs
+
+    configs = tmp_path / "runs.toml"
+    configs.write_text('[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n')
+
+    with pytest.raises(ValueError, match=r"nope\.zarr does not exist"):
+        read_runs(configs, tmp_path, store=str(tmp_path / "nope.zarr"), comm_rounds=4)
