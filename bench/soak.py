@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.config
 
@@ -30,6 +30,9 @@ from ..pipeline.cluster import make_client
 from ..pipeline.config import RunConfig
 from ..pipeline.loop import Callbacks, train
 from .specs import run_config
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 SETTLE_S = 2.0  # how long a round's released keys may take to leave the scheduler
 LIMIT_GROWTH_PCT = 5.0
@@ -100,6 +103,24 @@ def _log_fill(dask_worker) -> dict[str, list[int]]:  # type: ignore[no-untyped-d
     return {name: [len(log), log.maxlen] for name, log in logs.items()}
 
 
+def _wait_for_full_logs(client: Client, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The workers' log fill, once every log is full (or timeout_s has passed).
+
+    The profile history fills with wall time (one entry a `profile.cycle`), not with rounds:
+    a fast warm-up can end before it is full, and its filling would then count as growth.
+    """
+    deadline = time.perf_counter() + timeout_s
+    fill = client.run(_log_fill)
+    while not _all_full(fill) and time.perf_counter() < deadline:
+        time.sleep(0.1)
+        fill = client.run(_log_fill)
+    return fill
+
+
+def _all_full(fill: dict[str, dict[str, list[int]]]) -> bool:
+    return all(held == kept for logs in fill.values() for held, kept in logs.values())
+
+
 def _workers_rss(pids: list[int]) -> int:
     """Summed resident memory of the local worker processes.
 
@@ -144,7 +165,7 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
                 }
             )
             if row["round"] == spec.warmup:
-                logs_at_warmup.update(client.run(_log_fill))
+                logs_at_warmup.update(_wait_for_full_logs(client))
             if row["round"] % 50 == 0:
                 log(f"round {row['round']}: {row['wall_s'] * 1e3:.0f} ms")
 
