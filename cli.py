@@ -214,6 +214,9 @@ def train(
         typer.Option(help="auto (a GPU where a worker sees one) | cpu | cuda [auto]."),
     ] = None,
     eval_every: Annotated[int | None, typer.Option(help="Evaluate every N rounds [1].")] = None,
+    stop_at_accuracy: Annotated[
+        float | None, typer.Option(help="Stop once test accuracy reaches this; 0: never [0].")
+    ] = None,
     scheduler: Annotated[
         str | None, typer.Option(help="Address of a running Dask scheduler to use.")
     ] = None,

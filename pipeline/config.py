@@ -116,9 +116,15 @@ class RunSettings:
     rounds: int = 20
     seed: int = 0
     eval_every: int = 1
+    stop_at_accuracy: float = 0.0  # stop once a round's test accuracy reaches this; 0: never
 
     def check_run(self) -> None:
         _at_least_one(("--rounds", self.rounds), ("--eval-every", self.eval_every))
+        if not 0.0 <= self.stop_at_accuracy <= 1.0:
+            raise ValueError(
+                f"--stop-at-accuracy is a test accuracy in [0, 1] (got {self.stop_at_accuracy}); "
+                "0 trains all --rounds"
+            )
 
 
 # The sections in the order config.toml lists them; their fields are RunConfig's.

@@ -176,6 +176,14 @@ def _run_rounds(
         save_run(run_dir, state, setup, improved=row["is_best"])
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
+        if reached_target(config, row):
+            break
+
+
+def reached_target(config: RunConfig, row: dict) -> bool:
+    """--stop-at-accuracy: this round's evaluation reached it (a round without one never does)."""
+    target, accuracy = config.stop_at_accuracy, row.get("test_accuracy")
+    return target > 0 and accuracy is not None and accuracy >= target
 
 
 def _lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str:
