@@ -14,7 +14,8 @@ run would have; `dane bench scaling` checks the count against Dask's own transfe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
 
 import torch
 
@@ -63,3 +64,28 @@ def cross_worker_merges(placement: list[str]) -> int:
         )
         level = [level[g[0]] for g in reduction_groups(len(level))]
     return moved
+
+
+def payload_bytes(value: Any) -> int:
+    """Bytes of every tensor in a value (a tensor, or dicts, lists and dataclasses of them)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(payload_bytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(payload_bytes(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return sum(payload_bytes(getattr(value, f.name)) for f in fields(value))
+    return 0
+
+
+def driver_bytes(weights: torch.Tensor, state: Any, shard_states: list[Any] | None) -> int:
+    """Bytes a round moves between the driver and the workers that `phase_bytes` leaves out.
+
+    The driver scatters the strategy's state with the weights and gathers both back after
+    the update, and each shard's own state goes to its worker and back. Only the weights'
+    way out is an algorithm's input (phase 0's first copy); the rest is the driver keeping
+    the run, which crosses a real network where the driver runs on another machine.
+    """
+    shards = payload_bytes(shard_states or [])
+    return payload_bytes(weights) + 2 * payload_bytes(state) + 2 * shards

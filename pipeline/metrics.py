@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .checkpoint import atomic_write_bytes
+from .comm import driver_bytes
 from .tasks import RoundResult
 
 
@@ -67,6 +68,8 @@ def round_row(
         "comm_bytes": result.comm_bytes,
         "cum_comm_bytes": totals.cum_comm_bytes + result.comm_bytes,
         "comm_rounds": totals.cum_comm_rounds + result.comm_phases,
+        # Not in comm_bytes: the driver's own traffic (comm.driver_bytes).
+        "driver_bytes": driver_bytes(result.weights, result.state, result.shard_states),
         # Rows of training data the round's work read, all shards together: its compute.
         "images": result.rows,
         "cum_images": totals.cum_images + result.rows,
