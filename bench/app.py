@@ -8,63 +8,33 @@ what that flag means.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from .app_network import network
+from .app_options import (
+    BatchSize,
+    GradSample,
+    JsonOut,
+    LocalSteps,
+    Model,
+    Networks,
+    PlotOut,
+    Seed,
+    Store,
+    Workdir,
+    networks_or_standard,
+    parse_numbers,
+    save_result,
+    spec_from_options,
+)
 
 bench_app = typer.Typer(
     help="Benchmarks through the Dask pipeline (one cluster reused for every run).",
     no_args_is_help=True,
 )
-
-JsonOut = Annotated[Path | None, typer.Option("--json", help="Write the results here (JSON).")]
-PlotOut = Annotated[Path | None, typer.Option("--plot", help="Write the figure here (PNG).")]
-Workdir = Annotated[Path, typer.Option(help="Where stores and run directories go.")]
-Store = Annotated[str, typer.Option(help="Store to train on (written by `dane prepare`).")]
-Model = Annotated[str, typer.Option(help="Model.")]
-LocalSteps = Annotated[int, typer.Option(help="Local steps K per round.")]
-BatchSize = Annotated[int, typer.Option(help="Minibatch size per shard (per DDP rank).")]
-GradSample = Annotated[int, typer.Option(help="DANE: gradient rows per shard; 0: all.")]
-Seed = Annotated[int, typer.Option(help="Seed of data order and initial weights.")]
-Networks = Annotated[
-    list[str] | None,
-    typer.Option("--network", help="BANDWIDTH_GBPS,LATENCY_MS to project onto (repeatable)."),
-]
-
-
-def _numbers(text: str, flag: str, kind: type) -> tuple:
-    try:
-        return tuple(kind(v) for v in text.split(","))
-    except ValueError:
-        what = "integers" if kind is int else "numbers"
-        raise ValueError(
-            f"{flag} must be a comma-separated list of {what} (got {text!r})"
-        ) from None
-
-
-def _spec(spec_type: type, options: dict[str, Any], **converted: Any) -> Any:
-    """A bench spec from a command's options, by name (`converted`: those parsed first).
-
-    Paths (--workdir) become strings: specs are recorded in the results' JSON.
-    """
-    names = {f.name for f in fields(spec_type)}
-    given = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if k in names}
-    return spec_type(**{**given, **converted})
-
-
-def _save(result: dict[str, Any], json_out: Path | None, **outputs: Any) -> None:
-    from .output import save_results
-
-    save_results(result, json_out=json_out, echo=typer.echo, **outputs)
-
-
-def _networks(given: list[str] | None) -> tuple:
-    """--network values, or the two reference networks when none is given."""
-    from .network import STANDARD_NETWORKS, parse_network
-
-    return tuple(parse_network(n) for n in given) if given else STANDARD_NETWORKS
 
 
 @bench_app.command()
@@ -102,16 +72,16 @@ def convergence(
     from .convergence import ConvergenceSpec, markdown_table, plot, run_convergence
     from .output import saving_partial
 
-    spec = _spec(
+    spec = spec_from_options(
         ConvergenceSpec,
         options,
-        machines=_numbers(machines, "--machines", int),
-        samples=_numbers(samples, "--samples", int),
-        mus=_numbers(mu, "--mu", float),
+        machines=parse_numbers(machines, "--machines", int),
+        samples=parse_numbers(samples, "--samples", int),
+        mus=parse_numbers(mu, "--mu", float),
         algorithms=tuple(a.strip() for a in algorithms.split(",")),
     ).validate()
     result = run_convergence(spec, log=typer.echo, on_cell=saving_partial(json_out))
-    _save(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
+    save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 
 @bench_app.command("train")
@@ -136,7 +106,7 @@ def bench_train(
 
     runs = read_runs(configs, workdir, store=store, comm_rounds=comm_rounds)
     result = run_all(runs, log=typer.echo, on_run=saving_partial(json_out))
-    _save(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
+    save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 
 @bench_app.command()
@@ -154,8 +124,8 @@ def soak(
     options = dict(locals())
     from .soak import SoakSpec, markdown_table, run_soak
 
-    spec = _spec(SoakSpec, options).validate()
-    _save(run_soak(spec, log=typer.echo), json_out, table=markdown_table)
+    spec = spec_from_options(SoakSpec, options).validate()
+    save_result(run_soak(spec, log=typer.echo), json_out, table=markdown_table)
 
 
 @bench_app.command()
@@ -187,13 +157,13 @@ def scaling(
     from .scaling import ScalingSpec, run_scaling
     from .scaling_report import markdown_table, plot
 
-    spec = _spec(
+    spec = spec_from_options(
         ScalingSpec,
         options,
-        workers=_numbers(workers, "--workers", int),
-        networks=_networks(network),
+        workers=parse_numbers(workers, "--workers", int),
+        networks=networks_or_standard(network),
     ).validate()
-    _save(
+    save_result(
         run_scaling(spec, log=typer.echo),
         json_out,
         plot_out=plot_out,
@@ -257,16 +227,16 @@ def ddp(
             sgd_eval_every=10,
         )
     )
-    spec = _spec(
+    spec = spec_from_options(
         CompareSpec,
         options,
-        ddp=_spec(DdpSpec, options, target=targets[0]),
+        ddp=spec_from_options(DdpSpec, options, target=targets[0]),
         runs=dask_runs,
         targets=targets,
-        networks=_networks(network),
+        networks=networks_or_standard(network),
     ).validate()
     result = run_compare(spec, log=typer.echo)
-    _save(result, json_out, plot_out=plot_out, plot=compare_plot, table=compare_table)
+    save_result(result, json_out, plot_out=plot_out, plot=compare_plot, table=compare_table)
 
 
 @bench_app.command()
@@ -297,8 +267,8 @@ def single(
     options = dict(locals())
     from .single import SingleSpec, markdown_table, plot, run_single
 
-    spec = _spec(SingleSpec, options, targets=tuple(target or (0.88,))).validate()
-    _save(
+    spec = spec_from_options(SingleSpec, options, targets=tuple(target or (0.88,))).validate()
+    save_result(
         run_single(spec, log=typer.echo),
         json_out,
         plot_out=plot_out,
@@ -330,13 +300,16 @@ def shards(
     options = dict(locals())
     from .shards import ShardsSpec, markdown_table, plot, run_shards
 
-    spec = _spec(
-        ShardsSpec, options, config=str(config), shards=_numbers(shards, "--shards", int)
+    spec = spec_from_options(
+        ShardsSpec, options, config=str(config), shards=parse_numbers(shards, "--shards", int)
     ).validate()
-    _save(
+    save_result(
         run_shards(spec, log=typer.echo),
         json_out,
         plot_out=plot_out,
         plot=plot,
         table=markdown_table,
     )
+
+
+bench_app.command()(network)

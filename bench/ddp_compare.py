@@ -124,7 +124,8 @@ def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     shutil.rmtree(spec.workdir, ignore_errors=True)
     log("PyTorch DDP ...")
     ddp = run_ddp(spec.ddp)
-    methods: dict[str, Any] = {"ddp": _ddp_method(ddp, spec)}
+    images_per_step = spec.ddp.batch_size * spec.ddp.workers
+    methods: dict[str, Any] = {"ddp": ddp_method(ddp, images_per_step, spec.targets)}
     if spec.single:
         log("single process ...")
         methods["single"] = _single_method(run_single(spec.single_spec(), log=lambda _: None), spec)
@@ -157,8 +158,10 @@ def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     return result
 
 
-def _ddp_method(ddp: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
-    images_per_step = spec.ddp.batch_size * spec.ddp.workers
+def ddp_method(
+    ddp: dict[str, Any], images_per_step: int, targets: tuple[float, ...]
+) -> dict[str, Any]:
+    """A DDP run (ddp.run_ddp's result) as a method of the race: curve, targets, compute."""
     curve = [
         {
             "comm_rounds": p["comm_rounds"],
@@ -172,7 +175,7 @@ def _ddp_method(ddp: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
     return {
         "label": f"PyTorch DDP ({ddp['backend']})",
         "curve": curve,
-        **_targets(curve, spec.targets),
+        **targets_reached(curve, targets),
         # Mean compute per step (a time to target is a sum over steps): the training wall
         # time per step less the measured wait for the all-reduce.
         "round_compute_s": ddp["train_wall_s"] / ddp["steps"] - ddp["median_comm_s"],
@@ -197,7 +200,7 @@ def _single_method(single: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
     return {
         "label": f"one process ({single['threads']} threads)",
         "curve": curve,
-        **_targets(curve, spec.targets),
+        **targets_reached(curve, spec.targets),
         "bytes_per_round": 0,
         "phases": 0,  # no communication: nothing to project
     }
@@ -208,7 +211,29 @@ def _dask_method(name: str, config: RunConfig, spec: CompareSpec) -> dict[str, A
     label = f"dask-dane {name}"
     if not rows:  # diverged in its first round
         return {"label": label, "config": config.as_dict(), "curve": [], "phases": 0,
-                **_targets([], spec.targets), "bytes_per_round": 0}  # fmt: skip
+                **targets_reached([], spec.targets), "bytes_per_round": 0}  # fmt: skip
+    curve = dask_curve(rows)
+    # Means, not medians: a time to target is a sum over rounds, warm-up round included.
+    compute = statistics.fmean(r["max_worker_compute_s"] for r in rows)
+    fixed = statistics.fmean(
+        r["wall_s"] - (r.get("eval_s") or 0.0) - r["max_worker_compute_s"] for r in rows
+    )
+    phases = rows[0]["comm_rounds"]  # communication rounds of one iteration
+    return {
+        "label": label,
+        "config": config.as_dict(),
+        "curve": curve,
+        **targets_reached(curve, spec.targets),
+        "round_compute_s": compute,
+        "round_fixed_s": fixed,  # orchestration and loopback transfers, measured
+        "bytes_per_round": statistics.median(r["comm_bytes"] for r in rows),
+        "phases": phases,
+        "rounds_per_comm_round": 1 / phases,
+    }
+
+
+def dask_curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A dask-dane run's evaluations against training wall time (evaluation excluded)."""
     curve, wall = [], 0.0
     for row in rows:
         wall += row["wall_s"] - (row.get("eval_s") or 0.0)
@@ -222,26 +247,10 @@ def _dask_method(name: str, config: RunConfig, spec: CompareSpec) -> dict[str, A
                     "test_accuracy": row["test_accuracy"],
                 }
             )
-    # Means, not medians: a time to target is a sum over rounds, warm-up round included.
-    compute = statistics.fmean(r["max_worker_compute_s"] for r in rows)
-    fixed = statistics.fmean(
-        r["wall_s"] - (r.get("eval_s") or 0.0) - r["max_worker_compute_s"] for r in rows
-    )
-    phases = rows[0]["comm_rounds"]  # communication rounds of one iteration
-    return {
-        "label": label,
-        "config": config.as_dict(),
-        "curve": curve,
-        **_targets(curve, spec.targets),
-        "round_compute_s": compute,
-        "round_fixed_s": fixed,  # orchestration and loopback transfers, measured
-        "bytes_per_round": statistics.median(r["comm_bytes"] for r in rows),
-        "phases": phases,
-        "rounds_per_comm_round": 1 / phases,
-    }
+    return curve
 
 
-def _targets(curve: list[dict[str, Any]], targets: tuple[float, ...]) -> dict[str, Any]:
+def targets_reached(curve: list[dict[str, Any]], targets: tuple[float, ...]) -> dict[str, Any]:
     """Where the curve first reaches each target, and its final and best accuracy; the
     first target's figures also at the top level (the projection and the table use them)."""
     reached = {str(t): _first(curve, t) for t in targets}

@@ -70,7 +70,7 @@ def _time_to_target(
         )
         return method["comm_rounds_to_target"] * step
     phases = method["phases"]
-    payload = method["bytes_per_round"] / _model_copies(phases, measured_workers)
+    payload = method["bytes_per_round"] / model_copies(phases, measured_workers)
     per_round = project_dask_round_s(
         net,
         workers=workers,
@@ -83,7 +83,7 @@ def _time_to_target(
     return method["comm_rounds_to_target"] / phases * per_round
 
 
-def _model_copies(phases: int, workers: int) -> int:
+def model_copies(phases: int, workers: int) -> int:
     """Model-sized copies a round of `phases` phases moves on `workers` workers (comm.py):
     the weights to every worker and W - 1 partial sums back; then per later phase the
     broadcast to W - 1 workers and W - 1 partial sums."""

@@ -1,9 +1,10 @@
 """One rank of `dane bench ddp`'s DistributedDataParallel run (ddp.py starts the processes).
 
-Each rank joins the process group on 127.0.0.1, loads the shards the Dask pipeline would
-place on its worker, trains the model from the pipeline's initial weights with DDP, times
-each step and the part of it spent waiting on the all-reduce, and (rank 0) evaluates on the
-test split outside the training clock.
+Each rank joins the process group on 127.0.0.1 (or at DANE_DDP_MASTER, rank 0's address, where
+`dane bench network` starts the ranks in network namespaces with `python -m`), loads the
+shards the Dask pipeline would place on its worker, trains the model from the pipeline's
+initial weights with DDP, times each step and the part of it spent waiting on the all-reduce,
+and (rank 0) evaluates on the test split outside the training clock.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from .plain_torch import (
     minibatch_loss,
     rank_seed,
 )
+
+# Where rank 0 listens; unset, 127.0.0.1. bench network sets it, and GLOO_SOCKET_IFNAME, which
+# _pin_loopback leaves alone when it is set.
+MASTER_ENV = "DANE_DDP_MASTER"
 
 
 def rank_main(rank: int, spec: DdpSpec, port: int, out_dir: str) -> None:
@@ -92,6 +97,8 @@ def train_rank(rank: int, spec: DdpSpec, port: int) -> dict[str, Any]:
             # Untimed: all ranks resume together, so that no rank's next step counts rank 0's
             # evaluation as time spent waiting in the all-reduce.
             dist.barrier()
+            if spec.stop_at_target and _stop_now(curve, spec.target, device):
+                break
     timings.wall_s = time.perf_counter() - started
     return _report(rank, model, data, timings, curve, steps)
 
@@ -107,7 +114,7 @@ def _join_group(spec: DdpSpec, rank: int, port: int) -> torch.device:
     _pin_loopback()
     dist.init_process_group(
         backend,
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"tcp://{os.environ.get(MASTER_ENV, '127.0.0.1')}:{port}",
         rank=rank,
         world_size=spec.workers,
         timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S),
@@ -252,6 +259,16 @@ class _Evaluator:
         }
 
 
+def _stop_now(curve: list[dict[str, Any]], target: float, device: torch.device) -> bool:
+    """Rank 0's last evaluation reached the target (the other ranks, whose curve is empty,
+    learn it from rank 0)."""
+    flag = torch.zeros(1, device=device)
+    if curve:
+        flag[0] = float((curve[-1]["test_accuracy"] or 0.0) >= target)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
 def _report(
     rank: int,
     model: torch.nn.Module,
@@ -281,3 +298,16 @@ def _report(
         "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest(),
         "curve": curve,
     }
+
+
+def _main(argv: list[str]) -> None:
+    """`python -m dask_dane.bench.ddp_rank RANK PORT OUT_DIR SPEC_JSON`: one rank, its own
+    process (bench network starts each rank in its namespace this way)."""
+    rank, port, out_dir, spec_json = argv
+    rank_main(int(rank), DdpSpec(**json.loads(spec_json)), int(port), out_dir)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _main(sys.argv[1:])

@@ -35,6 +35,7 @@ class DdpSpec:
     target: float = 0.88  # test accuracy whose first crossing is reported
     dtype: str = "float32"
     device: str = "auto"  # auto | cpu | cuda
+    stop_at_target: bool = False  # stop at the first evaluation at or above `target`
 
     def validate(self) -> DdpSpec:
         """Return self, or raise ValueError naming the first bad setting and its fix."""

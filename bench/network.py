@@ -13,7 +13,11 @@ Q_k = bytes of one shard's output in phase k, d = ceil(log2 W) levels of the red
             + sum_k [ a + (W - 1) * P_k / B ]               (the reducing worker serves W-1)
             + sum_k d * t(Q_k)                              (tree: one merge per level)
             + t(P_0)                                        (driver gathers the new weights)
+            + D / B                                         (the driver's state, both ways)
 
+  D: the bytes the driver moves beyond the weights (comm.driver_bytes less P_0: a strategy's
+  server state, such as SGD's momentum, goes out and comes back every round; measured on
+  shaped links, `dane bench network`, leaving it out put synchronous SGD 47 % short).
   C: slowest worker's compute per round measured on W0 workers (strong scaling: the same work
   spread over W); O: the measured fixed cost per round (scheduler, driver). Dask workers fetch
   the phase input from the one worker that made it, so its uplink carries W - 1 copies: an
@@ -87,11 +91,17 @@ def tree_depth(workers: int) -> int:
 
 
 def dask_round_comm_s(
-    net: Network, workers: int, phase_inputs: list[int], phase_outputs: list[int]
+    net: Network,
+    workers: int,
+    phase_inputs: list[int],
+    phase_outputs: list[int],
+    driver_extra: int = 0,
 ) -> float:
-    """Communication time of one dask-dane round (see the module docstring)."""
+    """Communication time of one dask-dane round (see the module docstring); `driver_extra`:
+    the bytes the driver moves beyond the weights (its state both ways, comm.driver_bytes)."""
     depth = tree_depth(workers)
     total = 2 * net.send_s(phase_inputs[0])  # driver -> reducing worker, and back
+    total += driver_extra / net.bytes_per_s
     for sent, gathered in zip(phase_inputs, phase_outputs, strict=True):
         if workers > 1:
             total += net.latency_s + (workers - 1) * sent / net.bytes_per_s
@@ -108,9 +118,11 @@ def project_dask_round_s(
     fixed_s: float,
     phase_inputs: list[int],
     phase_outputs: list[int],
+    driver_extra: int = 0,
 ) -> float:
     compute = compute_s * measured_workers / workers
-    return compute + fixed_s + dask_round_comm_s(net, workers, phase_inputs, phase_outputs)
+    comm = dask_round_comm_s(net, workers, phase_inputs, phase_outputs, driver_extra)
+    return compute + fixed_s + comm
 
 
 def ring_allreduce_s(net: Network, workers: int, nbytes: int) -> float:

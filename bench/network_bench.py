@@ -1,0 +1,205 @@
+"""`dane bench network`: dask-dane, DDP, SGD and FedAvg on real shaped links, side by side.
+
+For each bandwidth (slowest last) every method runs once on the same NetnsCluster, from the
+same store, model and initial weights (network_spec.py sets the budgets). Per run: training
+wall time (evaluation excluded, as in `dane bench ddp`), the bytes the nodes put on their
+links against the pipeline's own count (`comm_bytes`), the time to `--target`, and the time
+`network.py`'s model predicts for the run from its own compute, rounds and bytes.
+
+The projection needs one figure the shaped runs cannot give: a round's fixed cost (driver and
+scheduler work), which on a slow link hides inside the communication. Each dask-dane method
+therefore first runs CALIBRATION_ROUNDS rounds on the same namespaces with the links
+unshaped; its median fixed cost per round is the model's `fixed_s` for that method.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..pipeline.metrics import read_metrics
+from ..pipeline.rundir import RunDir
+from .ddp_compare import dask_curve, ddp_method, targets_reached
+from .ddp_projection import model_copies
+from .netns import NetnsCluster, check_can_run, rate_bytes_per_s
+from .network import Network, project_dask_round_s, project_ddp_step_s
+from .network_runs import RunFailed, run_dask, run_ddp_ranks
+from .network_spec import NetworkSpec
+
+CALIBRATION_ROUNDS = 3
+# Headers of a full TCP/IPv4 frame at MTU 1500: 14 Ethernet + 20 IP + 32 TCP (timestamps) bytes
+# around 1448 of payload. The qdisc counts them; preamble, gap and checksum it does not.
+FRAME_OVERHEAD = (14 + 20 + 32) / 1448
+
+
+class _Terminated(Exception):
+    """SIGTERM, turned into an exception so that the namespaces are removed on the way out."""
+
+
+def _on_sigterm(*_: object) -> None:
+    raise _Terminated
+
+
+def run_network(spec: NetworkSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every method on every bandwidth; returns the JSON-able result (runs, calibration)."""
+    spec = spec.validate()
+    check_can_run()
+    shutil.rmtree(spec.workdir, ignore_errors=True)
+    work = Path(spec.workdir)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with NetnsCluster(workers=spec.workers) as cluster:
+            fixed = _calibrate(cluster, spec, work, log)
+            runs = [
+                _one_run(cluster, spec, method, rate, fixed.get(method, 0.0), work, log)
+                for rate in spec.bandwidths
+                for method in spec.all_methods()
+            ]
+    except _Terminated:
+        raise KeyboardInterrupt from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return {
+        "spec": {**spec.__dict__, "bandwidths": list(spec.bandwidths)},
+        "workers": spec.workers,
+        "target": spec.target,
+        "images_budget": spec.images_budget(),
+        "calibration": {"rounds": CALIBRATION_ROUNDS, "fixed_s_per_round": fixed},
+        "runs": runs,
+    }
+
+
+def _calibrate(
+    cluster: NetnsCluster, spec: NetworkSpec, work: Path, log: Callable[[str], None]
+) -> dict[str, float]:
+    """Each dask-dane method's fixed cost per round, on unshaped links (see module doc)."""
+    fixed = {}
+    for method in spec.dask_methods():
+        log(f"calibrating {method} on unshaped links ...")
+        config = spec.dask_config(method, rounds=CALIBRATION_ROUNDS)
+        run = run_dask(
+            cluster, config, work / "logs" / f"{method}-calibration", timeout=spec.timeout
+        )
+        rows = read_metrics(RunDir(Path(config.out)).metrics)
+        if run["exit_code"] != 0 or not rows:
+            raise RunFailed(f"calibration run of {method} failed: {run['driver_last_line']}")
+        fixed[method] = statistics.median(
+            r["wall_s"] - (r.get("eval_s") or 0.0) - r["max_worker_compute_s"] for r in rows
+        )
+    return fixed
+
+
+def _one_run(
+    cluster: NetnsCluster,
+    spec: NetworkSpec,
+    method: str,
+    rate: str,
+    fixed_s: float,
+    work: Path,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    log(f"{method} at {rate} ...")
+    cluster.shape(rate)
+    # The link's rate counts frames, headers included: tensors go FRAME_OVERHEAD slower.
+    payload_rate = rate_bytes_per_s(rate) / (1 + FRAME_OVERHEAD)
+    net = Network(bandwidth_gbps=payload_rate * 8 / 1e9, latency_ms=spec.latency_ms)
+    logs = work / "logs" / f"{method}-{rate}"
+    if method == "ddp":
+        row = _ddp_row(run_ddp_ranks(cluster, spec.ddp_spec(), logs), spec, net)
+    else:
+        config = spec.dask_config(method)
+        shutil.rmtree(config.out, ignore_errors=True)
+        run = run_dask(cluster, config, logs, timeout=spec.timeout)
+        row = _dask_row(run, Path(config.out), spec, net, fixed_s)
+    row = {"method": method, "bandwidth": rate, **row}
+    counted = row["comm_bytes"] + row["driver_bytes"]
+    row["overhead_fraction"] = (
+        row["wire_bytes"] / row["comm_bytes"] - 1 if row["comm_bytes"] else None
+    )
+    # What the wire should carry: the counted tensors in TCP/IP frames (the stated overhead);
+    # the rest is Dask's (or gloo's) own messages.
+    row["expected_wire_bytes"] = counted * (1 + FRAME_OVERHEAD)
+    row["unexplained_fraction"] = (
+        row["wire_bytes"] / row["expected_wire_bytes"] - 1 if counted else None
+    )
+    log(_line(row))
+    return row
+
+
+def _dask_row(
+    run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float
+) -> dict[str, Any]:
+    rows = read_metrics(RunDir(out).metrics)
+    curve = dask_curve(rows)
+    targets = targets_reached(curve, (spec.target or 1.0,))
+    return {
+        "exit_code": run["exit_code"],
+        "error": None if run["exit_code"] == 0 else run["driver_last_line"],
+        "rounds": len(rows),
+        "measured_s": curve[-1]["train_wall_s"] if curve else 0.0,
+        "projected_s": _project_dask(rows, spec.workers, net, fixed_s),
+        "wire_bytes": run["wire"]["bytes"],
+        "wire_by_node": run["wire"]["by_node"],
+        "comm_bytes": rows[-1]["cum_comm_bytes"] if rows else 0,
+        "driver_bytes": sum(r.get("driver_bytes", 0) for r in rows),
+        "time_to_target_s": targets["time_to_target_s"] if spec.target else None,
+        "final_test_accuracy": targets["final_test_accuracy"],
+        "best_test_accuracy": targets["best_test_accuracy"],
+        "images": rows[-1]["cum_images"] if rows else 0,
+        "curve": curve,
+    }
+
+
+def _project_dask(rows: list[dict[str, Any]], workers: int, net: Network, fixed_s: float) -> float:
+    """network.py's round time, summed over the run's rounds, from each round's own measured
+    compute and bytes and the method's calibrated fixed cost."""
+    total = 0.0
+    for r in rows:
+        phases = r["comm_rounds"]
+        payload = r["comm_bytes"] / model_copies(phases, workers)
+        total += project_dask_round_s(
+            net, workers=workers, measured_workers=workers, compute_s=r["max_worker_compute_s"],
+            fixed_s=fixed_s, phase_inputs=[payload] * phases, phase_outputs=[payload] * phases,
+            driver_extra=max(0, int(r.get("driver_bytes", 0) - payload)),
+        )  # fmt: skip
+    return total
+
+
+def _ddp_row(ddp: dict[str, Any], spec: NetworkSpec, net: Network) -> dict[str, Any]:
+    method = ddp_method(ddp, spec.batch_size * spec.workers, (spec.target or 1.0,))
+    steps = ddp["steps"]
+    step_s = project_ddp_step_s(
+        net, workers=spec.workers, measured_workers=spec.workers,
+        compute_s=method["round_compute_s"], grad_bytes=ddp["model_bytes"],
+    )  # fmt: skip
+    return {
+        "exit_code": 0,
+        "error": None,
+        "rounds": steps,
+        "measured_s": ddp["train_wall_s"],
+        "projected_s": steps * step_s,
+        "wire_bytes": ddp["wire"]["bytes"],
+        "wire_by_node": ddp["wire"]["by_node"],
+        "comm_bytes": steps * ddp["bytes_per_step_total"],
+        "driver_bytes": 0,  # no driver: the ranks hold the run
+        "time_to_target_s": method["time_to_target_s"] if spec.target else None,
+        "final_test_accuracy": method["final_test_accuracy"],
+        "best_test_accuracy": method["best_test_accuracy"],
+        "images": steps * spec.batch_size * spec.workers,
+        "curve": method["curve"],
+    }
+
+
+def _line(row: dict[str, Any]) -> str:
+    target = row["time_to_target_s"]
+    return (
+        f"  {row['method']} at {row['bandwidth']}: {row['measured_s']:.1f} s measured, "
+        f"{row['projected_s']:.1f} s projected, {row['wire_bytes'] / 1e6:.1f} MB on the wire "
+        f"({row['comm_bytes'] / 1e6:.1f} MB counted), final accuracy "
+        f"{(row['final_test_accuracy'] or 0) * 100:.2f} %"
+        + (f", target at {target:.1f} s" if target is not None else "")
+    )
