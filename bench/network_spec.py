@@ -22,7 +22,7 @@ from .specs import run_config
 
 METHODS = ("dane", "ddp", "sgd", "fedavg")
 _NOT_FROM_FILE = {"out", "store", "scheduler", "rounds", "workers"}  # the bench sets these
-EVALS_PER_RUN = 20  # evaluations of the step-by-step methods (DDP, SGD) over the budget
+EVALS_PER_EPOCH = 10  # of the step-by-step methods (DDP, SGD): the time to target's grain
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,21 +106,22 @@ class NetworkSpec:
         else:  # sgd: one minibatch per shard a round
             total = math.ceil(self.images_budget() / (shards * self.batch_size))
             config = self._base(algorithm="sgd", rounds=total, out=out,
-                                eval_every=max(1, total // EVALS_PER_RUN))  # fmt: skip
+                                eval_every=self._steps_between_evals(shards))  # fmt: skip
         if rounds is not None:
             config = replace(config, rounds=rounds, out=f"{out}-calibration")
         return replace(config, stop_at_accuracy=self.target or 0.0).validate()
 
+    def _steps_between_evals(self, batches_per_step: int) -> int:
+        rows = prepare_run(self._base()).store.num_train
+        return max(1, rows // (batches_per_step * self.batch_size * EVALS_PER_EPOCH))
+
     def ddp_spec(self) -> DdpSpec:
         """DDP on the same store, model, batch, rate and seed, over the same image budget."""
-        setup = prepare_run(self._base(algorithm="sgd"))
-        rows = setup.store.num_train
-        per_step = self.batch_size * self.workers
-        steps = max(1, self.images_budget() // per_step)
+        rows = prepare_run(self._base(algorithm="sgd")).store.num_train
         return DdpSpec(
             store=self.store, model=self.model, workers=self.workers,
             epochs=self.images_budget() / rows, batch_size=self.batch_size, lr=self.lr,
             momentum=self.momentum, seed=self.seed, device="cpu",
-            eval_every=max(1, steps // EVALS_PER_RUN),
+            eval_every=self._steps_between_evals(self.workers),
             target=self.target or 1.0, stop_at_target=self.target is not None,
         )  # fmt: skip
