@@ -221,6 +221,9 @@ def train(
         str | None, typer.Option(help="Address of a running Dask scheduler to use.")
     ] = None,
     host: Annotated[str | None, typer.Option(help="Interface a started cluster binds.")] = None,
+    broadcast: Annotated[
+        str | None, typer.Option(help="direct | tree | auto (tree from 4 workers) [auto].")
+    ] = None,
     dashboard_address: Annotated[
         str | None, typer.Option(help="Dashboard address [127.0.0.1:8787].")
     ] = None,

@@ -79,6 +79,9 @@ class ClusterSettings:
     scheduler: str | None = None
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
+    # How a phase's input reaches the workers: direct (all from one), tree (relayed), or auto
+    # (tree from graph.TREE_FROM_WORKERS workers on). Results are the same bit for bit.
+    broadcast: str = "auto"
     timeout: float = 60.0
     # TLS for --scheduler (tls://...); None: Dask's own config (distributed.comm.tls.*).
     tls_ca_file: str | None = None
@@ -87,6 +90,7 @@ class ClusterSettings:
 
     def check_cluster(self) -> None:
         _choice("--device", self.device, DEVICES)
+        _choice("--broadcast", self.broadcast, ("auto", "direct", "tree"))
         _at_least_one(
             ("--workers", self.workers), ("--threads-per-worker", self.threads_per_worker)
         )

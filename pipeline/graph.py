@@ -20,6 +20,10 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from . import tasks
 from .aggregate import reduction_groups
 
+# From this many workers on, `auto` sends a phase's input down a relay tree: with 4, the root
+# serves 2 copies in turn instead of 3 (measured by `dane bench network`, docs/results.md).
+TREE_FROM_WORKERS = 4
+
 
 @dataclass(frozen=True, kw_only=True)
 class ShardSet:
@@ -49,6 +53,7 @@ class RoundPlan:
     data: ShardSet
     evaluate: bool = True  # score the new weights on the test split
     opening: Any = None  # Future of the round's opening (a Broadcast), or None if it has none
+    broadcast: str = "auto"  # how a phase's input reaches the workers: direct | tree | auto
 
 
 def placeholder_plan(
@@ -112,11 +117,14 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
     # the worker of shard 0. Pinning it, and each merge where its first input is, makes the
     # transfers exactly those comm.py counts; the driver scatters the weights there.
     root = data.placement[0]
+    tree = use_tree(plan.broadcast, data.placement)
+    weights_at = _fan_out(b, plan.weights, data.placement, "relay_weights", t, tree)
     ended: list[str] = []  # each finished phase: the next phase's input, and the update's
     previous_locals: list[str | None] = [None] * len(data.shards)
     for phase, name in enumerate(phases):
         previous_end = ended[-1] if ended else None
         received = previous_end or plan.opening  # a future (the opening) is not a layer here
+        received_at = _fan_out(b, received, data.placement, f"relay_{name}", t, tree)
         locals_ = []
         for i, (shard, worker) in enumerate(zip(data.shards, data.placement, strict=True)):
             own_state = plan.shard_states[i] if plan.shard_states is not None else None
@@ -125,12 +133,13 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
                 round_input,
                 phase,
                 shard,
-                plan.weights,
-                received,
+                weights_at[worker],
+                received_at[worker],
                 previous_locals[i],
                 own_state,
             )
-            depends = [k for k in (previous_end, previous_locals[i]) if k]
+            inputs = (weights_at[worker], received_at[worker], previous_locals[i])
+            depends = [k for k in inputs if k in b.layers]
             locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
         total = _reduce_tree(b, locals_, data.placement, f"reduce_{name}", t)
         previous_locals = locals_
@@ -171,6 +180,42 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
             worker=data.test_worker,  # the weights travel, never the test split
         )
     return b.graph(), RoundKeys(result=result, evaluation=evaluation)
+
+
+def use_tree(broadcast: str, placement: list[str]) -> bool:
+    """Whether a phase's input goes down a relay tree (`auto`: from TREE_FROM_WORKERS on)."""
+    workers = len(set(placement))
+    return broadcast == "tree" or (broadcast == "auto" and workers >= TREE_FROM_WORKERS)
+
+
+def _fan_out(
+    b: _GraphBuilder, source: Any, placement: list[str], name: str, t: int, tree: bool
+) -> dict[str, Any]:
+    """Where each worker takes `source` (a key or a future, on the root worker) from.
+
+    Direct: every worker fetches it from the root, whose link then carries W - 1 copies in
+    turn. Tree: worker k copies it from worker k - 2^floor(log2 k) by a `relay` task, so
+    each level doubles the holders: ceil(log2 W) copies in turn, each over another link.
+    The values are the same objects either way, so results do not change by a bit.
+    """
+    workers = list(dict.fromkeys(placement))
+    if source is None or not tree:
+        return dict.fromkeys(workers, source)
+    copies = {workers[0]: source}
+    for k in range(1, len(workers)):
+        parent = copies[workers[k - (1 << (k.bit_length() - 1))]]
+        copies[workers[k]] = b.add(
+            b.key(name, t, k),
+            (relay, parent),
+            depends=[parent] if parent in b.layers else [],
+            worker=workers[k],
+        )
+    return copies
+
+
+def relay(value: Any) -> Any:
+    """A task's identity: the value, now held on this task's worker too (_fan_out)."""
+    return value
 
 
 @dataclass

@@ -234,6 +234,7 @@ def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-
                 **inputs,
                 data=data,
                 evaluate=evaluate,
+                broadcast=setup.config.broadcast,
             )
             graph, keys = build_round(plan)
             futures = client.get(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -110,3 +111,23 @@ def test_a_second_run_into_the_same_directory_is_refused(digits_stores, cluster_
         train(config, client=cluster_client)
 
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("algorithm", ["dane", "fedavg"])
+def test_a_relayed_broadcast_changes_no_bit(algorithm, digits_stores, cluster_client, tmp_path):
+    # --broadcast tree sends every phase input through relay tasks (graph._fan_out); the
+    # tensors are the same objects, so the run equals the direct one exactly, bytes included.
+    weights, rows = {}, {}
+    for broadcast in ("direct", "tree"):
+        config = replace(
+            _config(digits_stores[4], tmp_path / broadcast, algorithm, "float32", rounds=2),
+            broadcast=broadcast,
+        )
+        train(config, client=cluster_client)
+        weights[broadcast] = load_checkpoint(RunDir(tmp_path / broadcast).latest)["weights"]
+        rows[broadcast] = [json.loads(x) for x in (tmp_path / broadcast / "metrics.jsonl").open()]
+
+    assert torch.equal(weights["tree"], weights["direct"])
+    for tree, direct in zip(rows["tree"], rows["direct"], strict=True):
+        assert tree["train_loss"] == direct["train_loss"]
+        assert tree["comm_bytes"] == direct["comm_bytes"]

@@ -101,3 +101,45 @@ def test_single_phase_strategy_has_no_second_phase():
     local = [name for name in graph.layers if name.startswith("local_")]
     assert local == ["local_grad-3-0-ab12cd34"]
     assert keys.evaluation == "evaluate-3-ab12cd34"
+
+
+def _tree_plan(workers: int, broadcast: str) -> RoundPlan:
+    placement = [f"tcp://127.0.0.1:{1000 + i}" for i in range(workers)]
+    plan = _plan(Dane(eta=1.0, mu=0.0, solver=SOLVER), num_shards=workers)
+    return replace(plan, data=replace(plan.data, placement=placement), broadcast=broadcast)
+
+
+def _source_of(graph, key: str) -> str:
+    """The worker a relay task runs on, and the relay or root input it copies from."""
+    (parent,) = graph.dependencies[key] or {"root"}
+    return parent
+
+
+def test_a_tree_broadcast_relays_each_phase_input_by_doubling_the_holders():
+    # 8 workers: worker k copies from k - 2^floor(log2 k), so 3 levels instead of 7 copies
+    # in a row from the root; every worker's tasks take their own worker's copy.
+    graph, _ = build_round(_tree_plan(8, "tree"))
+
+    relays = sorted(n for n in graph.layers if key_split(n) == "relay_local_solve")
+    assert len(relays) == 7
+    parents = {k: _source_of(graph, f"relay_local_solve-3-{k}-ab12cd34") for k in range(1, 8)}
+    assert parents[1] == parents[2] == parents[4] == "broadcast_local_grad-3-ab12cd34"
+    assert parents[3] == parents[5] == "relay_local_solve-3-1-ab12cd34"
+    assert parents[6] == "relay_local_solve-3-2-ab12cd34"
+    assert parents[7] == "relay_local_solve-3-3-ab12cd34"
+    for k in range(1, 8):
+        worker = [f"tcp://127.0.0.1:{1000 + k}"]
+        assert graph.layers[f"relay_local_solve-3-{k}-ab12cd34"].annotations["workers"] == worker
+        deps = graph.dependencies[f"local_solve-3-{k}-ab12cd34"]
+        assert f"relay_local_solve-3-{k}-ab12cd34" in deps
+        assert "broadcast_local_grad-3-ab12cd34" not in deps
+        assert f"relay_weights-3-{k}-ab12cd34" in deps
+    # The root's own tasks take the input where it was made.
+    assert "broadcast_local_grad-3-ab12cd34" in graph.dependencies["local_solve-3-0-ab12cd34"]
+
+
+def test_auto_uses_the_tree_from_four_workers_and_direct_sends_below():
+    for workers, broadcast, relays in [(3, "auto", 0), (4, "auto", 3), (4, "direct", 0)]:
+        graph, _ = build_round(_tree_plan(workers, broadcast))
+        found = [n for n in graph.layers if key_split(n).startswith("relay_")]
+        assert len(found) == relays * 2, (workers, broadcast)  # weights and the broadcast
