@@ -44,6 +44,13 @@ def network(
     lr: Annotated[float, typer.Option(help="Learning rate of every method.")] = 0.05,
     seed: Seed = 0,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 120.0,
+    faults: Annotated[
+        bool,
+        typer.Option(
+            help="Instead: the first method at the first bandwidth, undisturbed and under each "
+            "fault of the wire (partition, flap, collapse); weights must equal."
+        ),
+    ] = False,
     cleanup: Annotated[
         bool, typer.Option(help="Only remove namespaces an earlier run left behind, and exit.")
     ] = False,
@@ -79,5 +86,12 @@ def network(
         check_can_run()
     except NetnsUnavailable as err:
         raise ValueError(str(err)) from None
+    if faults:
+        from .network_faults import run_faults
+        from .network_report import faults_table
+
+        result = run_faults(spec, log=typer.echo)
+        save_result(result, json_out, table=faults_table)
+        return
     result = run_network(spec, log=typer.echo)
     save_result(result, json_out, plot_out=plot_out, plot=network_plot, table=network_table)

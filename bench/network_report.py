@@ -37,6 +37,24 @@ def network_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def faults_table(result: dict[str, Any]) -> str:
+    """One row per fault: how the run ended, what it cost, and whether the weights equal."""
+    lines = [
+        f"faults at {result['bandwidth']} ({result['method']}, worker TTL "
+        f"{result['worker_ttl_s']:g} s):",
+        "| fault | exit | resumed | rounds | attempts | shards reloaded | wall s | cost s | "
+        "weights equal |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for run in result["runs"]:
+        lines.append(
+            f"| {run['fault']} | {run['exit_code']} | {run['resumed']} | {run['rounds']} | "
+            f"{run['attempts']} | {run['shards_reloaded']} | {run['process_wall_s']:.1f} | "
+            f"{run['cost_s']:+.1f} | {run['weights_equal']} |"
+        )
+    return "\n".join(lines)
+
+
 def _pct(fraction: float | None) -> str:
     return "" if fraction is None else f"{100 * fraction:+.1f} %"
 

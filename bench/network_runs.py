@@ -93,19 +93,22 @@ def last_line(log_dir: Path, name: str) -> str:
 
 
 def start_dask(
-    cluster: NetnsCluster, start: Callable[..., subprocess.Popen], timeout: float
+    cluster: NetnsCluster,
+    start: Callable[..., subprocess.Popen],
+    timeout: float,
+    env: dict[str, str] = DASK_ENV,
 ) -> None:
     """`dask scheduler` and `dask worker`s in their namespaces; returns once all are connected."""
     py = sys.executable
     host = cluster.address(SCHEDULER_NODE)
     start("scheduler", [*cluster.exec_prefix(SCHEDULER_NODE), py, "-m",
           "distributed.cli.dask_scheduler", "--host", host, "--port", str(SCHEDULER_PORT),
-          "--dashboard-address", f"{host}:8787"], DASK_ENV)  # fmt: skip
+          "--dashboard-address", f"{host}:8787"], env)  # fmt: skip
     for node in cluster.worker_nodes:
         start(f"worker-{node}", [*cluster.exec_prefix(node), py, "-m",
               "distributed.cli.dask_worker", scheduler_address(cluster), "--name", node,
               "--host", cluster.address(node), "--nthreads", "1", "--no-dashboard"],
-              DASK_ENV)  # fmt: skip
+              env)  # fmt: skip
     wait_for_workers(cluster, cluster.workers, timeout)
 
 
@@ -125,19 +128,33 @@ def wait_for_workers(cluster: NetnsCluster, count: int, timeout: float) -> None:
 
 
 def run_dask(
-    cluster: NetnsCluster, config: RunConfig, log_dir: Path, *, timeout: float
+    cluster: NetnsCluster,
+    config: RunConfig,
+    log_dir: Path,
+    *,
+    timeout: float,
+    worker_ttl_s: float | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """One `dane train --scheduler` run on fresh scheduler and workers; its wire bytes and
-    exit code (the run directory is config.out)."""
+    exit code (the run directory is config.out). `worker_ttl_s`: the scheduler's heartbeat
+    timeout (Dask's own default if None); `resume`: `dane train --out ... --resume`."""
     log_dir.mkdir(parents=True, exist_ok=True)
     config_path = log_dir / "config.toml"
     config_path.write_text(to_toml(replace(config, scheduler=None)))
+    if resume:
+        what = ["--out", config.out, "--resume"]
+    else:
+        what = [str(config.store), "--config", str(config_path)]
+    env = {**DASK_ENV}
+    if worker_ttl_s is not None:
+        env["DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"] = f"{worker_ttl_s:g}s"
     with processes(log_dir) as start:
-        start_dask(cluster, start, timeout)
+        start_dask(cluster, start, timeout, env)
         before = cluster.sent_bytes()
         started = time.perf_counter()
         driver = start("driver", [*cluster.exec_prefix(SCHEDULER_NODE), sys.executable, "-m",
-                       "dask_dane.cli", "train", str(config.store), "--config", str(config_path),
+                       "dask_dane.cli", "train", *what, "--timeout", f"{timeout:g}",
                        "--scheduler", scheduler_address(cluster)])  # fmt: skip
         code = driver.wait()
         wall = time.perf_counter() - started

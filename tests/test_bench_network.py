@@ -1,0 +1,159 @@
+"""`dane bench network`: real shaped links between network namespaces (root only), its budget
+and projection arithmetic (anywhere)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dask_dane.bench.netns import (
+    NAMESPACE_PREFIX,
+    NetnsUnavailable,
+    check_can_run,
+    rate_bytes_per_s,
+)
+from dask_dane.bench.network import Network, dask_round_comm_s
+from dask_dane.bench.network_spec import NetworkSpec
+from dask_dane.datasets.store import open_store
+
+
+def _netns_reason() -> str | None:
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
+        return "network namespaces need root, ip and tc (CI runs as root)"
+    try:
+        check_can_run()
+    except NetnsUnavailable as err:
+        return str(err)
+    return None
+
+
+needs_netns = pytest.mark.skipif(bool(_netns_reason()), reason=_netns_reason() or "")
+
+
+def _namespaces() -> list[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listing.splitlines() if line.strip()]
+
+
+def _host_links() -> list[str]:
+    listing = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return sorted(line.split(":")[1].strip() for line in listing.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("text", "bytes_per_s"),
+    [("1gbit", 125e6), ("100mbit", 12.5e6), ("10mbit", 1.25e6), ("1.5mbit", 187_500)],
+)
+def test_rates_read_as_tc_writes_them(text, bytes_per_s):
+    assert rate_bytes_per_s(text) == pytest.approx(bytes_per_s)
+
+
+@pytest.mark.parametrize("text", ["100", "fast", "0mbit", "-1gbit", "mbit"])
+def test_a_rate_that_is_not_one_is_refused(text):
+    with pytest.raises(ValueError, match="is not a rate like 1gbit"):
+        rate_bytes_per_s(text)
+
+
+def test_the_spec_refuses_unknown_methods_and_rates(digits_stores):
+    store = str(digits_stores[2])
+    with pytest.raises(ValueError, match="--methods takes"):
+        NetworkSpec(store=store, model="small-cnn", methods=("dane", "adam")).validate()
+    with pytest.raises(ValueError, match="not a rate"):
+        NetworkSpec(store=store, model="small-cnn", bandwidths=("fast",)).validate()
+
+
+def test_every_method_gets_the_images_of_n_dane_iterations(digits_stores):
+    # Digits, 2 shards: DANE reads every shard row once for its gradient and K x B rows in
+    # its solve, per iteration; FedAvg, SGD and DDP are given as many images.
+    spec = NetworkSpec(store=str(digits_stores[2]), model="small-cnn", rounds=3, local_steps=20)
+    rows = open_store(digits_stores[2]).num_train  # 1438: 1797 less the 20 % test split
+    assert rows == 1438
+    budget = 3 * (rows + 2 * 20 * 64)
+    assert spec.images_budget() == budget
+    assert spec.dask_config("fedavg").rounds == -(-budget // (2 * 20 * 64))
+    assert spec.dask_config("sgd").rounds == -(-budget // (2 * 64))
+    assert spec.ddp_spec().epochs == pytest.approx(budget / rows)
+
+
+def test_the_driver_state_is_on_the_projected_critical_path():
+    # 10 Mbit/s, no latency, 2 workers, one phase of 1 MB: the weights out and back (2 MB),
+    # one copy to the other worker (1 MB), one partial sum back (1 MB); then 2 MB of state.
+    net = Network(bandwidth_gbps=0.01, latency_ms=0.0)
+    plain = dask_round_comm_s(net, 2, [1_000_000], [1_000_000])
+    assert plain == pytest.approx(4 * 0.8)
+    assert dask_round_comm_s(net, 2, [1_000_000], [1_000_000], 2_000_000) == pytest.approx(6 * 0.8)
+
+
+@needs_netns
+def test_leftover_namespaces_are_refused_then_cleaned_up(digits_stores, tmp_path):
+    leftover = f"{NAMESPACE_PREFIX}test{os.getpid()}-s"
+    subprocess.run(["ip", "netns", "add", leftover], check=True)
+    try:
+        args = [sys.executable, "-m", "dask_dane.cli", "bench", "network"]
+        done = subprocess.run(
+            [*args, "--store", str(digits_stores[2]), "--model", "small-cnn",
+             "--workdir", str(tmp_path / "w")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert leftover in done.stderr and "--cleanup" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert not (tmp_path / "w").exists()
+        cleaned = subprocess.run([*args, "--cleanup"], capture_output=True, text=True, check=True)
+        assert leftover in cleaned.stdout
+        assert leftover not in _namespaces()
+    finally:
+        subprocess.run(["ip", "netns", "delete", leftover], capture_output=True)
+
+
+@needs_netns
+@pytest.mark.cluster
+def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_stores, tmp_path):
+    from dask_dane.bench.network_bench import run_network
+
+    namespaces, links = _namespaces(), _host_links()
+    spec = NetworkSpec(
+        store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
+        methods=("dane", "ddp"), rounds=3, local_steps=10, workdir=str(tmp_path / "net"),
+    )  # fmt: skip
+    result = run_network(spec, log=lambda line: None)
+
+    assert _namespaces() == namespaces and _host_links() == links
+    runs = {run["method"]: run for run in result["runs"]}
+    assert set(runs) == {"dane", "ddp"}
+    assert runs["dane"]["rounds"] == 3 and runs["dane"]["final_test_accuracy"] > 0.5
+    for run in runs.values():
+        assert run["bandwidth"] == "100mbit" and run["exit_code"] == 0
+        # Every counted byte crossed a shaped link, in frames; little else did.
+        assert run["wire_bytes"] > run["comm_bytes"] > 0
+        assert abs(run["unexplained_fraction"]) < 0.25, run
+        assert run["projected_s"] == pytest.approx(run["measured_s"], rel=0.5)
+    # The DANE run went through `dane train --scheduler` on the namespaced scheduler.
+    driver_log = (tmp_path / "net" / "logs" / "dane-100mbit" / "driver.log").read_text()
+    assert "10.213.7.1:8787" in driver_log
+
+
+@needs_netns
+@pytest.mark.cluster
+def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digits_stores, tmp_path):
+    from dask_dane.bench.network_faults import run_faults
+
+    spec = NetworkSpec(
+        store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
+        methods=("dane",), rounds=6, local_steps=10, workdir=str(tmp_path / "net"),
+    )  # fmt: skip
+    result = run_faults(spec, faults=("partition",), log=lambda line: None)
+
+    undisturbed, partitioned = result["runs"]
+    assert undisturbed["fault"] == "none" and undisturbed["exit_code"] == 0
+    assert partitioned["fault"] == "partition"
+    assert partitioned["exit_code"] == 0 or partitioned["resumed"]
+    assert partitioned["weights_equal"], partitioned
+    # The scheduler gave the worker up: its shard was reloaded and a round rerun.
+    assert partitioned["attempts"] > partitioned["rounds"] or partitioned["shards_reloaded"] > 0
+    assert partitioned["cost_s"] > 0
+    assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
