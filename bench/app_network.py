@@ -29,6 +29,9 @@ def network(
     methods: Annotated[
         str, typer.Option(help="Comma-separated, of dane, ddp, sgd, fedavg.")
     ] = "dane,ddp,sgd,fedavg",
+    broadcast: Annotated[
+        str, typer.Option(help="dask-dane runs once per mode given: auto, direct, tree.")
+    ] = "auto",
     rounds: Annotated[
         int, typer.Option(help="DANE iterations; the others read as many images.")
     ] = 10,
@@ -80,6 +83,7 @@ def network(
         options,
         bandwidths=tuple(b.strip() for b in bandwidth.split(",") if b.strip()),
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+        broadcasts=tuple(m.strip() for m in broadcast.split(",") if m.strip()),
         config=str(config) if config else None,
     ).validate()
     try:

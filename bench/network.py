@@ -10,7 +10,8 @@ dask-dane, per round of W workers (graph.py's placement; P_k = bytes of phase k'
 Q_k = bytes of one shard's output in phase k, d = ceil(log2 W) levels of the reduction tree):
 
     round = C * W0 / W  +  O  +  t(P_0)                    (driver scatters the weights)
-            + sum_k [ a + (W - 1) * P_k / B ]               (the reducing worker serves W-1)
+            + sum_k [ a + (W - 1) * P_k / B ]               (the reducing worker serves W-1;
+                                                              with --broadcast tree, d t(P_k))
             + sum_k d * t(Q_k)                              (tree: one merge per level)
             + t(P_0)                                        (driver gathers the new weights)
             + D / B                                         (the driver's state, both ways)
@@ -96,17 +97,28 @@ def dask_round_comm_s(
     phase_inputs: list[int],
     phase_outputs: list[int],
     driver_extra: int = 0,
+    tree: bool = False,
 ) -> float:
     """Communication time of one dask-dane round (see the module docstring); `driver_extra`:
-    the bytes the driver moves beyond the weights (its state both ways, comm.driver_bytes)."""
+    the bytes the driver moves beyond the weights (its state both ways, comm.driver_bytes);
+    `tree`: phase inputs go down graph.py's relay tree instead of all from one worker."""
     depth = tree_depth(workers)
     total = 2 * net.send_s(phase_inputs[0])  # driver -> reducing worker, and back
     total += driver_extra / net.bytes_per_s
     for sent, gathered in zip(phase_inputs, phase_outputs, strict=True):
-        if workers > 1:
-            total += net.latency_s + (workers - 1) * sent / net.bytes_per_s
+        total += broadcast_s(net, workers, sent, tree)
         total += depth * net.send_s(gathered) if gathered else 0.0
     return total
+
+
+def broadcast_s(net: Network, workers: int, nbytes: float, tree: bool) -> float:
+    """One phase input from the reducing worker to the W - 1 others: in turn over its one
+    link, or down the relay tree, one copy per level."""
+    if workers < 2:
+        return 0.0
+    if tree:
+        return tree_depth(workers) * net.send_s(nbytes)
+    return net.latency_s + (workers - 1) * nbytes / net.bytes_per_s
 
 
 def project_dask_round_s(
@@ -119,9 +131,10 @@ def project_dask_round_s(
     phase_inputs: list[int],
     phase_outputs: list[int],
     driver_extra: int = 0,
+    tree: bool = False,
 ) -> float:
     compute = compute_s * measured_workers / workers
-    comm = dask_round_comm_s(net, workers, phase_inputs, phase_outputs, driver_extra)
+    comm = dask_round_comm_s(net, workers, phase_inputs, phase_outputs, driver_extra, tree)
     return compute + fixed_s + comm
 
 

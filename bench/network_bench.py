@@ -14,13 +14,17 @@ unshaped; its median fixed cost per round is the model's `fixed_s` for that meth
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import signal
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..pipeline.checkpoint import load_checkpoint
+from ..pipeline.graph import use_tree
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
 from .ddp_compare import dask_curve, ddp_method, targets_reached
@@ -55,9 +59,10 @@ def run_network(spec: NetworkSpec, log: Callable[[str], None] = print) -> dict[s
         with NetnsCluster(workers=spec.workers) as cluster:
             fixed = _calibrate(cluster, spec, work, log)
             runs = [
-                _one_run(cluster, spec, method, rate, fixed.get(method, 0.0), work, log)
+                _one_run(cluster, spec, (method, mode), rate, fixed.get(method, 0.0), work, log)
                 for rate in spec.bandwidths
                 for method in spec.all_methods()
+                for mode in (spec.broadcasts if method != "ddp" else ("",))
             ]
     except _Terminated:
         raise KeyboardInterrupt from None
@@ -96,25 +101,30 @@ def _calibrate(
 def _one_run(
     cluster: NetnsCluster,
     spec: NetworkSpec,
-    method: str,
+    run_of: tuple[str, str],
     rate: str,
     fixed_s: float,
     work: Path,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
-    log(f"{method} at {rate} ...")
+    """Method `run_of[0]` (broadcast `run_of[1]`, dask-dane only) at `rate`: one row."""
+    method, mode = run_of
+    log(f"{method}{f' ({mode} broadcast)' if mode else ''} at {rate} ...")
     cluster.shape(rate)
     # The link's rate counts frames, headers included: tensors go FRAME_OVERHEAD slower.
     payload_rate = rate_bytes_per_s(rate) / (1 + FRAME_OVERHEAD)
     net = Network(bandwidth_gbps=payload_rate * 8 / 1e9, latency_ms=spec.latency_ms)
-    logs = work / "logs" / f"{method}-{rate}"
+    logs = work / "logs" / f"{method}-{rate}{f'-{mode}' if mode else ''}"
     if method == "ddp":
         row = _ddp_row(run_ddp_ranks(cluster, spec.ddp_spec(), logs), spec, net)
     else:
-        config = spec.dask_config(method)
+        config = replace(spec.dask_config(method), broadcast=mode)
+        if len(spec.broadcasts) > 1:
+            config = replace(config, out=f"{config.out}-{mode}")
         shutil.rmtree(config.out, ignore_errors=True)
         run = run_dask(cluster, config, logs, timeout=spec.timeout)
-        row = _dask_row(run, Path(config.out), spec, net, fixed_s)
+        tree = use_tree(config.broadcast, [str(i) for i in range(spec.workers)])
+        row = _dask_row(run, Path(config.out), spec, net, fixed_s, tree)
     row = {"method": method, "bandwidth": rate, **row}
     counted = row["comm_bytes"] + row["driver_bytes"]
     row["overhead_fraction"] = (
@@ -131,7 +141,7 @@ def _one_run(
 
 
 def _dask_row(
-    run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float
+    run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float, tree: bool
 ) -> dict[str, Any]:
     rows = read_metrics(RunDir(out).metrics)
     curve = dask_curve(rows)
@@ -141,7 +151,10 @@ def _dask_row(
         "error": None if run["exit_code"] == 0 else run["driver_last_line"],
         "rounds": len(rows),
         "measured_s": curve[-1]["train_wall_s"] if curve else 0.0,
-        "projected_s": _project_dask(rows, spec.workers, net, fixed_s),
+        "projected_s": _project_dask(rows, spec.workers, net, fixed_s, tree),
+        "broadcast": "tree" if tree else "direct",
+        # Equal across --broadcast modes: the tree changes where bytes go, not one bit.
+        "weights_sha256": _weights_hash(out) if rows else None,
         "wire_bytes": run["wire"]["bytes"],
         "wire_by_node": run["wire"]["by_node"],
         "comm_bytes": rows[-1]["cum_comm_bytes"] if rows else 0,
@@ -154,7 +167,14 @@ def _dask_row(
     }
 
 
-def _project_dask(rows: list[dict[str, Any]], workers: int, net: Network, fixed_s: float) -> float:
+def _weights_hash(out: Path) -> str:
+    weights = load_checkpoint(RunDir(out).latest)["weights"]
+    return hashlib.sha256(weights.numpy().tobytes()).hexdigest()
+
+
+def _project_dask(
+    rows: list[dict[str, Any]], workers: int, net: Network, fixed_s: float, tree: bool
+) -> float:
     """network.py's round time, summed over the run's rounds, from each round's own measured
     compute and bytes and the method's calibrated fixed cost."""
     total = 0.0
@@ -164,7 +184,7 @@ def _project_dask(rows: list[dict[str, Any]], workers: int, net: Network, fixed_
         total += project_dask_round_s(
             net, workers=workers, measured_workers=workers, compute_s=r["max_worker_compute_s"],
             fixed_s=fixed_s, phase_inputs=[payload] * phases, phase_outputs=[payload] * phases,
-            driver_extra=max(0, int(r.get("driver_bytes", 0) - payload)),
+            driver_extra=max(0, int(r.get("driver_bytes", 0) - payload)), tree=tree,
         )  # fmt: skip
     return total
 

@@ -26,7 +26,7 @@ def network_table(result: dict[str, Any]) -> str:
         reached = run["time_to_target_s"]
         overhead = run["overhead_fraction"]
         lines.append(
-            f"| {run['bandwidth']} | {run['method']} | {run['measured_s']:.1f} | "
+            f"| {run['bandwidth']} | {_name(run)} | {run['measured_s']:.1f} | "
             f"{run['projected_s']:.1f} | {error} | "
             f"{'not reached' if reached is None else f'{reached:.1f}'} | "
             f"{run['wire_bytes'] / 1e6:.2f} | {run['comm_bytes'] / 1e6:.2f} | "
@@ -55,6 +55,11 @@ def faults_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _name(run: dict[str, Any]) -> str:
+    tree = run.get("broadcast") == "tree"
+    return f"{run['method']} (tree)" if tree else run["method"]
+
+
 def _pct(fraction: float | None) -> str:
     return "" if fraction is None else f"{100 * fraction:+.1f} %"
 
@@ -64,7 +69,7 @@ def network_plot(result: dict[str, Any], path: Path) -> None:
     from ..pipeline.report import pyplot, save_figure
 
     rates = list(dict.fromkeys(run["bandwidth"] for run in result["runs"]))
-    methods = list(dict.fromkeys(run["method"] for run in result["runs"]))
+    methods = list(dict.fromkeys(_name(run) for run in result["runs"]))
     fig, axes = pyplot().subplots(1, len(rates), figsize=(5 * len(rates), 4.2), squeeze=False)
     for ax, rate in zip(axes[0], rates, strict=True):
         for run in (r for r in result["runs"] if r["bandwidth"] == rate):
@@ -72,8 +77,8 @@ def network_plot(result: dict[str, Any], path: Path) -> None:
             ax.plot(
                 [p["train_wall_s"] for p in curve],
                 [p["test_accuracy"] for p in curve],
-                label=run["method"],
-                color=f"C{methods.index(run['method'])}",
+                label=_name(run),
+                color=f"C{methods.index(_name(run))}",
                 marker=".",
             )
         if result.get("target"):

@@ -44,6 +44,7 @@ class NetworkSpec:
     momentum: float = 0.9
     seed: int = 0
     timeout: float = 120.0
+    broadcasts: tuple[str, ...] = ("auto",)  # each dask-dane method once per mode (--broadcast)
     latency_ms: float = 0.05  # the projection's latency: veth adds no delay, tbf only queues
     workdir: str = "bench-out/network"
 
@@ -61,6 +62,11 @@ class NetworkSpec:
             raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
+        if not self.broadcasts or set(self.broadcasts) - {"auto", "direct", "tree"}:
+            raise ValueError(
+                f"--broadcast takes a comma-separated list of auto, direct, tree "
+                f"(got {','.join(self.broadcasts) or 'none'})"
+            )
         if self.timeout <= 0:
             raise ValueError(f"--timeout must be positive (got {self.timeout})")
         for name in self.dask_methods():
