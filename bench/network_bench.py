@@ -9,7 +9,8 @@ links against the pipeline's own count (`comm_bytes`), the time to `--target`, a
 The projection needs one figure the shaped runs cannot give: a round's fixed cost (driver and
 scheduler work), which on a slow link hides inside the communication. Each dask-dane method
 therefore first runs CALIBRATION_ROUNDS rounds on the same namespaces with the links
-unshaped; its median fixed cost per round is the model's `fixed_s` for that method.
+unshaped, with its graph unchanged but as little compute as it allows (2 local steps, 256
+gradient rows); its median fixed cost per round is the model's `fixed_s` for that method.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from .network import Network, project_dask_round_s, project_ddp_step_s
 from .network_runs import RunFailed, run_dask, run_ddp_ranks
 from .network_spec import NetworkSpec
 
-CALIBRATION_ROUNDS = 3
+# A run's first rounds pay for connections and first calls: the median is taken after them.
+CALIBRATION_ROUNDS, CALIBRATION_WARMUP = 10, 2
+ROUND_FIGURES = ("wall_s", "eval_s", "max_worker_compute_s", "comm_bytes", "driver_bytes",
+                 "comm_rounds")  # fmt: skip
 # Headers of a full TCP/IPv4 frame at MTU 1500: 14 Ethernet + 20 IP + 32 TCP (timestamps) bytes
 # around 1448 of payload. The qdisc counts them; preamble, gap and checksum it does not.
 FRAME_OVERHEAD = (14 + 20 + 32) / 1448
@@ -93,7 +97,8 @@ def _calibrate(
         if run["exit_code"] != 0 or not rows:
             raise RunFailed(f"calibration run of {method} failed: {run['driver_last_line']}")
         fixed[method] = statistics.median(
-            r["wall_s"] - (r.get("eval_s") or 0.0) - r["max_worker_compute_s"] for r in rows
+            r["wall_s"] - (r.get("eval_s") or 0.0) - r["max_worker_compute_s"]
+            for r in rows[CALIBRATION_WARMUP:]
         )
     return fixed
 
@@ -164,6 +169,8 @@ def _dask_row(
         "best_test_accuracy": targets["best_test_accuracy"],
         "images": rows[-1]["cum_images"] if rows else 0,
         "curve": curve,
+        # What the projection reads, per round: enough to project the run again offline.
+        "round_figures": [{k: r.get(k) for k in ROUND_FIGURES} for r in rows],
     }
 
 
@@ -177,9 +184,9 @@ def _project_dask(
 ) -> float:
     """network.py's round time, summed over the run's rounds, from each round's own measured
     compute and bytes and the method's calibrated fixed cost."""
-    total = 0.0
+    total, before = 0.0, 0
     for r in rows:
-        phases = r["comm_rounds"]
+        phases, before = r["comm_rounds"] - before, r["comm_rounds"]  # the row's is cumulative
         payload = r["comm_bytes"] / model_copies(phases, workers)
         total += project_dask_round_s(
             net, workers=workers, measured_workers=workers, compute_s=r["max_worker_compute_s"],

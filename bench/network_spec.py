@@ -22,6 +22,7 @@ from .specs import run_config
 
 METHODS = ("dane", "ddp", "sgd", "fedavg")
 _NOT_FROM_FILE = {"out", "store", "scheduler", "rounds", "workers"}  # the bench sets these
+CALIBRATION_GRAD_ROWS = 256  # DANE's gradient rows per shard in a calibration run
 EVALS_PER_EPOCH = 10  # of the step-by-step methods (DDP, SGD): the time to target's grain
 
 
@@ -113,9 +114,13 @@ class NetworkSpec:
             total = math.ceil(self.images_budget() / (shards * self.batch_size))
             config = self._base(algorithm="sgd", rounds=total, out=out,
                                 eval_every=self._steps_between_evals(shards))  # fmt: skip
-        if rounds is not None:
-            config = replace(config, rounds=rounds, out=f"{out}-calibration")
-        return replace(config, stop_at_accuracy=self.target or 0.0).validate()
+        config = replace(config, stop_at_accuracy=self.target or 0.0)
+        if rounds is not None:  # a calibration run: the same graph, as little compute as may be
+            config = replace(config, rounds=rounds, out=f"{out}-calibration", stop_at_accuracy=0.0,
+                             local_steps=min(config.local_steps, 2))  # fmt: skip
+            if config.algorithm == "dane":
+                config = replace(config, grad_sample=CALIBRATION_GRAD_ROWS)
+        return config.validate()
 
     def _steps_between_evals(self, batches_per_step: int) -> int:
         rows = prepare_run(self._base()).store.num_train

@@ -116,6 +116,7 @@ class _RoundLog:
     rows: list[dict[str, Any]] = field(default_factory=list)
     periods: list[float] = field(default_factory=list)
     transfers: list[dict[str, float]] = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)  # Dask's bytes per worker, last round
 
 
 def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
@@ -216,6 +217,8 @@ def _run_workers(
             roundlog.periods.append(now - last[0])
             roundlog.transfers.append(_transfers_between(client, last[1], wall_now))
             roundlog.rows.append(row)
+            if row["round"] == config.rounds:  # the last round (left out of the medians)
+                roundlog.held.update(client.run(_held_bytes))
             last[:] = [time.perf_counter(), time.time()]
 
         def on_start(dashboard: str, count: int) -> None:
@@ -245,7 +248,7 @@ def _run_workers(
         "oversubscribed": workers * config.threads_per_worker > (os.cpu_count() or 1),
         "rounds": rounds,
         "median": {k: statistics.median(r[k] for r in rounds) for k in rounds[0]},
-        "memory": memory.check(setup, workers, bare, peak, model_bytes),
+        "memory": memory.check(setup, workers, bare, peak, model_bytes, roundlog.held),
         "memory_trace": trace,
         **({"profile": profile} if profile else {}),
     }
@@ -255,6 +258,11 @@ def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
     from ..pipeline.cluster import make_client
 
     return make_client(config)
+
+
+def _held_bytes(dask_worker: Any = None) -> int:
+    """Bytes of the data a worker holds, as Dask sizes it (pipeline/sizes.py's sizeof)."""
+    return int(dask_worker.state.nbytes)
 
 
 def _transfers_between(client: Any, start: float, stop: float) -> dict[str, float]:
@@ -296,7 +304,6 @@ def _breakdown(
         "comm_bytes": row["comm_bytes"],
         "dask_bytes": transfer["bytes"] + scattered,
         "dask_transfers": transfer["count"],
-        "client_bytes": scattered + model_bytes,  # weights out, new weights back
     }
 
 

@@ -21,6 +21,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
+from .integrity import DIGEST_KEY, check_digest, metadata_digest
 from .partition import PartitionSpec, partition_rows
 from .sources import RawDataset, check_raw_dataset
 
@@ -126,6 +127,7 @@ def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: 
         _write_array(group, "train/y", raw.y_train[order])
         _write_array(group, "test/x", raw.x_test)
         _write_array(group, "test/y", raw.y_test)
+        attrs[DIGEST_KEY] = metadata_digest(group, attrs)
         group.attrs.update(attrs)  # written last: a store without attributes is incomplete
         _replace_dir(tmp, out)
     finally:
@@ -204,6 +206,7 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
             f"{path} is a zarr store but not in the dask-dane layout (missing or bad "
             f"{_brief(err)}); re-create it with `dane prepare`"
         ) from None
+    check_digest(group, attrs, str(path))
     _check_consistent(info, train_y.shape[0], test_y.shape[0], test_x.shape[1:])
     _check_chunks_present(info, group)
     return info

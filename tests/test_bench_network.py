@@ -128,10 +128,18 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_
     assert runs["dane"]["rounds"] == 3 and runs["dane"]["final_test_accuracy"] > 0.5
     for run in runs.values():
         assert run["bandwidth"] == "100mbit" and run["exit_code"] == 0
-        # Every counted byte crossed a shaped link, in frames; little else did.
         assert run["wire_bytes"] > run["comm_bytes"] > 0
-        assert abs(run["unexplained_fraction"]) < 0.25, run
         assert run["projected_s"] == pytest.approx(run["measured_s"], rel=0.5)
+    # Every counted byte crossed a shaped link, in frames; little else did. gloo sends the
+    # ring's chunks and nothing more (measured +3.4 %); Dask adds its task and heartbeat
+    # messages, a few KB a round against a 153 KB model (+8 %).
+    assert abs(runs["ddp"]["unexplained_fraction"]) < 0.10, runs["ddp"]
+    assert abs(runs["dane"]["unexplained_fraction"]) < 0.20, runs["dane"]
+    # The driver's node sent the weights and nothing model-sized besides: DANE keeps no
+    # state, so comm.driver_bytes is the new weights coming back, one model a round.
+    model = runs["dane"]["driver_bytes"] / 3
+    driver_sent = runs["dane"]["wire_by_node"]["s"]
+    assert 3 * model < driver_sent < 3 * model * 1.5
     # The DANE run went through `dane train --scheduler` on the namespaced scheduler.
     driver_log = (tmp_path / "net" / "logs" / "dane-100mbit" / "driver.log").read_text()
     assert "10.213.7.1:8787" in driver_log

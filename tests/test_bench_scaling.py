@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 
@@ -57,8 +58,7 @@ def test_dask_transfer_logs_agree_with_the_counted_bytes(scaling):
     # 1 worker: only the scatter of the weights; 2 workers, DANE: 5 model-sized copies.
     assert one["median"]["comm_bytes"] == pytest.approx(model, rel=0.01)
     assert two["median"]["comm_bytes"] == pytest.approx(5 * model, rel=0.01)
-    # The driver sends the weights and receives the new ones, whatever the shard count.
-    assert two["median"]["client_bytes"] == pytest.approx(2 * model, rel=0.01)
+    # (The driver's own bytes are measured on a wire: test_bench_network.)
 
 
 @pytest.mark.cluster
@@ -76,11 +76,11 @@ def test_memory_report_follows_the_bound_it_states(scaling):
         assert data[0] > max(data[1:], default=0)
         for worker in run["memory"]:
             assert worker["peak_mib"] >= worker["bare_mib"] > 50  # a real process with torch
-            assert worker["bound_mib"] == pytest.approx(
-                worker["data_mib"] + 20 * model_mib + worker["bare_mib"], abs=0.01
-            )
-            assert worker["within"] == (worker["peak_mib"] <= worker["bound_mib"])
-            assert worker["extended_bound_mib"] > worker["bound_mib"]
+            # The data bytes come from the store's row counts; Dask's own count of what the
+            # worker held in the last round must cover them, plus no more than the model
+            # copies of a round (weights, broadcasts, partial sums) and 1 MiB of small keys.
+            held, data = worker["dask_held_mib"], worker["data_mib"]
+            assert data <= held <= data + 20 * model_mib + 1, worker
         # Where the memory went, traced while the run trained: every round seen, the loads
         # before them, and nothing above the peak the kernel reports (give or take 1 MiB:
         # Linux updates the high-water mark behind ru_maxrss lazily).
@@ -97,7 +97,15 @@ def test_outputs_reference_fixed_cost_and_projection(scaling):
     result, out = scaling
     assert (out / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "s.png").stat().st_size > 10_000
-    assert result["runs"][0]["speedup"] == 1.0
+    # Speedup from two clocks: the bench's own round periods, and the wall times the driver
+    # wrote in each run's metrics.jsonl (the same rounds: warm-up and last left out).
+    medians = []
+    for run in result["runs"]:
+        rows = [json.loads(x) for x in (out / "work" / f"run-{run['workers']}" / "metrics.jsonl")
+                .read_text().splitlines()][1:-1]  # fmt: skip
+        medians.append(statistics.median(r["wall_s"] for r in rows))
+        assert run["median"]["wall_s"] == pytest.approx(medians[-1], rel=0.25, abs=0.02)
+    assert result["runs"][1]["speedup"] == pytest.approx(medians[0] / medians[1], rel=0.4)
     assert result["reference"]["median_s"] > 0
     assert result["overhead_ratio"] > 0
     assert [f["workers"] for f in result["fixed_cost"]] == [1, 2]

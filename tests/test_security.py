@@ -20,6 +20,7 @@ import pytest
 import torch
 import zarr
 
+from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.store import open_store
 from dask_dane.pipeline.checkpoint import load_checkpoint
 from dask_dane.pipeline.cluster import make_client, worker_addresses
@@ -211,9 +212,9 @@ def test_store_attributes_are_read_as_data(digits_stores, tmp_path):
     shutil.copytree(digits_stores[2], store)
     marker = tmp_path / "pwned"
     code = f"__import__('os').system('touch {marker}')"
-    zarr.open_group(store, mode="r+", zarr_format=3).attrs.update(
-        {"source": code, "partition": {"kind": code, "seed": code}}
-    )
+    group = zarr.open_group(store, mode="r+", zarr_format=3)
+    group.attrs.update({"source": code, "partition": {"kind": code, "seed": code}})
+    group.attrs[DIGEST_KEY] = metadata_digest(group, dict(group.attrs))  # signed, as if written
 
     info = open_store(store)
 

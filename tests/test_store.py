@@ -10,6 +10,7 @@ import pytest
 import zarr
 
 from dask_dane.datasets import store as store_module
+from dask_dane.datasets.integrity import DIGEST_KEY
 from dask_dane.datasets.partition import PartitionSpec, partition_rows
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import (
@@ -362,3 +363,31 @@ def test_a_worker_that_cannot_see_the_store_says_so_and_what_it_needs(tmp_path):
     message = str(raised.value)
     assert message.startswith(f"worker {tasks.worker_id()} cannot see the store {missing}; ")
     assert "every worker shares" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda g: g.attrs.update({"normalization": {"mean": 0.0, "std": 1.0}}),
+        lambda g: g.attrs.update({"shards": [[0, 100], [100, 240]]}),
+        lambda g: g["train/y"].resize((200,)),  # the layout, not the attributes
+    ],
+    ids=["normalization", "shards", "array-shape"],
+)
+def test_metadata_edited_after_writing_is_refused(synthetic, tmp_path, edit):
+    path = tmp_path / "s.zarr"
+    write_store(synthetic, PartitionSpec(num_shards=2), path, force=False)
+    edit(zarr.open_group(path, mode="r+", zarr_format=3))
+
+    with pytest.raises(ValueError, match=r"digest mismatch.*--force"):
+        open_store(path)
+
+
+def test_a_store_written_before_digests_still_opens(synthetic, tmp_path):
+    path = tmp_path / "s.zarr"
+    info = write_store(synthetic, PartitionSpec(num_shards=2), path, force=False)
+    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    assert len(group.attrs[DIGEST_KEY]) == 64
+    del group.attrs[DIGEST_KEY]
+
+    assert open_store(path) == info
