@@ -220,6 +220,9 @@ def train(
     scheduler: Annotated[
         str | None, typer.Option(help="Address of a running Dask scheduler to use.")
     ] = None,
+    scheduler_file: Annotated[
+        str | None, typer.Option(help="A running scheduler's `--scheduler-file` (jobqueue).")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="Interface a started cluster binds.")] = None,
     broadcast: Annotated[
         str | None, typer.Option(help="direct | tree | auto (tree from 4 workers) [auto].")

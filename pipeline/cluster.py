@@ -24,7 +24,7 @@ from typing import Any
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .config import ClusterSettings
+from .config import ClusterSettings, scheduler_file_address
 from .errors import ClusterLost
 
 
@@ -127,24 +127,11 @@ def make_client(config: ClusterSettings) -> Iterator[Client]:
 
     `config` is the run's cluster section (a RunConfig is one).
     """
-    if config.scheduler:
-        security = _security(config)
-        if (
-            config.scheduler.startswith("tls://")
-            and not security.get_connection_args("client")["ssl_context"]
-        ):
-            raise ValueError(
-                f"the scheduler {config.scheduler} speaks TLS and no certificates are set; pass "
-                "--tls-ca-file, --tls-cert and --tls-key (or set distributed.comm.tls.* in the "
-                "Dask config)"
-            )
-        try:
-            client = Client(config.scheduler, timeout=config.timeout, security=security)
-        except (OSError, TimeoutError) as err:
-            raise ValueError(
-                f"no Dask scheduler answered at {config.scheduler} within {config.timeout:g} s "
-                f"({type(err).__name__}); check the address or start one with `dask scheduler`"
-            ) from None
+    address = config.scheduler
+    if config.scheduler_file:
+        address = scheduler_file_address(config.scheduler_file)
+    if address:
+        client = _connect(config, address)
         cluster = None
     else:
         cluster = _start_cluster(config)
@@ -163,6 +150,27 @@ def make_client(config: ClusterSettings) -> Iterator[Client]:
         if cluster is not None:
             cluster.close()
         client_log.setLevel(level)
+
+
+def _connect(config: ClusterSettings, address: str) -> Client:
+    security = _security(config)
+    if address.startswith("tls://") and not security.get_connection_args("client")["ssl_context"]:
+        raise ValueError(
+            f"the scheduler {address} speaks TLS and no certificates are set; pass "
+            "--tls-ca-file, --tls-cert and --tls-key (or set distributed.comm.tls.* in the "
+            "Dask config)"
+        )
+    try:
+        return Client(address, timeout=config.timeout, security=security)
+    except (OSError, TimeoutError) as err:
+        # A scheduler that stopped leaves its file behind: say where the address came from.
+        source = f" (from --scheduler-file {config.scheduler_file}: stale?)" * bool(
+            config.scheduler_file
+        )
+        raise ValueError(
+            f"no Dask scheduler answered at {address}{source} within {config.timeout:g} s "
+            f"({type(err).__name__}); check the address or start one with `dask scheduler`"
+        ) from None
 
 
 def _security(config: ClusterSettings):  # type: ignore[no-untyped-def]

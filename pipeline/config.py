@@ -14,6 +14,7 @@ configuration is written to the run directory as config.toml, one [table] per se
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tomllib
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class ClusterSettings:
     threads_per_worker: int = 1
     device: str = "auto"
     scheduler: str | None = None
+    scheduler_file: str | None = None  # what `dask scheduler --scheduler-file` wrote (HPC)
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
     # How a phase's input reaches the workers: direct (all from one), tree (relayed), or auto
@@ -95,6 +97,10 @@ class ClusterSettings:
             ("--workers", self.workers), ("--threads-per-worker", self.threads_per_worker)
         )
         _positive("--timeout", self.timeout)
+        if self.scheduler_file is not None:
+            if self.scheduler:
+                raise ValueError("--scheduler and --scheduler-file both name a scheduler; pass one")
+            scheduler_file_address(self.scheduler_file)
         given = {
             "--tls-ca-file": self.tls_ca_file,
             "--tls-cert": self.tls_cert,
@@ -102,16 +108,32 @@ class ClusterSettings:
         }
         if not any(given.values()):
             return
-        if not self.scheduler:
+        if not self.scheduler and not self.scheduler_file:
             raise ValueError(
                 "--tls-ca-file, --tls-cert and --tls-key secure a connection to --scheduler; "
-                "pass --scheduler tls://HOST:PORT or drop them"
+                "pass --scheduler tls://HOST:PORT (or --scheduler-file) or drop them"
             )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together; pass both or neither")
         for flag, path in given.items():
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{flag} {path} is not a file; check the path")
+
+
+def scheduler_file_address(path: str) -> str:
+    """The address in a Dask scheduler file; ValueError naming the problem if there is none."""
+    start = f"start one with `dask scheduler --scheduler-file {path}` or check the path"
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"--scheduler-file {path} does not exist; {start}") from None
+    except (OSError, ValueError) as err:
+        why = f"cannot be read as JSON ({type(err).__name__})"
+        raise ValueError(f"--scheduler-file {path} {why}; {start}") from None
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"--scheduler-file {path} names no scheduler address; {start}")
+    return address
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -72,6 +72,18 @@ BAD_INPUT = {
         "train {s8} --scheduler tcp://127.0.0.1:9 --timeout 1 --out {out}/a/b",
         "no Dask scheduler answered",
     ),
+    "train-missing-scheduler-file": (
+        "train {s8} --scheduler-file {root}/none.json --out {out}",
+        "--scheduler-file",
+    ),
+    "train-scheduler-file-not-json": (
+        "train {s8} --scheduler-file {typo} --out {out}",
+        "cannot be read as JSON",
+    ),
+    "train-two-schedulers": (
+        "train {s8} --scheduler tcp://127.0.0.1:9 --scheduler-file {typo} --out {out}",
+        "both name a scheduler",
+    ),
     "prepare-unknown-source": ("prepare imagenet --out {out}", "unknown source 'imagenet'"),
     "prepare-existing-store": ("prepare synthetic --out {s8}", "--force"),
 }

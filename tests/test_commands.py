@@ -176,3 +176,42 @@ def test_a_url_is_refused_not_taken_for_a_local_folder(tmp_path):
         assert done.returncode == 2
         assert "is a URL" in done.stderr and done.stderr.count("\n") == 1
     assert not (tmp_path / "s3:").exists()
+
+
+def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_path):
+    # The HPC convention: `dask scheduler --scheduler-file F` writes F, workers and the
+    # driver read the address from it. Here: a real scheduler and worker, as a user starts them.
+    file = tmp_path / "scheduler.json"
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False"}
+    py = [sys.executable, "-m"]
+    scheduler = subprocess.Popen(
+        [*py, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--no-dashboard", "--scheduler-file", str(file)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [*py, "distributed.cli.dask_worker", "--scheduler-file", str(file), "--nthreads", "1",
+         "--host", "127.0.0.1", "--no-dashboard"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        done = dane(
+            "train", str(digits_stores[2]), "--model", "small-cnn", "--rounds", "2",
+            "--local-steps", "5", "--scheduler-file", str(file), "--timeout", "60",
+            "--out", str(tmp_path / "run"), cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert [r["round"] for r in _rows(tmp_path / "run")] == [1, 2]
+    finally:
+        for proc in (worker, scheduler):
+            proc.terminate()
+            proc.wait(30)
+    # The scheduler has stopped and left its file behind: a stale file is one clear line.
+    stale = dane(
+        "train", str(digits_stores[2]), "--scheduler-file", str(file), "--timeout", "5",
+        "--out", str(tmp_path / "stale"), cwd=tmp_path,
+    )  # fmt: skip
+    assert stale.returncode == 2, stale.stderr
+    (line,) = stale.stderr.strip().splitlines()
+    assert f"from --scheduler-file {file}: stale?" in line
+    assert not (tmp_path / "stale").exists()
