@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from distributed import Client, LocalCluster
@@ -253,3 +254,16 @@ def bounded(client: Client, timeout: float, method: Callable, *args: Any, **kwar
         return await method(*args, asynchronous=True, **kwargs)
 
     return client.sync(run, callback_timeout=timeout)
+
+
+EVENT_TOPIC = "dane"  # Client.get_events("dane"): one event per finished round
+
+
+def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row: dict) -> None:
+    """The round's metrics row as a Dask event, for any client, the scheduler and its pages.
+
+    Tagged with the run's token and directory, so that runs sharing a scheduler are told
+    apart. Bounded like every request of the driver's (a frozen scheduler raises OSError).
+    """
+    event = {"run": token, "run_dir": str(run_dir), **row}
+    client.sync(client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout)

@@ -25,13 +25,20 @@ from distributed import Client, span
 from . import comm, tasks
 from .aggregate import shard_placement
 from .algorithms import Broadcast
-from .cluster import bounded, check_scheduler, make_client, wait_for, worker_addresses
+from .cluster import (
+    bounded,
+    check_scheduler,
+    make_client,
+    publish_round,
+    wait_for,
+    worker_addresses,
+)
 from .config import RunConfig
 from .errors import ClusterLost, TrainingDiverged
 from .graph import RoundPlan, ShardSet, build_round
-from .metrics import Laps, append_metrics, round_row
+from .metrics import Laps, append_metrics, reached_target, round_row
 from .run_setup import RunSetup, prepare_run
-from .run_state import RunState, check_finite, save_run, start_run, summary
+from .run_state import RunState, check_finite, lost_message, save_run, start_run, summary
 from .rundir import RunDir
 
 # A round whose tasks fail because a worker died is run again from the same weights and
@@ -158,7 +165,7 @@ def _run_rounds(
             )
             data = replace(ran_on, placement=_current_placement(client, ran_on, config.timeout))
         except ClusterLost as err:
-            raise ClusterLost(_lost_message(config, run_dir, t, str(err))) from None
+            raise ClusterLost(lost_message(config, run_dir, t, str(err))) from None
         # Shards whose worker was lost in this round and that Dask reloaded from zarr.
         driver["shards_reloaded"] = sum(a != b for a, b in zip(before, data.placement, strict=True))
         row = round_row(
@@ -173,27 +180,12 @@ def _run_rounds(
         check_finite(result, row, run_dir)
         state.advance(result, row)
         append_metrics(run_dir.metrics, row)
+        publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
         save_run(run_dir, state, setup, improved=row["is_best"])
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
-        if reached_target(config, row):
+        if reached_target(config.stop_at_accuracy, row):
             break
-
-
-def reached_target(config: RunConfig, row: dict) -> bool:
-    """--stop-at-accuracy: this round's evaluation reached it (a round without one never does)."""
-    target, accuracy = config.stop_at_accuracy, row.get("test_accuracy")
-    return target > 0 and accuracy is not None and accuracy >= target
-
-
-def _lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str:
-    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
-    if t == 1:
-        return f"lost {cluster} in round 1: {reason}; no round finished; run the command again"
-    return (
-        f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
-        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
-    )
 
 
 def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-untyped-def]

@@ -88,6 +88,12 @@ def round_row(
     return row
 
 
+def reached_target(target: float, row: dict[str, Any]) -> bool:
+    """--stop-at-accuracy: this round's evaluation reached it (a round without one never does)."""
+    accuracy = row.get("test_accuracy")
+    return target > 0 and accuracy is not None and accuracy >= target
+
+
 class Laps:
     """Named laps of the driver's time in a round (seconds), for the metrics row."""
 

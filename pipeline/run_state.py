@@ -16,6 +16,7 @@ import torch
 
 from .algorithms import Strategy, state_from_data, state_to_data
 from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
+from .config import RunConfig
 from .errors import TrainingDiverged
 from .metrics import keep_rounds_up_to, read_metrics
 from .run_setup import RunSetup, initial_weights
@@ -147,3 +148,14 @@ def summary(setup: RunSetup, run_dir: RunDir, state: RunState) -> dict[str, Any]
         "total_images": state.cum_images,
         "num_parameters": int(state.weights.numel()),
     }
+
+
+def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str:
+    """The line a lost cluster ends the run with: what was saved and how to go on."""
+    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
+    if t == 1:
+        return f"lost {cluster} in round 1: {reason}; no round finished; run the command again"
+    return (
+        f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
+        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
+    )
