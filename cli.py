@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from .bench.app import bench_app
+from .watch import watch
 
 app = typer.Typer(
     help="Train models with DANE (Distributed Approximate NEwton) on a Dask cluster.",
@@ -321,6 +322,7 @@ def report(
 
 
 app.add_typer(bench_app, name="bench")
+app.command()(watch)
 
 
 def main() -> None:

@@ -75,6 +75,7 @@ def round_row(
         "cum_images": totals.cum_images + result.rows,
         # Beyond the required fields: straggler view and cluster size of this round.
         "median_worker_compute_s": statistics.median(compute),
+        "slowest_worker": max(result.compute_by_worker, key=result.compute_by_worker.get),
         "num_workers": len(compute),
         # Inside wall_s: benchmarks that time training alone subtract it.
         "eval_s": evaluation.get("eval_s") if evaluation else None,
