@@ -42,6 +42,8 @@ class TrainingProgress:
 
         def on_start(dashboard: str, workers: int) -> None:
             self.console.print(f"dashboard: {dashboard}  ({workers} workers)")
+            if dashboard.endswith("/status"):  # the run's own page, beside Dask's
+                self.console.print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
             self.bar.start()
 
         def on_round(row: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from .config import ClusterSettings, scheduler_file_address
+from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
 from .errors import ClusterLost
 
 
@@ -254,9 +255,6 @@ def bounded(client: Client, timeout: float, method: Callable, *args: Any, **kwar
         return await method(*args, asynchronous=True, **kwargs)
 
     return client.sync(run, callback_timeout=timeout)
-
-
-EVENT_TOPIC = "dane"  # Client.get_events("dane"): one event per finished round
 
 
 def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row: dict) -> None:

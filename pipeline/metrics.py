@@ -76,6 +76,7 @@ def round_row(
         # Beyond the required fields: straggler view and cluster size of this round.
         "median_worker_compute_s": statistics.median(compute),
         "slowest_worker": max(result.compute_by_worker, key=result.compute_by_worker.get),
+        "worker_compute_s": dict(sorted(result.compute_by_worker.items())),
         "num_workers": len(compute),
         # Inside wall_s: benchmarks that time training alone subtract it.
         "eval_s": evaluation.get("eval_s") if evaluation else None,
