@@ -258,7 +258,7 @@ def train(
     """
     # First statement: the options given, by name (None = not given on the command line).
     flags = {k: v for k, v in locals().items() if k not in ("config", "resume")}
-    from .console import TrainingProgress
+    from .console import TrainingProgress, quiet_cluster_logs
     from .pipeline.config import check_settings, resolve_config
     from .pipeline.loop import train as run_training
     from .pipeline.run_setup import ensure_default_store
@@ -276,7 +276,7 @@ def train(
         )
     if resume:
         check_same_run(base, resolved)
-    with TrainingProgress(resolved.rounds) as progress:
+    with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
         summary = run_training(resolved, resume=resume, callbacks=progress.callbacks())
     accuracy = summary["final_test_accuracy"]
     typer.echo(

@@ -1,7 +1,12 @@
-"""What `dane` shows in the terminal while it works: the progress bar of `dane train`."""
+"""What `dane` shows in the terminal while it works: the progress bar of `dane train`, and
+nothing of the cluster's own logs (they go to the run directory)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -57,3 +62,57 @@ class TrainingProgress:
             )
 
         return Callbacks(on_start=on_start, on_round=on_round)
+
+
+CLUSTER_LOGGERS = ("distributed", "tornado", "bokeh")
+
+
+class RunDirLog(logging.Handler):
+    """Records into RUN_DIR/cluster.log once the run directory exists (held until then, so
+    that a run refused before it starts writes nothing)."""
+
+    HELD = 1000  # records kept while the run directory does not exist yet
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(logging.INFO)
+        self.path = run_dir / "cluster.log"
+        self.held: list[str] = []
+        self.stream: Any = None
+        self.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.format(record) + "\n"
+        if self.stream is None:
+            if not self.path.parent.is_dir():
+                self.held = [*self.held[-self.HELD :], text]
+                return
+            self.stream = self.path.open("a")
+            self.stream.writelines(self.held)
+            self.held = []
+        self.stream.write(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+        super().close()
+
+
+@contextmanager
+def quiet_cluster_logs(run_dir: Path) -> Iterator[None]:
+    """The in-process scheduler's, Tornado's and Bokeh's logs go to RUN_DIR/cluster.log,
+    not the terminal: a browser closing a dashboard page made Bokeh print a 30-line
+    traceback between the progress bar's updates. Our own one-line errors are unaffected."""
+    handler = RunDirLog(run_dir)
+    saved = {}
+    for name in CLUSTER_LOGGERS:
+        logger = logging.getLogger(name)
+        saved[name] = (logger.handlers[:], logger.propagate)
+        logger.handlers, logger.propagate = [handler], False
+    try:
+        yield
+    finally:
+        for name, (handlers, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()

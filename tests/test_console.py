@@ -1,0 +1,35 @@
+"""The terminal during `dane train`: the cluster's own logs go to the run directory."""
+
+from __future__ import annotations
+
+import logging
+
+from dask_dane.console import quiet_cluster_logs
+
+
+def test_cluster_logs_go_to_the_run_directory_not_the_terminal(tmp_path, capsys):
+    run = tmp_path / "run"
+    with quiet_cluster_logs(run):
+        # Before the run directory exists (the run is still being checked): held, not written.
+        logging.getLogger("distributed.scheduler").error("early")
+        assert not run.exists()
+        run.mkdir()
+        try:
+            raise AssertionError("a browser closed the page")
+        except AssertionError:  # what Bokeh logged when a dashboard page closed
+            logging.getLogger("tornado.application").exception("Uncaught exception")
+        logging.getLogger("bokeh.server").warning("late")
+
+    text = (run / "cluster.log").read_text()
+    assert text.index("early") < text.index("a browser closed the page") < text.index("late")
+    assert "Traceback" in text
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+    # Afterwards the loggers are as they were.
+    assert logging.getLogger("tornado").propagate is True
+
+
+def test_a_run_refused_before_it_starts_leaves_no_log_file(tmp_path):
+    with quiet_cluster_logs(tmp_path / "never"):
+        logging.getLogger("distributed").error("nobody reads this")
+    assert not (tmp_path / "never").exists()
