@@ -11,7 +11,7 @@ RUN_DIR ?= runs/quickstart
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dask-dane-installed
 
-.PHONY: setup train test test-fast lint clean
+.PHONY: setup train test test-fast mutation lint clean
 
 setup: $(STAMP)
 
@@ -32,11 +32,22 @@ train: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	$(PY) -m pytest --cov --cov-report=term
 
 # The development loop: every test that starts no process (no cluster, no subprocess).
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not cluster" -q
+
+# Mutation testing (docs/testing.md): mutmut 2 mutates the files in place, one mutant at a
+# time, and runs the fast tests that exercise them; `mutmut results` lists the survivors.
+MUTATE ?= pipeline/comm.py,pipeline/aggregate.py,pipeline/algorithms/
+MUTATION_TESTS ?= tests/test_algorithms.py tests/test_oracles.py tests/test_convex.py \
+	tests/test_safeguard.py tests/test_baselines.py tests/test_graph.py \
+	tests/test_skew_fixes.py tests/test_algorithm_options.py tests/test_diagnostics.py
+mutation: $(STAMP)
+	$(PY) -m pip install -q 'mutmut<3'
+	$(VENV)/bin/mutmut run --paths-to-mutate $(MUTATE) --tests-dir tests \
+		--runner '$(PY) -m pytest -x -q -p no:cacheprovider -m "not cluster" $(MUTATION_TESTS)'
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
