@@ -87,7 +87,10 @@ class NetworkSpec:
         return [*self.methods, *([self.config_name] if self.config_name else [])]
 
     def _base(self, **changes: Any) -> RunConfig:
-        return run_config(self, local_lr=self.lr, stop_at_accuracy=self.target or 0.0, **changes)
+        # --grad-sample is DANE's: the other methods read whole shards.
+        sample = self.grad_sample if changes.get("algorithm", "dane") == "dane" else 0
+        return run_config(self, local_lr=self.lr, stop_at_accuracy=self.target or 0.0,
+                          grad_sample=sample, **changes)  # fmt: skip
 
     def images_budget(self) -> int:
         """Training images N iterations of DANE read on all shards (gradient rows included)."""

@@ -66,6 +66,14 @@ def test_the_spec_refuses_unknown_methods_and_rates(digits_stores):
         NetworkSpec(store=store, model="small-cnn", bandwidths=("fast",)).validate()
 
 
+def test_a_gradient_sample_is_given_to_dane_alone(digits_stores):
+    spec = NetworkSpec(store=str(digits_stores[2]), model="small-cnn", grad_sample=100).validate()
+    assert spec.dask_config("dane").grad_sample == 100
+    assert spec.dask_config("fedavg").grad_sample == spec.dask_config("sgd").grad_sample == 0
+    # DANE reads 100 gradient rows a shard and iteration, not the shard's 719.
+    assert spec.images_budget() == 10 * 2 * (100 + 50 * 64)
+
+
 def test_every_method_gets_the_images_of_n_dane_iterations(digits_stores):
     # Digits, 2 shards: DANE reads every shard row once for its gradient and K x B rows in
     # its solve, per iteration; FedAvg, SGD and DDP are given as many images.
