@@ -32,7 +32,7 @@ from .ddp_compare import dask_curve, ddp_method, targets_reached
 from .ddp_projection import model_copies
 from .netns import NetnsCluster, check_can_run, rate_bytes_per_s
 from .network import Network, project_dask_round_s, project_ddp_step_s
-from .network_runs import RunFailed, run_dask, run_ddp_ranks
+from .network_runs import RunFailed, idle_control_rate, run_dask, run_ddp_ranks
 from .network_spec import NetworkSpec
 
 # A run's first rounds pay for connections and first calls: the median is taken after them.
@@ -62,8 +62,12 @@ def run_network(spec: NetworkSpec, log: Callable[[str], None] = print) -> dict[s
     try:
         with NetnsCluster(workers=spec.workers) as cluster:
             fixed = _calibrate(cluster, spec, work, log)
+            cluster.shape(spec.bandwidths[0])
+            idle = idle_control_rate(cluster, work / "logs" / "idle", timeout=spec.timeout)
             runs = [
-                _one_run(cluster, spec, (method, mode), rate, fixed.get(method, 0.0), work, log)
+                _one_run(
+                    cluster, spec, (method, mode), rate, (fixed.get(method, 0.0), idle), work, log
+                )
                 for rate in spec.bandwidths
                 for method in spec.all_methods()
                 for mode in (spec.broadcasts if method != "ddp" else ("",))
@@ -77,7 +81,11 @@ def run_network(spec: NetworkSpec, log: Callable[[str], None] = print) -> dict[s
         "workers": spec.workers,
         "target": spec.target,
         "images_budget": spec.images_budget(),
-        "calibration": {"rounds": CALIBRATION_ROUNDS, "fixed_s_per_round": fixed},
+        "calibration": {
+            "rounds": CALIBRATION_ROUNDS,
+            "fixed_s_per_round": fixed,
+            "idle_control_bytes_per_s": idle,
+        },
         "runs": runs,
     }
 
@@ -108,12 +116,13 @@ def _one_run(
     spec: NetworkSpec,
     run_of: tuple[str, str],
     rate: str,
-    fixed_s: float,
+    calibrated: tuple[float, float],
     work: Path,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     """Method `run_of[0]` (broadcast `run_of[1]`, dask-dane only) at `rate`: one row."""
     method, mode = run_of
+    fixed_s, idle_rate = calibrated
     log(f"{method}{f' ({mode} broadcast)' if mode else ''} at {rate} ...")
     cluster.shape(rate)
     # The link's rate counts frames, headers included: tensors go FRAME_OVERHEAD slower.
@@ -135,9 +144,10 @@ def _one_run(
     row["overhead_fraction"] = (
         row["wire_bytes"] / row["comm_bytes"] - 1 if row["comm_bytes"] else None
     )
-    # What the wire should carry: the counted tensors in TCP/IP frames (the stated overhead);
-    # the rest is Dask's (or gloo's) own messages.
-    row["expected_wire_bytes"] = counted * (1 + FRAME_OVERHEAD)
+    # What the wire should carry: the counted tensors in TCP/IP frames, and for Dask its idle
+    # control traffic (heartbeats) over the run's wall time; the rest is per-round messages.
+    control = idle_rate * row["process_wall_s"] if method != "ddp" else 0.0
+    row["expected_wire_bytes"] = counted * (1 + FRAME_OVERHEAD) + control
     row["unexplained_fraction"] = (
         row["wire_bytes"] / row["expected_wire_bytes"] - 1 if counted else None
     )
@@ -154,6 +164,7 @@ def _dask_row(
     return {
         "exit_code": run["exit_code"],
         "error": None if run["exit_code"] == 0 else run["driver_last_line"],
+        "process_wall_s": run["process_wall_s"],
         "rounds": len(rows),
         "measured_s": curve[-1]["train_wall_s"] if curve else 0.0,
         "projected_s": _project_dask(rows, spec.workers, net, fixed_s, tree),
@@ -206,6 +217,7 @@ def _ddp_row(ddp: dict[str, Any], spec: NetworkSpec, net: Network) -> dict[str, 
     return {
         "exit_code": 0,
         "error": None,
+        "process_wall_s": ddp["process_wall_s"],
         "rounds": steps,
         "measured_s": ddp["train_wall_s"],
         "projected_s": steps * step_s,

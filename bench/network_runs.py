@@ -33,6 +33,7 @@ from .netns import SCHEDULER_NODE, NetnsCluster
 SCHEDULER_PORT = 8786
 DDP_PORT = 29500
 STOP_GRACE_S = 5.0
+IDLE_S = 10.0  # how long idle_control_rate listens
 # cluster.CLUSTER_CONFIG for a scheduler started by hand, and the allocator settings its
 # nannies pass to the workers.
 DASK_ENV = {
@@ -125,6 +126,20 @@ def wait_for_workers(cluster: NetnsCluster, count: int, timeout: float) -> None:
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["no output"]
         raise RunFailed(f"{count} Dask workers did not connect within {timeout:g} s: {lines[-1]}")
+
+
+def idle_control_rate(cluster: NetnsCluster, log_dir: Path, *, timeout: float,
+                      seconds: float = IDLE_S) -> float:  # fmt: skip
+    """Bytes a second an idle Dask cluster puts on the links (heartbeats and the scheduler's
+    replies): the part of a run's wire bytes that grows with its wall time, not its rounds."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with processes(log_dir) as start:
+        start_dask(cluster, start, timeout)
+        time.sleep(1.0)  # the workers' first exchanges with the scheduler are not idle ones
+        before = cluster.sent_bytes()
+        time.sleep(seconds)
+        after = cluster.sent_bytes()
+    return _wire(before, after)["bytes"] / seconds
 
 
 def run_dask(
