@@ -28,10 +28,11 @@ from ..pipeline.checkpoint import load_checkpoint
 from ..pipeline.graph import use_tree
 from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
+from . import allreduce_probe
 from .ddp_compare import dask_curve, ddp_method, targets_reached
 from .ddp_projection import model_copies
 from .netns import NetnsCluster, check_can_run, rate_bytes_per_s
-from .network import Network, project_dask_round_s, project_ddp_step_s
+from .network import Network, project_dask_round_s, ring_allreduce_s
 from .network_runs import RunFailed, idle_control_rate, run_dask, run_ddp_ranks
 from .network_spec import NetworkSpec
 
@@ -130,7 +131,9 @@ def _one_run(
     net = Network(bandwidth_gbps=payload_rate * 8 / 1e9, latency_ms=spec.latency_ms)
     logs = work / "logs" / f"{method}-{rate}{f'-{mode}' if mode else ''}"
     if method == "ddp":
-        row = _ddp_row(run_ddp_ranks(cluster, spec.ddp_spec(), logs), spec, net)
+        ddp = run_ddp_ranks(cluster, spec.ddp_spec(), logs)
+        allreduce_s = allreduce_probe.measure(cluster, ddp["model_params"])
+        row = _ddp_row(ddp, spec, net, allreduce_s)
     else:
         config = replace(spec.dask_config(method), broadcast=mode)
         if len(spec.broadcasts) > 1:
@@ -207,20 +210,24 @@ def _project_dask(
     return total
 
 
-def _ddp_row(ddp: dict[str, Any], spec: NetworkSpec, net: Network) -> dict[str, Any]:
+def _ddp_row(
+    ddp: dict[str, Any], spec: NetworkSpec, net: Network, allreduce_s: float
+) -> dict[str, Any]:
+    """The DDP run's row. Projected: its own compute per step plus gloo's all-reduce as the
+    probe measured it on this link (allreduce_probe.py says why not bytes / rate)."""
     method = ddp_method(ddp, spec.batch_size * spec.workers, (spec.target or 1.0,))
     steps = ddp["steps"]
-    step_s = project_ddp_step_s(
-        net, workers=spec.workers, measured_workers=spec.workers,
-        compute_s=method["round_compute_s"], grad_bytes=ddp["model_bytes"],
-    )  # fmt: skip
+    ring_s = ring_allreduce_s(net, spec.workers, ddp["model_bytes"])
     return {
+        "allreduce_probe_s": allreduce_s,
+        "allreduce_ring_model_s": ring_s,
+        "projected_ring_model_s": steps * (method["round_compute_s"] + ring_s),
         "exit_code": 0,
         "error": None,
         "process_wall_s": ddp["process_wall_s"],
         "rounds": steps,
         "measured_s": ddp["train_wall_s"],
-        "projected_s": steps * step_s,
+        "projected_s": steps * (method["round_compute_s"] + allreduce_s),
         "wire_bytes": ddp["wire"]["bytes"],
         "wire_by_node": ddp["wire"]["by_node"],
         "comm_bytes": steps * ddp["bytes_per_step_total"],
