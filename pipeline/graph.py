@@ -194,28 +194,42 @@ def _fan_out(
     """Where each worker takes `source` (a key or a future, on the root worker) from.
 
     Direct: every worker fetches it from the root, whose link then carries W - 1 copies in
-    turn. Tree: worker k copies it from worker k - 2^floor(log2 k) by a `relay` task, so
-    each level doubles the holders: ceil(log2 W) copies in turn, each over another link.
-    The values are the same objects either way, so results do not change by a bit.
+    turn. Tree: worker k copies it from worker k - 2^floor(log2 k) by a `relay` task, one
+    level at a time (a level's relays wait for the previous level's tiny `_done` markers,
+    else the root would serve its children of every level at once): each level doubles the
+    holders, ceil(log2 W) copies in turn. The values are the same objects either way, so
+    results do not change by a bit.
     """
     workers = list(dict.fromkeys(placement))
     if source is None or not tree:
         return dict.fromkeys(workers, source)
-    copies = {workers[0]: source}
+    copies, before, markers = {workers[0]: source}, [], []
     for k in range(1, len(workers)):
+        if k & (k - 1) == 0 and k > 1:  # a power of two opens the next level
+            before, markers = markers, []
         parent = copies[workers[k - (1 << (k.bit_length() - 1))]]
-        copies[workers[k]] = b.add(
+        key = b.add(
             b.key(name, t, k),
-            (relay, parent),
-            depends=[parent] if parent in b.layers else [],
+            (relay, parent, *before),
+            depends=([parent] if parent in b.layers else []) + before,
             worker=workers[k],
         )
+        copies[workers[k]] = key
+        if 1 << k.bit_length() < len(workers):  # a later level waits for this one
+            marker = b.key(f"{name}_done", t, k)
+            markers.append(b.add(marker, (relayed, key), depends=[key], worker=workers[k]))
     return copies
 
 
-def relay(value: Any) -> Any:
-    """A task's identity: the value, now held on this task's worker too (_fan_out)."""
+def relay(value: Any, *after: None) -> Any:
+    """A task's identity: the value, now held on this task's worker too (_fan_out); `after`
+    are the markers of the level before, which only order it."""
     return value
+
+
+def relayed(value: Any) -> None:
+    """A marker that a relay holds its copy: tiny, so waiting on it moves no tensor."""
+    return None
 
 
 @dataclass

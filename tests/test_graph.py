@@ -110,8 +110,8 @@ def _tree_plan(workers: int, broadcast: str) -> RoundPlan:
 
 
 def _source_of(graph, key: str) -> str:
-    """The worker a relay task runs on, and the relay or root input it copies from."""
-    (parent,) = graph.dependencies[key] or {"root"}
+    """The relay or root input a relay task copies from (its markers only order it)."""
+    (parent,) = {d for d in graph.dependencies[key] if "_done" not in d} or {"root"}
     return parent
 
 
@@ -122,6 +122,16 @@ def test_a_tree_broadcast_relays_each_phase_input_by_doubling_the_holders():
 
     relays = sorted(n for n in graph.layers if key_split(n) == "relay_local_solve")
     assert len(relays) == 7
+
+    # One level at a time: level 2 (workers 2, 3) waits for worker 1's marker, level 3
+    # (workers 4-7) for workers 2's and 3's, so the root serves one child a level.
+    def markers(k: int) -> set:
+        return {d for d in graph.dependencies[f"relay_local_solve-3-{k}-ab12cd34"] if "_done" in d}
+
+    assert markers(1) == set()
+    assert markers(2) == markers(3) == {"relay_local_solve_done-3-1-ab12cd34"}
+    assert markers(4) == {f"relay_local_solve_done-3-{k}-ab12cd34" for k in (2, 3)}
+    assert not [n for n in graph.layers if n.startswith("relay_local_solve_done-3-4-")]
     parents = {k: _source_of(graph, f"relay_local_solve-3-{k}-ab12cd34") for k in range(1, 8)}
     assert parents[1] == parents[2] == parents[4] == "broadcast_local_grad-3-ab12cd34"
     assert parents[3] == parents[5] == "relay_local_solve-3-1-ab12cd34"
@@ -141,5 +151,5 @@ def test_a_tree_broadcast_relays_each_phase_input_by_doubling_the_holders():
 def test_auto_uses_the_tree_from_four_workers_and_direct_sends_below():
     for workers, broadcast, relays in [(3, "auto", 0), (4, "auto", 3), (4, "direct", 0)]:
         graph, _ = build_round(_tree_plan(workers, broadcast))
-        found = [n for n in graph.layers if key_split(n).startswith("relay_")]
+        found = [n for n in graph.layers if key_split(n) in ("relay_weights", "relay_local_solve")]
         assert len(found) == relays * 2, (workers, broadcast)  # weights and the broadcast
