@@ -226,7 +226,7 @@ def train(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Interface a started cluster binds.")] = None,
     broadcast: Annotated[
-        str | None, typer.Option(help="direct | tree | auto (tree from 4 workers) [auto].")
+        str | None, typer.Option(help="direct | tree | auto (tree from 8 workers) [auto].")
     ] = None,
     dashboard_address: Annotated[
         str | None, typer.Option(help="Dashboard address [127.0.0.1:8787].")

@@ -20,9 +20,11 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from . import tasks
 from .aggregate import reduction_groups
 
-# From this many workers on, `auto` sends a phase's input down a relay tree: with 4, the root
-# serves 2 copies in turn instead of 3 (measured by `dane bench network`, docs/results.md).
-TREE_FROM_WORKERS = 4
+# From this many workers on, `auto` sends a phase's input down the relay tree: the root's link
+# then carries 3 copies in turn instead of 7. At 4 workers on this 2-core machine the tree's
+# saving (2 copies instead of 3) did not show beside the oversubscribed compute (dane bench
+# network, docs/results.md), so below 8 `auto` sends directly; `--broadcast tree` forces it.
+TREE_FROM_WORKERS = 8
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -148,8 +148,9 @@ def test_a_tree_broadcast_relays_each_phase_input_by_doubling_the_holders():
     assert "broadcast_local_grad-3-ab12cd34" in graph.dependencies["local_solve-3-0-ab12cd34"]
 
 
-def test_auto_uses_the_tree_from_four_workers_and_direct_sends_below():
-    for workers, broadcast, relays in [(3, "auto", 0), (4, "auto", 3), (4, "direct", 0)]:
+def test_auto_uses_the_tree_from_eight_workers_and_direct_sends_below():
+    cases = [(4, "auto", 0), (8, "auto", 7), (4, "tree", 3), (8, "direct", 0)]
+    for workers, broadcast, relays in cases:
         graph, _ = build_round(_tree_plan(workers, broadcast))
         found = [n for n in graph.layers if key_split(n) in ("relay_weights", "relay_local_solve")]
         assert len(found) == relays * 2, (workers, broadcast)  # weights and the broadcast
