@@ -20,7 +20,9 @@ from .app_options import (
 
 
 def network(
-    store: Annotated[str, typer.Option(help="Store to train on (written by `dane prepare`).")],
+    store: Annotated[
+        str | None, typer.Option(help="Store to train on (written by `dane prepare`).")
+    ] = None,
     model: Model = "compact-cnn",
     workers: Annotated[int, typer.Option(help="Worker namespaces (Dask workers, DDP ranks).")] = 2,
     bandwidth: Annotated[
@@ -78,6 +80,8 @@ def network(
         removed = remove_leftovers()
         typer.echo(f"removed {len(removed)} namespace(s): {', '.join(removed) or 'none'}")
         return
+    if store is None:
+        raise ValueError("--store is required (a store written by `dane prepare`)")
     spec = spec_from_options(
         NetworkSpec,
         options,

@@ -111,7 +111,8 @@ def _inject(cluster: NetnsCluster, fault: str, config: RunConfig, stop: threadin
         time.sleep(0.1)
     if stop.is_set():
         return
-    stop.wait(0.5 * read_metrics(metrics)[0]["wall_s"])
+    if stop.wait(0.5 * read_metrics(metrics)[0]["wall_s"]):
+        return  # the run ended first: there is nothing left to disturb
     victim = cluster.worker_nodes[-1]
     if fault == "partition":
         cluster.set_link(victim, up=False)

@@ -149,7 +149,7 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_
     driver_sent = runs["dane"]["wire_by_node"]["s"]
     assert 3 * model < driver_sent < 3 * model * 1.5
     # The DANE run went through `dane train --scheduler` on the namespaced scheduler.
-    driver_log = (tmp_path / "net" / "logs" / "dane-100mbit" / "driver.log").read_text()
+    driver_log = (tmp_path / "net" / "logs" / "dane-100mbit-auto" / "driver.log").read_text()
     assert "10.213.7.1:8787" in driver_log
 
 
@@ -160,7 +160,7 @@ def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digit
 
     spec = NetworkSpec(
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
-        methods=("dane",), rounds=6, local_steps=10, workdir=str(tmp_path / "net"),
+        methods=("dane",), rounds=20, local_steps=40, workdir=str(tmp_path / "net"),
     )  # fmt: skip
     result = run_faults(spec, faults=("partition",), log=lambda line: None)
 
