@@ -105,10 +105,19 @@ def quiet_cluster_logs(run_dir: Path) -> Iterator[None]:
     traceback between the progress bar's updates. Our own one-line errors are unaffected."""
     handler = RunDirLog(run_dir)
     saved = {}
-    for name in CLUSTER_LOGGERS:
+    # Loggers below them that Dask or Tornado gave handlers of their own pass their records
+    # up instead, to the one handler here.
+    below = [
+        name
+        for name in list(logging.root.manager.loggerDict)
+        if name.startswith(tuple(f"{top}." for top in CLUSTER_LOGGERS))
+        and isinstance(logging.root.manager.loggerDict[name], logging.Logger)
+    ]
+    for name in [*CLUSTER_LOGGERS, *below]:
         logger = logging.getLogger(name)
         saved[name] = (logger.handlers[:], logger.propagate)
-        logger.handlers, logger.propagate = [handler], False
+        top = name in CLUSTER_LOGGERS
+        logger.handlers, logger.propagate = ([handler], False) if top else ([], True)
     try:
         yield
     finally:

@@ -178,10 +178,10 @@ def check(
     bare: dict[str, int],
     peak: dict[str, dict[str, int]],
     model_bytes: int,
-    held: dict[str, int] | None = None,
+    dask_held: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within;
-    `held`: what Dask itself counted on each worker in the last round (a cross-check of the
+    `dask_held`: what Dask itself counted on each worker in the last round (a cross-check of the
     data bytes, which are computed from the store)."""
     from ..pipeline.objective import activation_bytes_per_row
     from ..pipeline.shards import architecture
@@ -204,7 +204,7 @@ def check(
                 "bare_mib": bare[address] / 2**20,
                 "peak_mib": peak[address]["rss"] / 2**20,
                 "data_mib": data / 2**20,
-                "dask_held_mib": (held or {}).get(address, 0) / 2**20,
+                "dask_held_mib": (dask_held or {}).get(address, 0) / 2**20,
                 "model_copies_mib": MODEL_COPIES * model_bytes / 2**20,
                 "bound_mib": bound / 2**20,
                 "within": peak[address]["rss"] <= bound,

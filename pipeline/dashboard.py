@@ -130,7 +130,7 @@ class DanePage:
 def dane_doc(scheduler: Any, extra: dict[str, Any], doc: Any) -> None:
     """The Bokeh document of /dane (distributed's dashboard calls it per browser session)."""
     from distributed.dashboard.components import add_periodic_callback
-    from distributed.dashboard.utils import BOKEH_THEME
+    from distributed.dashboard.components.scheduler import BOKEH_THEME
 
     page = DanePage(scheduler)
     doc.title = "Dask: dask-dane"

@@ -202,11 +202,14 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert [r["round"] for r in _rows(tmp_path / "run")] == [1, 2]
+        written = file.read_text()
     finally:
         for proc in (worker, scheduler):
             proc.terminate()
             proc.wait(30)
-    # The scheduler has stopped and left its file behind: a stale file is one clear line.
+    # A scheduler killed without cleaning up leaves its file behind (this one removed it on
+    # its way out): a stale file is one clear line.
+    file.write_text(written)
     stale = dane(
         "train", str(digits_stores[2]), "--scheduler-file", str(file), "--timeout", "5",
         "--out", str(tmp_path / "stale"), cwd=tmp_path,

@@ -25,9 +25,10 @@ def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
     assert all(s["scheduler_tasks"] == 3 for s in result["samples"])
     assert abs(summary["driver_growth_pct"]) < 5
     assert abs(summary["worker_growth_pct"]) < 5
-    # Loose: on a shared CI machine single rounds vary several-fold; the 300-round benchmark
-    # (docs/results.md) is where drift is judged. This catches rounds growing with the count.
-    assert summary["round_time_drift"] < 5
+    # Medians of 5 rounds at each end: measured 0.92 (300 rounds) and 1.02 (50 rounds); a round
+    # twice as slow at the end as at the start is growth with the count (a leaked task, a
+    # graph that grows), not the noise of single rounds, which the medians absorb.
+    assert summary["round_time_drift"] < 2
     # Distributed's fixed-length logs were full when the measurement began (SOAK_DASK_CONFIG):
     # their filling is not counted as growth.
     logs = [fill for worker in result["logs_at_warmup"].values() for fill in worker.values()]
