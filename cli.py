@@ -208,6 +208,9 @@ def train(
     lr_schedule: Annotated[
         str | None, typer.Option(help="--local-lr across rounds: constant | cosine | step.")
     ] = None,
+    local_clip: Annotated[
+        float | None, typer.Option(help="Skewed shards: clip local step gradients to this norm.")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
     device: Annotated[
@@ -253,7 +256,7 @@ def train(
 ) -> None:
     """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
 
-    Skewed (non-iid) shards: --algorithm feddyn --mu 0.01, the settings of
+    Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
     bench/configs/skew-dane.toml (README, "Non-iid data").
     """
     # First statement: the options given, by name (None = not given on the command line).

@@ -70,6 +70,7 @@ class AlgorithmSettings:
     trust_radius: float = 0.0  # dane, feddyn: every local iterate within ||v - w|| <= R; 0: none
     line_search: int = 0  # dane: try N step sizes 2, 1, 1/2, ... along the averaged step
     lr_schedule: str = "constant"  # --local-lr across rounds: constant | cosine | step
+    local_clip: float = 0.0  # steps solver: clip each local step's gradient to this norm; 0: off
 
 
 @dataclass(frozen=True, kw_only=True)

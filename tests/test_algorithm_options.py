@@ -108,6 +108,7 @@ CASES = {
     "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
     "dane-trust": dict(algorithm="dane", trust_radius=0.05),  # binds here: steps 0.2-0.4 free
     "feddyn": dict(algorithm="feddyn", mu=0.1),
+    "feddyn-clip": dict(algorithm="feddyn", mu=0.1, local_clip=0.5),  # skew-dane.toml's form
     "dane-line-search": dict(algorithm="dane", line_search=3, grad_sample=60),
     "scaffold": dict(algorithm="scaffold", momentum=0.0),
     "sdane": dict(algorithm="sdane", mu=2.0),
@@ -123,6 +124,7 @@ COPIES = {
     "fedavgm": 3,
     "dane-trust": 5,
     "feddyn": 3,  # the tilt a_i stays on its shard
+    "feddyn-clip": 3,
     "dane-line-search": 6,  # DANE's 5 and the proposal to the other worker; losses are scalars
     "scaffold": 6,
     "sdane": 6,

@@ -4,6 +4,8 @@
   bound along the correction c_i; the region must stop the steps on its sphere.
 - FedDyn: its three update lines in numpy with exact solves on ridge regression, and its
   fixed point, which is the global minimiser where FedAvg and FedProx stop short of it.
+- The local gradient clip: on the flat shard each step's gradient is -c, so the clipped
+  heavy-ball recurrence can be written out by hand.
 """
 
 from __future__ import annotations
@@ -85,6 +87,40 @@ def test_trust_radius_needs_the_step_solver():
         RunConfig(model="linear", local_solver="cg", trust_radius=1.0).validate()
     with pytest.raises(ValueError, match="applies to --algorithm dane or feddyn only"):
         RunConfig(algorithm="fedavg", trust_radius=1.0).validate()
+
+
+def test_the_clip_caps_every_steps_gradient_and_momentum_follows_the_clipped_one():
+    w = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
+    c = torch.tensor([3.0, 4.0, 0.0], dtype=torch.float64)  # ||c|| = 5
+    solver = LocalSolver(local_steps=6, local_lr=0.1, batch_size=8, momentum=0.9, local_clip=2.0)
+
+    clipped = solver.solve(LocalProblem(_flat_shard(), linear=c, anchor=w), w, _rng())
+
+    # Heavy ball by hand: every gradient is -c, clipped to -2 c/5; buf = 0.9 buf + grad.
+    v, buf = w.numpy().copy(), np.zeros(3)
+    for _ in range(6):
+        buf = 0.9 * buf - 2.0 * c.numpy() / 5.0
+        v = v - 0.1 * buf
+    np.testing.assert_allclose(clipped.weights.numpy(), v, rtol=0, atol=1e-12)
+
+
+def test_a_clip_above_every_gradient_changes_nothing():
+    w = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
+    c = torch.tensor([3.0, 4.0, 0.0], dtype=torch.float64)
+    free = LocalSolver(local_steps=6, local_lr=0.1, batch_size=8)
+    loose = dataclasses.replace(free, local_clip=5.0 + 1e-9)
+
+    problem = LocalProblem(_flat_shard(), linear=c, anchor=w, mu=0.5)
+    assert torch.equal(
+        free.solve(problem, w, _rng()).weights, loose.solve(problem, w, _rng()).weights
+    )
+
+
+def test_the_clip_needs_the_step_solver_and_a_norm_of_zero_or_more():
+    with pytest.raises(ValueError, match="--local-clip clips the steps"):
+        RunConfig(model="linear", local_solver="lbfgs", local_clip=1.0).validate()
+    with pytest.raises(ValueError, match="--local-clip must be zero or positive"):
+        RunConfig(local_clip=-1.0).validate()
 
 
 # --- FedDyn -------------------------------------------------------------------------------------

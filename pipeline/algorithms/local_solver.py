@@ -7,6 +7,9 @@ LocalSolver: at most K minibatch steps of SGD (with momentum) or Adam on it, at 
 times the round's schedule factor (schedule.py), stopping early where the caller's rule says
 the problem is solved well enough (InexactDANE, S-DANE); exact_solver.py solves it to a
 tolerance for convex models.
+--local-clip C scales each step's gradient of h (linear and proximal terms included) down to
+norm C where it is longer, as the FedDyn authors do: on skewed shards a learned tilt feeds
+its own solves round over round, and the clip caps how far one step can follow it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ from dataclasses import dataclass
 import torch
 
 from ..objective import ShardObjective
-from .checks import at_least_one, checked, momentum_range, one_of, positive, validate
+from .checks import (
+    at_least_one,
+    checked,
+    momentum_range,
+    non_negative,
+    one_of,
+    positive,
+    validate,
+)
 from .schedule import SCHEDULES, lr_factor
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
@@ -87,6 +98,7 @@ class LocalSolver:
     local_optimizer: str = checked(one_of(*LOCAL_OPTIMIZERS), default="sgd")
     momentum: float = checked(momentum_range, default=0.9)
     lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
+    local_clip: float = checked(non_negative, default=0.0)  # 0: no clipping
     rounds: int = 1  # the schedule's span (--rounds)
 
     def __post_init__(self) -> None:
@@ -94,7 +106,8 @@ class LocalSolver:
 
     def label(self) -> str:
         schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
-        return f"K={self.local_steps} lr={self.local_lr:g}{schedule} B={self.batch_size}"
+        clip = f" clip={self.local_clip:g}" if self.local_clip else ""
+        return f"K={self.local_steps} lr={self.local_lr:g}{schedule}{clip} B={self.batch_size}"
 
     def lr(self, round_index: int) -> float:
         """The learning rate of round `round_index`: --local-lr times the schedule's factor."""
@@ -139,12 +152,22 @@ class LocalSolver:
                     v.grad.add_(v - anchor, alpha=mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
+                clip_gradient(v.grad, self.local_clip)
             opt.step()
             with torch.no_grad():
                 problem.project(v)  # projected SGD: every iterate stays in the region
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
         return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)
+
+
+def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
+    """Scale `grad` (in place) down to norm `max_norm` where it is longer; 0: leave it."""
+    if not max_norm:
+        return
+    norm = float(torch.linalg.vector_norm(grad))
+    if norm > max_norm:
+        grad.mul_(max_norm / norm)
 
 
 def check_trust_radius(radius: float, solver: object) -> None:

@@ -19,6 +19,11 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
     """--local-solver steps: K minibatch steps; lbfgs | cg: an exact solve (convex models)."""
     kind = settings.get("local_solver", "steps")
     one_of(*LOCAL_SOLVERS)("local_solver", kind)
+    if kind != "steps" and settings.get("local_clip"):
+        raise ValueError(
+            f"--local-clip clips the steps of --local-solver steps; {kind} solves the local "
+            "problem exactly: drop --local-clip or use --local-solver steps"
+        )
     solver_type = LocalSolver if kind == "steps" else ExactSolver
     names = {f.name for f in fields(solver_type) if f.name in settings}
     return solver_type(**{name: settings[name] for name in names})
