@@ -43,7 +43,7 @@ def prepare(
             help="Data source: digits | synthetic | fashion-mnist | mnist-1d | idx:DIR | npz:FILE."
         ),
     ],
-    out: Annotated[Path, typer.Option("--out", help="Path of the zarr store to write.")],
+    out: Annotated[str, typer.Option("--out", help="Store to write: a path or s3://... URL.")],
     shards: Annotated[int, typer.Option(help="Number of training shards.")] = 2,
     partition: Annotated[str, typer.Option(help="iid | label-skew | dirichlet.")] = "iid",
     classes_per_shard: Annotated[int, typer.Option(help="label-skew: classes per shard.")] = 2,
@@ -64,6 +64,7 @@ def prepare(
     force: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
 ) -> None:
     """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
+    from .datasets import location
     from .datasets.partition import PartitionSpec, validate_partition
     from .datasets.sources import SourceOptions, load_source, parse_source_name
     from .datasets.store import write_store
@@ -75,7 +76,7 @@ def prepare(
         raise ValueError(f"--samples must be at least 2 (got {samples})")
     if image_size < 1:
         raise ValueError(f"--image-size must be at least 1 (got {image_size})")
-    if out.exists() and not force:
+    if location.exists(location.resolve(out)) and not force:  # before any data is loaded
         raise ValueError(
             f"{out} already exists; pass --force to replace it or choose another --out"
         )
@@ -98,7 +99,7 @@ def prepare(
 
 
 @app.command()
-def info(store: Annotated[Path, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
+def info(store: Annotated[str, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
     """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
     from .datasets.store import label_histograms, labels_no_shard_holds, open_store
 

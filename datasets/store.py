@@ -1,7 +1,9 @@
 """The zarr v3 store: one group with train/{x,y}, test/{x,y} and attributes (DESIGN.md 3).
 
-A store is written into a temporary sibling folder and renamed into place only when complete,
-so a reader never sees half a store and an interrupted `prepare` leaves nothing behind.
+A store is a local folder or lives at an fsspec URL (location.py). A local store is written
+into a temporary sibling folder and renamed into place only when complete, so a reader never
+sees half a store and an interrupted `prepare` leaves nothing behind; a remote one is
+written in place with its attributes last, and removed if the write fails.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import asyncio
 import itertools
 import math
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.core.sync import sync
 from zarr.storage import StorePath
 
+from . import location
 from .integrity import DIGEST_KEY, check_digest, metadata_digest
 from .partition import PartitionSpec, partition_rows
 from .sources import RawDataset, check_raw_dataset
@@ -96,12 +98,19 @@ def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
     array[...] = data
 
 
-def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: bool) -> StoreInfo:
-    """Partition `raw` and write it to `out` atomically; refuse to replace a store unless forced."""
-    refuse_url(out)
-    out = Path(out)
+def write_store(
+    raw: RawDataset, partition: PartitionSpec, out: str | os.PathLike, *, force: bool
+) -> StoreInfo:
+    """Partition `raw` and write it to `out` (a path or an fsspec URL); refuse to replace a
+    store unless forced.
+
+    On a file system the store is written into a temporary sibling and renamed into place.
+    Object stores have no rename: there the attributes are written last (a store without
+    them is refused as incomplete) and a write that fails removes what it wrote.
+    """
+    out = location.resolve(out)
     check_raw_dataset(raw)
-    if out.exists() and not force:
+    if location.exists(out) and not force:
         raise ValueError(
             f"{out} already exists; pass --force to replace it or choose another --out"
         )
@@ -118,21 +127,42 @@ def write_store(raw: RawDataset, partition: PartitionSpec, out: Path, *, force: 
         "partition": partition.as_attrs(),
         **raw.attrs,
     }
+    if location.is_remote(out):
+        _write_remote(raw, order, attrs, out)
+    else:
+        _write_local(raw, order, attrs, Path(out))
+    return open_store(out)
+
+
+def _write_group(group: zarr.Group, raw: RawDataset, order: np.ndarray, attrs: dict) -> None:
+    _write_array(group, "train/x", raw.x_train[order])
+    _write_array(group, "train/y", raw.y_train[order])
+    _write_array(group, "test/x", raw.x_test)
+    _write_array(group, "test/y", raw.y_test)
+    attrs[DIGEST_KEY] = metadata_digest(group, attrs)
+    group.attrs.update(attrs)  # written last: a store without attributes is incomplete
+
+
+def _write_local(raw: RawDataset, order: np.ndarray, attrs: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        group = zarr.open_group(tmp, mode="w", zarr_format=3)
-        _write_array(group, "train/x", raw.x_train[order])
-        _write_array(group, "train/y", raw.y_train[order])
-        _write_array(group, "test/x", raw.x_test)
-        _write_array(group, "test/y", raw.y_test)
-        attrs[DIGEST_KEY] = metadata_digest(group, attrs)
-        group.attrs.update(attrs)  # written last: a store without attributes is incomplete
+        _write_group(zarr.open_group(tmp, mode="w", zarr_format=3), raw, order, attrs)
         _replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return open_store(out)
+
+
+def _write_remote(raw: RawDataset, order: np.ndarray, attrs: dict, out: str) -> None:
+    location.remove(out)  # --force (checked): zarr's mode "w" would not clear every object
+    try:
+        _write_group(zarr.open_group(out, mode="w", zarr_format=3), raw, order, attrs)
+    except BaseException as err:
+        location.remove(out)  # no half-written store left at the URL
+        if isinstance(err, Exception) and not isinstance(err, ValueError):
+            raise ValueError(location.remote_problem(out, err)) from None
+        raise
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
@@ -146,34 +176,29 @@ def _replace_dir(src: Path, dst: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def refuse_url(path: str | os.PathLike) -> None:
-    """ValueError for a URL (s3://..., gs://...; pathlib turns `//` into `/`): this release
-    reads and writes stores on file systems only, and a URL must not become a local folder."""
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(path)):
-        raise ValueError(
-            f"{path} is a URL; this release reads and writes stores on a file system only "
-            "(fsspec URLs such as s3:// are not supported yet): pass a path every worker sees"
-        )
-
-
 # What a worker that cannot see a store is told (pipeline/tasks.py load_shard).
-SHARED_STORE = "a store must be on a file system every worker shares, at the same path"
+SHARED_STORE = (
+    "a store must be on a file system every worker shares, at the same path, or at a URL "
+    "(s3://...) they all reach"
+)
 
 
 def open_store(path: str | os.PathLike) -> StoreInfo:
     """Read and check a store's metadata; ValueError naming the problem and the fix if bad.
 
     The store's path comes back absolute: workers started in another folder (`dask worker`
-    on a cluster of the user's) resolve a relative path elsewhere, or not at all.
+    on a cluster of the user's) resolve a relative path elsewhere, or not at all. A remote
+    URL (s3://...) comes back as given.
     """
-    refuse_url(path)
-    path = Path(path).absolute()
+    path = location.resolve(path)
     hint = f"create one with `dane prepare digits --out {path}`"
-    if not path.exists():
+    if not location.exists(path):
         raise ValueError(f"store {path} does not exist; {hint}")
     try:
         group = zarr.open_group(path, mode="r", zarr_format=3)
     except Exception as err:  # zarr raises several types for "not a group here"
+        if location.is_remote(path) and not isinstance(err, (KeyError, FileNotFoundError)):
+            raise ValueError(location.remote_problem(path, err)) from None
         raise ValueError(f"{path} is not a zarr v3 store ({type(err).__name__}); {hint}") from None
     attrs = dict(group.attrs)
     version = attrs.get("format_version")
@@ -187,7 +212,7 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
         test_x, test_y = group["test/x"], group["test/y"]
         shards = tuple((int(a), int(b)) for a, b in attrs["shards"])
         info = StoreInfo(
-            path=str(path),
+            path=path,
             source=str(attrs["source"]),
             task=str(attrs["task"]),
             num_classes=int(attrs["num_classes"]),

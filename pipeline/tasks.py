@@ -14,12 +14,12 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..datasets import location
 from ..datasets.store import SHARED_STORE, read_shard
 from ..models.registry import ModelSpec
 from . import comm
@@ -109,7 +109,11 @@ def load_shard(
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store.py read_shard); the driver reports it as one line.
     """
-    if not Path(store).exists():  # the driver saw it (open_store): this worker does not
+    try:
+        seen = location.exists(store)
+    except ValueError as err:  # a remote store this worker cannot reach
+        raise ValueError(f"worker {worker_id()}: {err}") from None
+    if not seen:  # the driver saw it (open_store): this worker does not
         raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
     torch_dtype = getattr(torch, dtype)

@@ -166,18 +166,6 @@ def test_prepare_takes_every_partition_and_size_option(tmp_path):
     assert all((h > 0).sum() <= 3 for h in label_histograms(second))
 
 
-def test_a_url_is_refused_not_taken_for_a_local_folder(tmp_path):
-    # pathlib reads s3://bucket/x.zarr as the relative path s3:/bucket/x.zarr: a folder "s3:".
-    written = dane("prepare", "digits", "--out", "s3://bucket/x.zarr", cwd=tmp_path)
-    read = dane("train", "s3://bucket/x.zarr", "--rounds", "1", cwd=tmp_path)
-    shown = dane("info", "gs://bucket/x.zarr", cwd=tmp_path)
-
-    for done in (written, read, shown):
-        assert done.returncode == 2
-        assert "is a URL" in done.stderr and done.stderr.count("\n") == 1
-    assert not (tmp_path / "s3:").exists()
-
-
 def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_path):
     # The HPC convention: `dask scheduler --scheduler-file F` writes F, workers and the
     # driver read the address from it. Here: a real scheduler and worker, as a user starts them.

@@ -1,0 +1,158 @@
+"""Stores at s3:// URLs, against a real S3-compatible server on 127.0.0.1 (moto's server
+mode, started and stopped here) with its access checks on: prepare to S3, info and train
+from it with 2 worker processes, and a missing bucket or wrong credentials as exit 2 and
+one line. The CLI runs as a user runs it, its credentials and endpoint in the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+pytest.importorskip("s3fs", reason="s3fs is the s3 extra")
+
+BUCKET = "dane-test"
+STORE = f"s3://{BUCKET}/digits.zarr"
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    """The environment of a user with a key to BUCKET on the server at AWS_ENDPOINT_URL."""
+    import boto3
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    setup = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    setup |= {"aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
+    try:
+        boto3.client("s3", **setup).create_bucket(Bucket=BUCKET)
+        iam = boto3.client("iam", **setup)
+        iam.create_user(UserName="dane")
+        allow = {"Effect": "Allow", "Action": "*", "Resource": "*"}
+        policy = json.dumps({"Version": "2012-10-17", "Statement": [allow]})
+        iam.put_user_policy(UserName="dane", PolicyName="all", PolicyDocument=policy)
+        key = iam.create_access_key(UserName="dane")["AccessKey"]
+        # From here on the server checks every request's signature against its users' keys.
+        request = urllib.request.Request(
+            f"{endpoint}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        urllib.request.urlopen(request, timeout=10).close()
+        yield {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+    finally:
+        server.stop()
+
+
+def dane(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", *args],
+        cwd=cwd,
+        env={**os.environ, "DANE_CACHE": str(cwd / "cache"), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _one_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr
+
+
+def _arrays(store: str, env: dict[str, str]) -> list[np.ndarray]:
+    """The four arrays of a store, read in a process with `env` (the server's user)."""
+    code = (
+        "import sys, numpy as np, zarr\n"
+        "g = zarr.open_group(sys.argv[1], mode='r', zarr_format=3)\n"
+        "np.savez(sys.argv[2], *[g[k][:] for k in ('train/x','train/y','test/x','test/y')])\n"
+    )
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"arrays-{os.getpid()}.npz"
+    subprocess.run(
+        [sys.executable, "-c", code, store, str(out)],
+        env={**os.environ, **env},
+        check=True,
+        timeout=120,
+    )
+    with np.load(out) as saved:
+        arrays = [saved[f"arr_{i}"] for i in range(4)]
+    out.unlink()
+    return arrays
+
+
+@pytest.mark.cluster
+def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_path):
+    prepare = ("prepare", "digits", "--shards", "2", "--seed", "4")
+    to_s3 = dane(*prepare, "--out", STORE, cwd=tmp_path, env=s3_env)
+    to_folder = dane(*prepare, "--out", "local.zarr", cwd=tmp_path, env=s3_env)
+    again = dane(*prepare, "--out", STORE, cwd=tmp_path, env=s3_env)
+    shown = dane("info", STORE, cwd=tmp_path, env=s3_env)
+
+    assert to_s3.returncode == 0 and to_folder.returncode == 0, to_s3.stderr + to_folder.stderr
+    assert not (tmp_path / "s3:").exists()  # the URL did not become a local folder
+    assert "already exists" in _one_line(again)
+    assert shown.returncode == 0 and f"store:          {STORE}" in shown.stdout
+    for remote, local in zip(
+        _arrays(STORE, s3_env), _arrays(str(tmp_path / "local.zarr"), s3_env), strict=True
+    ):
+        assert np.array_equal(remote, local)
+
+    # The same run from the URL and from the folder: the same data, so the same numbers.
+    train = ("--workers", "2", "--rounds", "2", "--model", "mlp", "--seed", "1")
+    from_s3 = dane("train", STORE, *train, "--out", "run-s3", cwd=tmp_path, env=s3_env)
+    from_folder = dane("train", "local.zarr", *train, "--out", "run-local", cwd=tmp_path,
+                       env=s3_env)  # fmt: skip
+    assert from_s3.returncode == 0, from_s3.stderr
+    assert from_folder.returncode == 0, from_folder.stderr
+    losses = [
+        [json.loads(line)["train_loss"] for line in (tmp_path / run / "metrics.jsonl").open()]
+        for run in ("run-s3", "run-local")
+    ]
+    assert losses[0] == losses[1] and len(losses[0]) == 2
+
+
+def test_a_missing_bucket_is_one_line_and_writes_nothing(s3_env, tmp_path):
+    url = "s3://no-such-bucket/x.zarr"
+    written = dane("prepare", "digits", "--out", url, cwd=tmp_path, env=s3_env)
+    read = dane("info", url, cwd=tmp_path, env=s3_env)
+
+    for done in (written, read):
+        assert "bucket 'no-such-bucket' does not exist" in _one_line(done)
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_wrong_credentials_are_one_line_that_does_not_print_them(s3_env, tmp_path):
+    wrong = {**s3_env, "AWS_SECRET_ACCESS_KEY": "not-the-secret-0123456789"}
+    read = dane("info", STORE, cwd=tmp_path, env=wrong)
+    trained = dane("train", STORE, "--rounds", "1", cwd=tmp_path, env=wrong)
+
+    for done in (read, trained):
+        message = _one_line(done)
+        assert "access denied" in message and "AWS_SECRET_ACCESS_KEY" in message
+        assert wrong["AWS_SECRET_ACCESS_KEY"] not in message
+        assert s3_env["AWS_ACCESS_KEY_ID"] not in message
+
+
+def test_a_store_at_an_unknown_protocol_or_a_mangled_url_is_refused(tmp_path):
+    unknown = dane("info", "nosuchfs://bucket/x.zarr", cwd=tmp_path, env={})
+    mangled = dane("info", "s3:/bucket/x.zarr", cwd=tmp_path, env={})
+
+    assert "nosuchfs" in _one_line(unknown)
+    assert "lost a slash" in _one_line(mangled)
