@@ -99,12 +99,24 @@ def bench_train(
         int | None,
         typer.Option(help="Every run's budget of communication rounds (DANE: 2 a round)."),
     ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="Run on this running Dask scheduler (an address).")
+    ] = None,
+    scheduler_file: Annotated[
+        str | None, typer.Option(help="Run on the scheduler this `--scheduler-file` names.")
+    ] = None,
 ) -> None:
-    """Training-quality runs (e.g. CNNs on real data), one after another on one cluster."""
+    """Training-quality runs (e.g. CNNs on real data), one after another on one cluster:
+    a started LocalCluster, or a running scheduler of yours (--scheduler, --scheduler-file).
+    """
     from .output import saving_partial
     from .training import markdown_table, plot, read_runs, run_all
 
-    runs = read_runs(configs, workdir, store=store, comm_rounds=comm_rounds)
+    if scheduler and scheduler_file:
+        raise ValueError("--scheduler and --scheduler-file both name a scheduler; pass one")
+    cluster = {"scheduler": scheduler} if scheduler else {}
+    cluster |= {"scheduler_file": scheduler_file} if scheduler_file else {}
+    runs = read_runs(configs, workdir, store=store, comm_rounds=comm_rounds, cluster=cluster)
     result = run_all(runs, log=typer.echo, on_run=saving_partial(json_out))
     save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 

@@ -22,6 +22,8 @@ from ..pipeline.metrics import read_metrics
 from ..pipeline.rundir import RunDir
 from .specs import run_tables
 
+SCHEDULER_KEYS = ("scheduler", "scheduler_file")
+
 
 def read_runs(
     path: str | Path,
@@ -29,10 +31,13 @@ def read_runs(
     *,
     store: str | None = None,
     comm_rounds: int | None = None,
+    cluster: dict[str, str] | None = None,
 ) -> list[tuple[str, RunConfig]]:
     """(name, validated config) of every [[run]] in the file, defaults applied.
 
     `store` replaces every run's store (one list of methods, raced on many partitions).
+    `cluster` ({"scheduler": ADDRESS} or {"scheduler_file": FILE}) runs them all on a
+    running scheduler of the user's instead of a started LocalCluster.
     `comm_rounds` gives every run the same budget of communication rounds: its `rounds`
     become the budget over the reductions one of its rounds takes (DANE's 2, FedAvg's 1).
     """
@@ -43,6 +48,9 @@ def read_runs(
         settings.setdefault("out", str(Path(workdir) / name))
         if store is not None:
             settings["store"] = store
+        if cluster:
+            settings = {k: v for k, v in settings.items() if k not in SCHEDULER_KEYS}
+            settings |= cluster
         config = RunConfig(**settings).validate()
         if comm_rounds is not None:
             per_round = len(config.strategy().phases)

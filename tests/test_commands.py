@@ -190,6 +190,18 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert [r["round"] for r in _rows(tmp_path / "run")] == [1, 2]
+        # The benches that train on one cluster take the same file.
+        toml = tmp_path / "runs.toml"
+        toml.write_text('[defaults]\nmodel = "small-cnn"\nrounds = 1\nlocal_steps = 3\n'
+                        '[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n')  # fmt: skip
+        bench = dane(
+            "bench", "train", "--configs", str(toml), "--store", str(digits_stores[2]),
+            "--scheduler-file", str(file), "--json", str(tmp_path / "bench.json"),
+            "--workdir", str(tmp_path / "bench"), cwd=tmp_path,
+        )  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        (run,) = json.loads((tmp_path / "bench.json").read_text())["runs"]
+        assert run["error"] is None and run["config"]["scheduler_file"] == str(file)
         written = file.read_text()
     finally:
         for proc in (worker, scheduler):
