@@ -123,11 +123,40 @@ def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     )
 
 
+class WorkerLogsToFile(WorkerPlugin):
+    """The log records of a started cluster's worker processes go to a file (the run's
+    cluster.log), not to the terminal they inherited: the terminal shows our progress bar
+    and one-line messages; the records stay where a user debugging a run looks."""
+
+    name = "dask-dane-worker-logs"
+    LOGGERS = ("distributed", "tornado", "bokeh")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def setup(self, worker) -> None:  # type: ignore[no-untyped-def]
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.path, delay=True)  # appends, as the driver does
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        children = [
+            name
+            for name, logger in logging.root.manager.loggerDict.items()
+            if name.startswith(tuple(f"{top}." for top in self.LOGGERS))
+            and isinstance(logger, logging.Logger)
+        ]
+        for name in [*self.LOGGERS, *children]:
+            logger = logging.getLogger(name)
+            top = name in self.LOGGERS
+            logger.handlers, logger.propagate = ([handler], False) if top else ([], True)
+
+
 @contextmanager
-def make_client(config: ClusterSettings) -> Iterator[Client]:
+def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> Iterator[Client]:
     """A connected client; a cluster started here is closed on exit.
 
-    `config` is the run's cluster section (a RunConfig is one).
+    `config` is the run's cluster section (a RunConfig is one). `worker_log`: where the
+    workers of a cluster started here write their log records (a running scheduler's
+    workers are the user's, and log where the user set them to).
     """
     address = config.scheduler
     if config.scheduler_file:
@@ -145,6 +174,8 @@ def make_client(config: ClusterSettings) -> Iterator[Client]:
     client_log.setLevel(logging.CRITICAL)
     try:
         client.register_plugin(TorchThreads())
+        if cluster is not None and worker_log is not None:
+            client.register_plugin(WorkerLogsToFile(str(worker_log.absolute())))
         client.wait_for_workers(1, timeout=config.timeout)
         yield client
     finally:

@@ -81,7 +81,9 @@ def train(
             # a new default span every round, and workers keep per-span metrics for good (a
             # slow leak, measured by `dane bench soak`).
             with (
-                nullcontext(client) if client else make_client(config) as active,
+                nullcontext(client)
+                if client
+                else make_client(config, worker_log=run_dir.root / "cluster.log") as active,
                 span("dane-train"),
             ):
                 workers = worker_addresses(active)

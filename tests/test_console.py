@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from dask_dane.console import quiet_cluster_logs
 
 
@@ -35,3 +37,23 @@ def test_a_run_refused_before_it_starts_leaves_no_log_file(tmp_path):
     with quiet_cluster_logs(tmp_path / "never"):
         logging.getLogger("distributed").error("nobody reads this")
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.cluster
+def test_a_started_clusters_workers_log_to_the_file_not_the_terminal(tmp_path, capfd):
+    from dask_dane.pipeline.cluster import make_client
+    from dask_dane.pipeline.config import ClusterSettings
+
+    settings = ClusterSettings(workers=1, dashboard_address="127.0.0.1:0")
+    log = tmp_path / "run" / "cluster.log"
+
+    def worker_error() -> str:  # runs in the worker process, as its own records would
+        logging.getLogger("distributed.worker").error("worker-marker: a task failed")
+        return "logged"
+
+    with make_client(settings, worker_log=log) as client:
+        assert list(client.run(worker_error).values()) == ["logged"]
+
+    captured = capfd.readouterr()  # fd 2 of this process, which the worker inherited
+    assert "worker-marker" not in captured.err + captured.out
+    assert "worker-marker: a task failed" in log.read_text()
