@@ -326,7 +326,16 @@ def report(
 
 
 app.add_typer(bench_app, name="bench")
-app.command()(watch)
+@app.command("watch")
+def watch_run(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory (its metrics.jsonl).")],
+    interval: Annotated[float, typer.Option(help="Seconds between reads of it [1].")] = 1.0,
+) -> None:
+    """Follow a run started elsewhere, live (round, loss and accuracy sparklines, bytes, the
+    slowest worker); exits when the run ends."""
+    if not interval > 0:
+        raise ValueError(f"--interval must be a positive number of seconds (got {interval})")
+    watch(run_dir, interval)
 
 
 def main() -> None:
