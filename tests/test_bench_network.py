@@ -173,3 +173,36 @@ def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digit
     # docs/results.md. On these tiny digits rounds whether the partition outlasts the run's
     # remaining rounds varies, so only the outcome is asserted here.)
     assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
+
+
+def _network_run(method: str, rate: str, measured: float, reached: float | None) -> dict:
+    curve = [{"train_wall_s": t, "test_accuracy": a} for t, a in ((1.0, 0.5), (measured, 0.9))]
+    return {
+        "method": method, "bandwidth": rate, "broadcast": "direct", "measured_s": measured,
+        "projected_s": 1.1 * measured, "time_to_target_s": reached, "wire_bytes": 3e6,
+        "comm_bytes": 2e6, "driver_bytes": 1e6, "overhead_fraction": 0.5,
+        "unexplained_fraction": -0.02, "final_test_accuracy": 0.9, "curve": curve,
+    }  # fmt: skip
+
+
+def test_the_network_report_has_a_row_and_a_line_per_run(monkeypatch, tmp_path):
+    from dask_dane.bench import network_report
+    from dask_dane.pipeline import report
+
+    result = {
+        "target": 0.88, "workers": 2,
+        "runs": [_network_run("dane", "1gbit", 10.0, 8.0), _network_run("ddp", "1gbit", 20.0, None),
+                 _network_run("dane", "10mbit", 40.0, 30.0)],
+    }  # fmt: skip
+    table = network_report.network_table(result).splitlines()
+    figures: dict = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: figures.update(fig=fig))
+    network_report.network_plot(result, tmp_path / "net.png")
+
+    assert "s to 88%" in table[0] and len(table) == 2 + 3
+    assert table[2].startswith("| 1gbit | dane | 10.0 | 11.0 | +10.0 % | 8.0 | 3.00 | 2.00 |")
+    assert "| not reached |" in table[3] and "| -2.0 % | 90.00 % |" in table[3]
+    panels = figures["fig"].axes
+    assert [ax.get_title() for ax in panels] == ["1gbit, 2 workers", "10mbit, 2 workers"]
+    assert [len(ax.get_lines()) - 1 for ax in panels] == [2, 1]  # runs, less the target line
+    assert list(panels[0].get_lines()[1].get_xdata()) == [1.0, 20.0]  # ddp's wall times

@@ -5,6 +5,7 @@ safeguard's state, and the embedded default store. Real processes, so all carry 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -77,6 +78,26 @@ def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run):
     name, round_index, _, accuracy = re.match(pattern, best.stdout.strip()).groups()
     assert (name, int(round_index)) == ("best.pt", best_row["round"])
     assert float(accuracy) == pytest.approx(summary["best_test_accuracy"], abs=1e-4)
+
+
+def test_a_checkpoint_scored_in_this_process_gives_the_runs_own_figures(adam_run):
+    # The same scoring as `dane evaluate`, in the test process (so coverage sees it): the
+    # saved weights of rounds 5 and the best one, on the test split, equal what the run
+    # measured with them on its cluster.
+    from dask_dane.pipeline.config import RunConfig
+    from dask_dane.pipeline.evaluation import evaluate_checkpoint
+    from dask_dane.pipeline.rundir import RunDir
+
+    run = RunDir(adam_run)
+    config = RunConfig(**run.saved_config()).validate()
+    rows = {r["round"]: r for r in _rows(adam_run) if r["test_accuracy"] is not None}
+
+    for checkpoint in (run.latest, run.best):
+        round_index, metrics = evaluate_checkpoint(config, checkpoint)
+        assert metrics["accuracy"] == pytest.approx(rows[round_index]["test_accuracy"], abs=1e-6)
+        assert metrics["loss"] == pytest.approx(rows[round_index]["test_loss"], rel=1e-5)
+    with pytest.raises(ValueError, match="does not fit model 'mlp'"):
+        evaluate_checkpoint(dataclasses.replace(config, model="mlp"), run.latest)
 
 
 def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp_path):
