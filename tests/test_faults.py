@@ -314,7 +314,9 @@ def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
     last = stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: lost the Dask cluster at {address} in round ")
     assert f"dane train --out {out} --resume" in last
-    assert stopped_after < timeout_s + 30  # margin for a loaded CI machine
+    # A killed scheduler fails the driver's connection at once; what remains is one check of
+    # the scheduler (at most --timeout) and exiting. Measured 1.4 s with the 2 cores busy.
+    assert stopped_after < timeout_s + 5
     saved = load_checkpoint(out / "checkpoints" / "latest.pt")["round"]
     assert saved >= 2
     config = replace(
@@ -329,9 +331,11 @@ def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
 # accepts connections and acknowledges bytes), but nothing answers. Unlike a killed scheduler,
 # no connection fails: only the driver's own --timeout can notice. The driver must stop within
 # one request's --timeout, the scheduler check's --timeout and closing the client (up to twice
-# --timeout), plus a margin for a loaded CI machine.
+# --timeout), plus 5 s to exit on a loaded machine; and not before one --timeout has passed
+# (nothing else can tell it the scheduler froze). Measured 11.5-11.9 s (the 4 tests below,
+# with the 2 cores busy with a benchmark): the bound is 25 s.
 FROZEN_TIMEOUT_S = 5
-FROZEN_LIMIT_S = 4 * FROZEN_TIMEOUT_S + 20
+FROZEN_LIMIT_S = 4 * FROZEN_TIMEOUT_S + 5
 
 
 def _frozen_train_args(store: Path, out: Path, address: str) -> list[str]:
@@ -401,7 +405,7 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
 
     _assert_cluster_lost(driver, stderr, address, out)
     assert "in round 3: " in stderr
-    assert stopped_after < FROZEN_LIMIT_S
+    assert FROZEN_TIMEOUT_S <= stopped_after < FROZEN_LIMIT_S
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 3
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
@@ -472,7 +476,7 @@ def test_scheduler_frozen_during_a_request_stops_within_timeout(
         _stop(procs)
 
     _assert_cluster_lost(driver, stderr, address, out)
-    assert stopped_after < FROZEN_LIMIT_S
+    assert FROZEN_TIMEOUT_S <= stopped_after < FROZEN_LIMIT_S
     assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 2
 
 
