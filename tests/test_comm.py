@@ -1,0 +1,146 @@
+"""The communication accounting (pipeline/comm.py) and the averaging (pipeline/aggregate.py),
+fast and against counts made by hand: no cluster, so the development loop and mutation
+testing (`make mutation`) exercise them. The Dask runs' own byte checks are in
+test_algorithm_options.py and test_dask_vs_reference.py (cluster tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from dask_dane.pipeline import comm
+from dask_dane.pipeline.aggregate import (
+    ShardReport,
+    mean_of,
+    merge,
+    reduction_groups,
+    shard_placement,
+    to_partial,
+    tree_reduce,
+)
+from dask_dane.pipeline.algorithms.base import LocalOutput
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+
+
+def test_tensor_bytes_count_every_element_at_its_width():
+    tensors = {"a": torch.zeros(10, dtype=torch.float32), "b": torch.zeros(3, dtype=torch.float64)}
+    assert comm.tensor_bytes(tensors) == 10 * 4 + 3 * 8
+    assert comm.tensor_bytes({}) == 0
+
+
+@pytest.mark.parametrize(
+    ("placement", "moved"),
+    [
+        (["a"], 0),
+        (["a", "a", "b", "b"], 1),  # (a+a), (b+b); then a+b crosses once
+        (["a", "b", "a", "b"], 2),  # both pairs cross; then a+a stays
+        (["a", "b", "a", "b", "a"], 2),  # ... and the odd fifth waits, then joins a: stays
+        (["a", "b", "c"], 2),  # a+b crosses; then a+c crosses
+        (["a", "a", "a", "a", "b", "b", "b", "b"], 1),  # W - 1 for blocks, W | m
+    ],
+)
+def test_cross_worker_merges_follow_the_pairwise_tree(placement, moved):
+    assert comm.cross_worker_merges(placement) == moved
+
+
+def test_a_phases_bytes_are_its_input_copies_and_its_crossing_partial_sums():
+    layout = comm.layout(["a", "a", "b", "b"])  # 2 receivers, 1 crossing merge
+    assert (layout.receivers, layout.partials_moved) == (2, 1)
+    # Phase 0: the driver's copy reaches both workers; later phases start on the reducing
+    # worker, so only the other worker receives a copy.
+    assert comm.inputs_moved(0, 3) == 3 and comm.inputs_moved(1, 3) == 2
+    assert comm.phase_bytes(0, incoming=100, outgoing=7, layout=layout) == 2 * 100 + 7
+    assert comm.phase_bytes(1, incoming=100, outgoing=7, layout=layout) == 100 + 7
+
+
+@dataclass
+class _State:
+    velocity: torch.Tensor
+    note: str = "not a tensor"
+
+
+def test_payload_and_driver_bytes_find_every_tensor_in_a_value():
+    w = torch.zeros(5, dtype=torch.float64)  # 40 bytes
+    state = _State(velocity=torch.zeros(5, dtype=torch.float32))  # 20 bytes
+    shards = [{"tilt": torch.zeros(2, dtype=torch.float64)}, (torch.zeros(1),)]  # 16 + 4
+    assert comm.payload_bytes(state) == 20
+    assert comm.payload_bytes(shards) == 20
+    assert comm.payload_bytes(None) == 0 and comm.payload_bytes(_State) == 0
+    # The weights out once; the state and the shard states out and back.
+    assert comm.driver_bytes(w, state, shards) == 40 + 2 * 20 + 2 * 20
+    assert comm.driver_bytes(w, None, None) == 40
+
+
+def _report(shard: int, n: int, values: list[float], worker: str) -> ShardReport:
+    output = LocalOutput(
+        tensors={"w": torch.tensor(values, dtype=torch.float64)},
+        metrics={"loss": float(shard + 1)},
+        rows=10 * n,
+        diagnostics={"step": float(shard)},
+    )
+    return ShardReport(output=output, num_samples=n, compute_s=0.5 + shard, worker=worker,
+                       shard=shard)  # fmt: skip
+
+
+def test_the_tree_average_is_the_sample_weighted_mean_with_its_accounting():
+    sizes = [3, 1, 4, 2, 5]
+    values = [[1.0, -2.0], [4.0, 0.5], [0.0, 3.0], [-1.0, 1.0], [2.0, 2.0]]
+    workers = ["a", "b", "a", "b", "a"]
+    reports = [
+        _report(i, n, v, w) for i, (n, v, w) in enumerate(zip(sizes, values, workers, strict=True))
+    ]
+
+    total = tree_reduce([to_partial(r) for r in reports])
+    mean = mean_of(total)
+
+    expected = np.average(np.array(values), axis=0, weights=sizes)
+    np.testing.assert_allclose(mean.tensors["w"].numpy(), expected, rtol=1e-15)
+    assert mean.metrics["loss"] == pytest.approx(np.average([1, 2, 3, 4, 5], weights=sizes))
+    assert (total.num_samples, total.num_shards, total.rows) == (15, 5, 150)
+    assert total.compute_by_worker == pytest.approx({"a": 0.5 + 2.5 + 4.5, "b": 1.5 + 3.5})
+    assert total.diagnostics == {i: {"step": float(i)} for i in range(5)}
+    # The order is the pairwise tree's: ((0+1)+(2+3))+4.
+    by_hand = merge(
+        merge(merge(to_partial(reports[0]), to_partial(reports[1])),
+              merge(to_partial(reports[2]), to_partial(reports[3]))),
+        to_partial(reports[4]),
+    )  # fmt: skip
+    assert torch.equal(by_hand.tensor_sums["w"], total.tensor_sums["w"])
+
+
+def test_groups_and_placement_as_documented():
+    assert reduction_groups(5) == [(0, 1), (2, 3), (4,)]
+    assert reduction_groups(1) == [(0,)]
+    assert shard_placement(4, ["x", "y"]) == ["x", "x", "y", "y"]
+    assert shard_placement(3, ["x", "y"]) == ["x", "x", "y"]  # shard i on worker i*W//m
+    assert shard_placement(2, ["x", "y", "z"]) == ["x", "y"]
+
+
+# Model-sized copies a round, 4 shards on 2 workers (blocks: one crossing merge a phase):
+# DANE sends the weights to both workers (2) and its gradient's partial sum across (1), the
+# averaged gradient to the other worker (1) and the solutions' partial sum across (1);
+# FedAvg the weights (2) and one partial sum (1).
+COPIES = {"dane": 5, "fedavg": 3}
+
+
+@pytest.mark.parametrize("algorithm", COPIES)
+def test_the_reference_counts_the_copies_an_algorithm_moves(algorithm, digits_stores):
+    config = RunConfig(
+        store=str(digits_stores[4]), model="small-cnn", dtype="float64", rounds=2,
+        local_steps=2, batch_size=16, seed=3, algorithm=algorithm,
+    ).validate()  # fmt: skip
+    setup = prepare_run(config)
+    model_bytes = initial_weights(setup.spec, 0).numel() * 8
+
+    rows = run_reference(setup, rounds=2, num_workers=2).history
+
+    assert [r["comm_bytes"] for r in rows] == [COPIES[algorithm] * model_bytes] * 2
+    assert [r["cum_comm_bytes"] for r in rows] == [c * COPIES[algorithm] * model_bytes
+                                                   for c in (1, 2)]  # fmt: skip
+    assert [r["driver_bytes"] for r in rows] == [model_bytes] * 2  # no driver state
