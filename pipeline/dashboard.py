@@ -23,6 +23,7 @@ from typing import Any
 EVENT_TOPIC = "dane"  # Client.get_events("dane"): one event per finished round
 ROUTE = "/dane"
 REFRESH_MS = 1000
+SOURCE_NAME = "dane-rounds"  # the page's ColumnDataSource of round rows
 COLUMNS = (
     "round",
     "comm_rounds",
@@ -74,7 +75,8 @@ class DanePage:
         from bokeh.models import ColumnDataSource, Div, Select
 
         self.scheduler = scheduler
-        self.source = ColumnDataSource({name: [] for name in COLUMNS})
+        # Named, so that a browser (and tests/test_browser.py) can read the plotted rows.
+        self.source = ColumnDataSource({name: [] for name in COLUMNS}, name=SOURCE_NAME)
         self.workers = ColumnDataSource({"xs": [], "ys": [], "worker": []})
         self.status = Div(text="")
         self.select = Select(title="run", options=[], value="")

@@ -6,6 +6,7 @@ each closed page used to print a 30-line Tornado/Bokeh traceback into it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from dask_dane.pipeline.dashboard import SOURCE_NAME
+
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -24,6 +27,16 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)"),
 ]
 STATUS = re.compile(r"(\d+) run\(s\) on this scheduler; showing (.+): round (\d+)")
+# The rows the page plots, read from its Bokeh document in the browser (DanePage's source).
+PLOTTED = """() => {
+  const doc = window.Bokeh && Bokeh.documents && Bokeh.documents[0];
+  const source = doc && doc.get_model_by_name("SOURCE");
+  if (!source) return null;
+  const data = source.data;
+  const column = (k) => Array.from(data instanceof Map ? data.get(k) : data[k]);
+  return {round: column("round"), train_loss: column("train_loss"),
+          test_accuracy: column("test_accuracy")};
+}""".replace("SOURCE", SOURCE_NAME)
 
 
 def _free_port() -> int:
@@ -76,6 +89,7 @@ def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
             first = _wait_for(lambda: _round_shown(page), 90, "the first round on /dane")
             # Seven Bokeh plots drawn (canvas elements inside their shadow roots).
             assert page.locator("canvas").count() >= 7
+            plotted_first = _wait_for(lambda: page.evaluate(PLOTTED), 30, "the plotted rows")
             # Other pages opened and closed while it trains, as the user in the issue did.
             for route in ("/status", "/dane", "/status"):
                 other = browser.new_page()
@@ -89,8 +103,9 @@ def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
             )
             assert later[0] == first[0]  # the same run, followed
             assert str(tmp_path / "run") in first[0]  # named by its run directory
-            if os.environ.get("DANE_PAGE_SCREENSHOT"):  # docs/img/dane-page.png (README)
-                page.screenshot(path=os.environ["DANE_PAGE_SCREENSHOT"], full_page=True)
+            plotted = page.evaluate(PLOTTED)
+            shot = Path(os.environ.get("DANE_PAGE_SCREENSHOT") or tmp_path / "dane.png")
+            page.screenshot(path=str(shot), full_page=True)  # docs/img/dane-page.png: README
             browser.close()
         stdout, stderr = train.communicate(timeout=300)
     finally:
@@ -103,6 +118,16 @@ def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
         assert noise not in terminal, terminal[-3000:]
     assert "test accuracy" in terminal.lower()
     assert (Path(tmp_path / "run") / "cluster.log").exists()  # where the cluster's logs went
+    # The points plotted grew with the rounds, and are the run's own metrics.jsonl rows.
+    assert len(plotted["round"]) > len(plotted_first["round"]) >= 1
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert plotted["round"] == [r["round"] for r in rows[: len(plotted["round"])]]
+    for name in ("train_loss", "test_accuracy"):
+        assert plotted[name] == pytest.approx([r[name] for r in rows[: len(plotted[name])]])
+    # The screenshot holds the page: a PNG of the viewport's width and more than blank bytes.
+    header = shot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(header[16:20]) == 1320
+    assert shot.stat().st_size > 30_000
 
 
 def _load(page, url: str) -> bool:
