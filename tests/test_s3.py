@@ -19,6 +19,7 @@ import pytest
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
 pytest.importorskip("s3fs", reason="s3fs is the s3 extra")
 
+pytestmark = pytest.mark.cluster  # a server thread and CLI subprocesses
 BUCKET = "dane-test"
 STORE = f"s3://{BUCKET}/digits.zarr"
 
@@ -97,7 +98,6 @@ def _arrays(store: str, env: dict[str, str]) -> list[np.ndarray]:
     return arrays
 
 
-@pytest.mark.cluster
 def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_path):
     prepare = ("prepare", "digits", "--shards", "2", "--seed", "4")
     to_s3 = dane(*prepare, "--out", STORE, cwd=tmp_path, env=s3_env)
