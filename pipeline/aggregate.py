@@ -9,7 +9,7 @@ uneven shards (dirichlet partitions) it keeps g equal to the gradient of the glo
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -24,7 +24,7 @@ class ShardReport:
     num_samples: int
     compute_s: float
     worker: str
-    shard: int = -1  # the shard's index, for its own diagnostics
+    shard: int  # the shard's index, for its own diagnostics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +36,9 @@ class Partial:
     num_samples: int
     num_shards: int
     compute_by_worker: dict[str, float]
-    rows: int = 0  # rows read by the shards' work (LocalOutput.rows), summed
+    rows: int  # rows read by the shards' work (LocalOutput.rows), summed
     # Each shard's LocalOutput.diagnostics by shard index: collected, never summed.
-    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
+    diagnostics: dict[int, dict[str, float]]
 
 
 def to_partial(report: ShardReport) -> Partial:
