@@ -156,3 +156,31 @@ def test_a_store_at_an_unknown_protocol_or_a_mangled_url_is_refused(tmp_path):
 
     assert "nosuchfs" in _one_line(unknown)
     assert "lost a slash" in _one_line(mangled)
+
+
+def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, monkeypatch):
+    # The same functions the CLI runs, in the test process (coverage sees the remote paths).
+    from dask_dane.datasets import location
+    from dask_dane.datasets.partition import PartitionSpec
+    from dask_dane.datasets.sources import SourceOptions, load_source
+    from dask_dane.datasets.store import open_store, read_shard, write_store
+
+    for name, value in s3_env.items():
+        monkeypatch.setenv(name, value)
+    url = f"s3://{BUCKET}/in-process.zarr"
+    raw = load_source("digits", SourceOptions(seed=2))
+
+    info = write_store(raw, PartitionSpec(num_shards=3, seed=2), url, force=False)
+    with pytest.raises(ValueError, match="already exists"):
+        write_store(raw, PartitionSpec(num_shards=3, seed=2), url, force=False)
+    replaced = write_store(raw, PartitionSpec(num_shards=2, seed=2), url, force=True)
+
+    assert info.path == url and location.is_remote(url) and location.resolve(url) == url
+    assert open_store(url).num_shards == replaced.num_shards == 2
+    start, stop = replaced.shards[1]
+    x, y = read_shard(url, "train", start, stop, index=1, task="classification", num_classes=10)
+    assert len(x) == len(y) == stop - start
+    location.remove(url)
+    assert not location.exists(url)
+    with pytest.raises(ValueError, match="does not exist"):
+        open_store(url)
