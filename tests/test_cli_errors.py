@@ -84,6 +84,13 @@ BAD_INPUT = {
         "train {s8} --scheduler tcp://127.0.0.1:9 --scheduler-file {typo} --out {out}",
         "both name a scheduler",
     ),
+    "bench-train-two-schedulers": (
+        "bench train --configs {typo} --json {out}/r.json --scheduler tcp://127.0.0.1:9 "
+        "--scheduler-file {typo}",
+        "both name a scheduler",
+    ),
+    "train-local-clip-negative": ("train {s8} --local-clip -1 --out {out}", "--local-clip"),
+    "watch-interval-0": ("watch {root} --interval 0", "--interval"),
     "prepare-unknown-source": ("prepare imagenet --out {out}", "unknown source 'imagenet'"),
     "prepare-existing-store": ("prepare synthetic --out {s8}", "--force"),
 }
