@@ -41,7 +41,7 @@ test-fast: $(STAMP)
 # Mutation testing (docs/testing.md): mutmut 2 mutates the files in place, one mutant at a
 # time, and runs the fast tests that exercise them; `mutmut results` lists the survivors.
 MUTATE ?= pipeline/comm.py,pipeline/aggregate.py,pipeline/algorithms/
-MUTATION_TESTS ?= tests/test_comm.py tests/test_algorithms.py tests/test_oracles.py tests/test_convex.py \
+MUTATION_TESTS ?= tests/test_comm.py tests/test_registry.py tests/test_algorithms.py tests/test_oracles.py tests/test_convex.py \
 	tests/test_safeguard.py tests/test_baselines.py tests/test_graph.py \
 	tests/test_skew_fixes.py tests/test_algorithm_options.py tests/test_diagnostics.py
 mutation: $(STAMP)

@@ -34,6 +34,11 @@ def test_lr_schedules_follow_their_formulas():
     assert [lr_factor("step", t, 8) for t in (1, 4, 5, 6, 7, 8)] == pytest.approx(
         [1, 1, 0.1, 0.1, 0.01, 0.01]
     )
+    # The names a user types are the names the schedule knows.
+    for name in ("constant", "cosine", "step"):
+        assert RunConfig(lr_schedule=name).validate().lr_schedule == name
+    with pytest.raises(ValueError, match="--lr-schedule"):
+        RunConfig(lr_schedule="linear").validate()
 
 
 def test_server_momentum_is_the_heavy_ball_on_the_averaged_step():

@@ -229,6 +229,16 @@ def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(
     assert [row["comm_rounds"] for row in run.history] == [3, 6]  # a third phase a round
 
 
+def test_the_line_search_tries_halving_steps_from_2_and_keeps_the_lowest_loss():
+    from dask_dane.pipeline.algorithms.line_search import best_step, trial_steps
+
+    assert trial_steps(4) == [2.0, 1.0, 0.5, 0.25]
+    losses = {f"line_search_loss_{k}": v for k, v in enumerate([3.0, 1.5, 0.7, 0.9])}
+    assert best_step(losses, 4) == (0.5, 0.7)
+    tie = {f"line_search_loss_{k}": v for k, v in enumerate([1.0, 1.0, 2.0])}
+    assert best_step(tie, 3) == (2.0, 1.0)  # the larger step on a tie
+
+
 def test_the_line_search_refuses_what_would_choose_the_step_for_it():
     with pytest.raises(ValueError, match="--line-search chooses the step itself"):
         RunConfig(line_search=3, safeguard="backtrack").validate()
