@@ -11,7 +11,7 @@ from .output import percent
 def compare_table(result: dict[str, Any]) -> str:
     """One row per method: to each target its rounds, seconds, MB and images; then the
     projected times to the first target."""
-    targets = result.get("targets", [result["target"]])
+    targets = result.get("targets") or [result["target"]]
     head = " | ".join(f"to {percent(t)}: comm rounds / s / MB / images" for t in targets)
     lines = [
         f"| method | {head} | final acc. | best acc. |",
@@ -73,7 +73,7 @@ def compare_plot(result: dict[str, Any], path: Path) -> None:
     axes[1].set_xlabel("training wall time (s)")
     axes[2].set_xlabel("images processed")
     axes[0].set_ylabel("test accuracy")
-    for ax, target in [(ax, t) for ax in axes for t in result.get("targets", [result["target"]])]:
+    for ax, target in [(ax, t) for ax in axes for t in result.get("targets") or [result["target"]]]:
         ax.axhline(target, color="grey", linestyle=":", linewidth=1)
     for ax in axes:
         ax.grid(alpha=0.3)

@@ -174,3 +174,43 @@ def test_a_crashed_rank_stops_the_run_instead_of_hanging(spec, tmp_path):
 def test_bad_spec_is_a_value_error_naming_the_fix(spec, change, message):
     with pytest.raises(ValueError, match=message):
         DdpSpec(**{**spec.__dict__, **change}).validate()
+
+
+def test_the_race_report_has_a_row_per_method_and_a_line_per_curve(monkeypatch, tmp_path):
+    from dask_dane.bench import ddp_report
+    from dask_dane.pipeline import report
+
+    curve = [
+        {"comm_rounds": c, "train_wall_s": 2.0 * c, "images": 100 * c, "test_accuracy": a}
+        for c, a in ((1, 0.5), (4, 0.9))
+    ]
+    point = {"comm_rounds": 4, "train_wall_s": 8.0, "cum_bytes": 3e6, "images": 400}
+    method = {"curve": curve, "phases": 1, "final_test_accuracy": 0.9, "best_test_accuracy": 0.9}
+    result = {
+        "targets": [0.88],
+        "methods": {
+            "ddp": {**method, "label": "ddp", "to_target": {"0.88": point}},
+            "single": {**method, "label": "one process", "phases": 0, "to_target": {}},
+            "dane": {**method, "label": "dane", "diverged": True, "to_target": {},
+                     "final_test_accuracy": None},
+        },
+        "projection": {
+            "loopback_check": {"ddp": {"projected_s": 9.0, "measured_s": 8.0, "error_pct": 12.5}},
+            "networks": [{"label": "1 Gbit/s", "time_to_target_s": [{"workers": 2, "ddp": 7.5}]}],
+        },
+    }  # fmt: skip
+    figures: dict = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: figures.update(fig=fig))
+
+    lines = ddp_report.compare_table(result).splitlines()
+    ddp_report.compare_plot(result, tmp_path / "race.png")
+
+    assert lines[2] == "| ddp | 4 / 8.0 / 3 / 400 | 0.9000 | 0.9000 |"
+    assert lines[3] == "| one process | not reached | 0.9000 | 0.9000 |"
+    assert lines[4] == "| dane (diverged) | not reached | - | 0.9000 |"
+    assert "loopback projection, ddp: 9.0 s vs measured 8.0 s (+12.5 %)" in lines
+    assert lines[-1] == "| 2 | 7.5 |"
+    rounds, wall, images = figures["fig"].axes
+    assert len(rounds.get_lines()) == 2 + 1  # one process has no communication rounds
+    assert len(wall.get_lines()) == len(images.get_lines()) == 3 + 1  # curves and the target
+    assert list(images.get_lines()[0].get_xdata()) == [100, 400]

@@ -184,3 +184,8 @@ def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, mon
     assert not location.exists(url)
     with pytest.raises(ValueError, match="does not exist"):
         open_store(url)
+    with pytest.raises(ValueError, match="the bucket 'no-such-bucket' does not exist"):
+        location.exists("s3://no-such-bucket/x.zarr")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(ValueError, match="access denied"):
+        location.exists(url)
