@@ -326,6 +326,8 @@ def report(
 
 
 app.add_typer(bench_app, name="bench")
+
+
 @app.command("watch")
 def watch_run(
     run_dir: Annotated[Path, typer.Argument(help="The run directory (its metrics.jsonl).")],
