@@ -126,6 +126,16 @@ def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_
         for run in ("run-s3", "run-local")
     ]
     assert losses[0] == losses[1] and len(losses[0]) == 2
+    # The benches take the URL as --store too.
+    toml = tmp_path / "runs.toml"
+    toml.write_text('[defaults]\nmodel = "mlp"\nrounds = 1\n[[run]]\nname = "fedavg"\n'
+                    'algorithm = "fedavg"\n')  # fmt: skip
+    bench = dane("bench", "train", "--configs", str(toml), "--store", STORE, "--json",
+                 str(tmp_path / "bench.json"), "--workdir", "bench", cwd=tmp_path,
+                 env=s3_env)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    (run,) = json.loads((tmp_path / "bench.json").read_text())["runs"]
+    assert run["error"] is None and run["config"]["store"] == STORE
 
 
 def test_a_missing_bucket_is_one_line_and_writes_nothing(s3_env, tmp_path):
