@@ -2,6 +2,8 @@
 
 Algorithms work on a single 1-D tensor per model; `functional_call` evaluates the model at any
 such vector without copying it into the module, so gradients flow back to the vector itself.
+A model's buffers (BatchNorm's running statistics and its batch counter) are not parameters:
+they travel beside the flat vector as a dict by name, and nothing optimises them.
 """
 
 from __future__ import annotations
@@ -10,10 +12,22 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+Buffers = dict[str, torch.Tensor]
+
 
 def flatten_parameters(model: nn.Module) -> torch.Tensor:
     """The model's parameters concatenated in registration order (a detached copy)."""
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def model_buffers(model: nn.Module) -> Buffers:
+    """Detached copies of the model's persistent buffers, by name ({} for most models)."""
+    persistent = set(model.state_dict(keep_vars=True))
+    return {
+        name: buffer.detach().clone()
+        for name, buffer in model.named_buffers()
+        if name in persistent and buffer is not None
+    }
 
 
 def unflatten(model: nn.Module, flat: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -27,6 +41,29 @@ def unflatten(model: nn.Module, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     return params
 
 
-def forward_flat(model: nn.Module, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """model(x) evaluated at the weights in `flat`, differentiable with respect to `flat`."""
-    return functional_call(model, unflatten(model, flat), (x,))
+def forward_flat(
+    model: nn.Module, flat: torch.Tensor, x: torch.Tensor, buffers: Buffers | None = None
+) -> torch.Tensor:
+    """model(x) evaluated at the weights in `flat`, differentiable with respect to `flat`.
+
+    `buffers` replace the module's own for the call; a BatchNorm in training mode updates
+    them in place (functional_call swaps the given tensors in), which is how a local step's
+    running statistics reach the caller.
+    """
+    state = unflatten(model, flat)
+    if buffers:
+        state = {**state, **buffers}
+    return functional_call(model, state, (x,))
+
+
+def load_state(
+    model: nn.Module, weights: torch.Tensor, buffers: Buffers | None = None
+) -> nn.Module:
+    """Copy a flat weight vector and buffers into `model`'s own tensors; returns the model."""
+    with torch.no_grad():
+        for name, view in unflatten(model, weights.detach()).items():
+            target = model.get_parameter(name)
+            target.copy_(view.to(target.dtype))
+        for name, value in (buffers or {}).items():
+            model.get_buffer(name).copy_(value)
+    return model

@@ -1,4 +1,9 @@
-"""Model names -> builders, with the input shapes each accepts."""
+"""Model names -> builders, with the input shapes each accepts; a user's model by import path.
+
+The built-in names below and a user's callable (`FILE.py:NAME`, `package.module:NAME`, or a
+Python callable given to `dask_dane.train`) are entries of one registry: `build_model` takes
+either from a ModelSpec. A user's callable travels inside the spec as bytes (models/user.py).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from .linear import linear, logistic
 from .mlp import mlp
 from .resnet8 import resnet8
 from .small_cnn import small_cnn
+from .user import call_builder, from_bytes, is_import_path, resolve, to_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +34,18 @@ class ModelSpec:
     # The L2 penalty lambda*||w||^2 in every shard's loss: part of the model's objective, so it
     # travels with the spec to every task that builds one (pipeline/objective.py applies it).
     l2: float = 0.0
+    # A user's model: the builder as bytes (models/user.py); empty for the built-in names.
+    builder: bytes = b""
+    # For models whose output depends on the batch (BatchNorm in training mode): full-shard
+    # losses are means over batches of this many rows, the local steps' batch size, so that a
+    # full-shard gradient is the gradient of the objective the local steps minimise.
+    train_batch: int = 0
+    # Random flips / crops of each local step's minibatch (pipeline/augment.py); "" for none.
+    augment: str = ""
+
+    @property
+    def is_user_model(self) -> bool:
+        return is_import_path(self.name)
 
 
 @dataclass(frozen=True)
@@ -87,7 +105,13 @@ MODELS: dict[str, _Entry] = {
 
 
 def check_model_fits(name: str, sample_shape: tuple[int, ...]) -> None:
-    """ValueError naming the models that do fit, if `name` is unknown or does not fit."""
+    """ValueError naming the models that do fit, if `name` is unknown or does not fit.
+
+    A user's model (an import path) is checked by running a batch through it instead
+    (pipeline/model_check.py): its shapes are its own.
+    """
+    if is_import_path(name):
+        return
     shape = tuple(sample_shape)
     fitting = [n for n, entry in MODELS.items() if entry.fits(shape)]
     if name not in MODELS:
@@ -101,6 +125,8 @@ def check_model_fits(name: str, sample_shape: tuple[int, ...]) -> None:
 
 def check_model_task(name: str, task: str) -> None:
     """ValueError if model `name` scores another task than the store's (e.g. linear on labels)."""
+    if is_import_path(name):
+        return  # its output shape is checked against the task instead
     expected = MODELS[name].task
     if expected != task:
         fitting = [n for n, entry in MODELS.items() if entry.task == task]
@@ -115,7 +141,19 @@ def is_convex(name: str) -> bool:
     return name in MODELS and MODELS[name].convex
 
 
+def user_spec_builder(name: str) -> bytes:
+    """The bytes a user's model travels as, resolved from its import path on this process."""
+    return to_bytes(resolve(name))
+
+
 def build_model(spec: ModelSpec) -> nn.Module:
     """A freshly initialised model (use torch.manual_seed first for reproducible weights)."""
+    dtype = getattr(torch, spec.dtype)
+    if spec.is_user_model:
+        builder = from_bytes(spec.builder, spec.name) if spec.builder else resolve(spec.name)
+        model = call_builder(
+            builder, sample_shape=spec.sample_shape, num_classes=spec.num_classes, name=spec.name
+        )
+        return model.to(dtype)
     check_model_fits(spec.name, spec.sample_shape)
-    return MODELS[spec.name].build(spec).to(getattr(torch, spec.dtype))
+    return MODELS[spec.name].build(spec).to(dtype)

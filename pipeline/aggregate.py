@@ -4,12 +4,18 @@ The Dask graph and the single-process reference both reduce with `reduction_grou
 add the same numbers in the same order and agree to the last bit for the same inputs.
 Outputs are weighted by shard size: for equal shards this is the paper's plain mean_i, and for
 uneven shards (dirichlet partitions) it keeps g equal to the gradient of the global loss.
+
+A model's buffers are combined as FedAvg does: floating ones (BatchNorm's running mean and
+variance) by the same row-weighted mean, counters (`num_batches_tracked`) by the maximum,
+since every shard counted its own steps from the same start and a mean of counts is no count.
+The alternative, FedBN (Li et al. 2021), keeps the statistics per shard; we combine them so
+that the one model handed back evaluates anywhere.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +31,8 @@ class ShardReport:
     compute_s: float
     worker: str
     shard: int  # the shard's index, for its own diagnostics
+    # The shard's model buffers after this phase's local steps; {} where none moved them.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,11 +47,19 @@ class Partial:
     rows: int  # rows read by the shards' work (LocalOutput.rows), summed
     # Each shard's LocalOutput.diagnostics by shard index: collected, never summed.
     diagnostics: dict[int, dict[str, float]]
+    # Buffers: floating ones as sample-weighted sums, counters as their maximum ({}: none).
+    buffer_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _is_counter(tensor: torch.Tensor) -> bool:
+    return not (tensor.is_floating_point() or tensor.is_complex())
 
 
 def to_partial(report: ShardReport) -> Partial:
     n = report.num_samples
+    buffers = {k: b if _is_counter(b) else b * n for k, b in report.buffers.items()}
     return Partial(
+        buffer_sums=buffers,
         tensor_sums={k: t * n for k, t in report.output.tensors.items()},
         metric_sums={k: v * n for k, v in report.output.metrics.items()},
         num_samples=n,
@@ -57,7 +73,13 @@ def to_partial(report: ShardReport) -> Partial:
 def merge(a: Partial, b: Partial) -> Partial:
     compute = Counter(a.compute_by_worker)
     compute.update(b.compute_by_worker)
+    assert a.buffer_sums.keys() == b.buffer_sums.keys(), "shards moved different buffers"
+    buffers = {
+        k: torch.maximum(t, b.buffer_sums[k]) if _is_counter(t) else t + b.buffer_sums[k]
+        for k, t in a.buffer_sums.items()
+    }
     return Partial(
+        buffer_sums=buffers,
         tensor_sums={k: a.tensor_sums[k] + b.tensor_sums[k] for k in a.tensor_sums},
         metric_sums={k: a.metric_sums[k] + b.metric_sums[k] for k in a.metric_sums},
         num_samples=a.num_samples + b.num_samples,
@@ -74,6 +96,12 @@ def mean_of(partial: Partial) -> LocalOutput:
         tensors={k: t / n for k, t in partial.tensor_sums.items()},
         metrics={k: v / n for k, v in partial.metric_sums.items()},
     )
+
+
+def buffer_mean(partial: Partial) -> dict[str, torch.Tensor]:
+    """The combined buffers of a sum ({} if no shard moved its buffers in that phase)."""
+    n = partial.num_samples
+    return {k: t if _is_counter(t) else t / n for k, t in partial.buffer_sums.items()}
 
 
 def reduction_groups(count: int) -> list[tuple[int, ...]]:

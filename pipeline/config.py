@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .algorithms import Strategy, make_strategy
+from .augment import parse_augment
 
 DTYPES = ("float32", "float64")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
@@ -40,9 +41,12 @@ class ModelSettings:
     model: str = "small-cnn"
     dtype: str = "float32"
     l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
+    # Random flips and crops of every local step's minibatch: flip, crop=P, or flip,crop=P.
+    augment: str = ""
 
     def check_model(self) -> None:
         _choice("--dtype", self.dtype, DTYPES)
+        parse_augment(self.augment)
         if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
             raise ValueError(f"--l2 must be zero or positive (got {self.l2})")
 

@@ -171,13 +171,13 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         worker=root,
     )
     evaluation = None
-    if plan.evaluate:  # the new weights alone travel to the test split
+    if plan.evaluate:  # the new weights (and buffers) alone travel to the test split
         weights = b.add(
-            b.key("weights", t), (tasks.round_weights, result), depends=[result], worker=root
+            b.key("weights", t), (tasks.round_model, result), depends=[result], worker=root
         )
         evaluation = b.add(
             b.key("evaluate", t),
-            (tasks.evaluate, round_input.spec, data.test, weights),
+            (tasks.evaluate_model, round_input.spec, data.test, weights),
             depends=[weights],
             worker=data.test_worker,  # the weights travel, never the test split
         )

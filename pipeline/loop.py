@@ -62,14 +62,16 @@ def train(
     resume: bool = False,
     callbacks: Callbacks | None = None,
     client: Client | None = None,
+    model: Callable[..., torch.nn.Module] | None = None,
 ) -> dict:
     """Train as configured (or continue a run); returns the summary written to summary.json.
 
     With `client` given (benchmarks running many trainings) that cluster is used as it is;
     otherwise one is started or connected to as the config says, and closed at the end.
+    `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
     """
     callbacks = callbacks or Callbacks()
-    setup = prepare_run(config)  # all checks before anything is written
+    setup = prepare_run(config, model)  # all checks before anything is written
     run_dir = RunDir(Path(config.out))
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
@@ -223,6 +225,7 @@ def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-
                     layout=comm.layout(data.placement),
                     round_data=setup.strategy.round_data(state.state),
                     opening_bytes=comm.tensor_bytes(opening),
+                    buffers=state.buffers,
                 ),
                 token=f"{data.token}a{attempt}",
                 **inputs,

@@ -1,17 +1,32 @@
 """The loss of one model on one shard: full-shard loss and gradient, minibatches, evaluation.
 
 Pure torch: used by every algorithm on the workers and by the single-process reference.
+
+Models with layers that act differently in training (BatchNorm, dropout) are trained in
+training mode everywhere the algorithms look: the local steps and the full-shard passes
+(DANE's loss and gradient phase, line searches, safeguards) alike, so that DANE's correction
+grad f_i(w) is the gradient of the very objective the local steps minimise. For BatchNorm
+that objective depends on the batch, so full passes go over batches of the local steps' size
+(ModelSpec.train_batch), in the shard's fixed order, with copies of the running statistics:
+only local steps update this shard's statistics (`buffers`), which the pipeline then averages
+(tasks.run_local). Dropout masks and augmentations are drawn from generators seeded from the
+task's seed: the local steps' in step order, every full pass the same fixed draw, so f_i is
+one function within a round. Evaluation runs in eval mode with the combined statistics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import threading
+from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..models.flat import forward_flat
+from ..models.flat import Buffers, forward_flat
+from .augment import Augmentation, augment_batch
 
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times
@@ -21,6 +36,22 @@ CHUNK_MODEL_COPIES = 8
 CHUNK_BYTES_GPU = 256 * 2**20
 CHUNK_ROWS = (16, 4096)
 _PER_ROW: dict[tuple, int] = {}
+# Dropout draws from torch's global generator: seeding it and running the forward pass happen
+# under one lock, so that worker threads (--threads-per-worker) do not interleave draws.
+_GLOBAL_RNG = threading.Lock()
+
+
+def derived_seed(*parts: int) -> int:
+    """An independent, reproducible seed for the given integers (numpy's SeedSequence)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+def mode_dependent(model: nn.Module) -> tuple[bool, bool]:
+    """(uses batch statistics in training: BatchNorm, draws at random in training: dropout)."""
+    modules = list(model.modules())
+    batch = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in modules)
+    random = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in modules)
+    return batch, random
 
 
 def chunk_rows(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
@@ -67,7 +98,17 @@ class ShardObjective:
     """
 
     def __init__(
-        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, task: str, l2: float = 0.0
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        task: str,
+        l2: float = 0.0,
+        *,
+        buffers: Buffers | None = None,
+        train_batch: int = 0,
+        augmentation: Augmentation | None = None,
+        seed: int = 0,
     ) -> None:
         self.model = model
         self.x = x
@@ -75,20 +116,72 @@ class ShardObjective:
         self.task = task
         self.l2 = l2
         self.chunk = chunk_rows(model, x, sum(p.numel() for p in model.parameters()))
+        self.buffers = buffers if buffers is not None else {}  # this shard's own copy
+        self.train_batch = train_batch
+        self.augmentation = augmentation or Augmentation()
+        self.seed = seed
+        self.batch_dependent, self.stochastic = mode_dependent(model)
+        # Local steps' dropout masks and augmentations, in step order.
+        self.step_rng = torch.Generator().manual_seed(derived_seed(seed, 1))
+        self.buffers_updated = False  # a local step has moved the running statistics
+
+    @property
+    def plain(self) -> bool:
+        """No modes, no buffers, no augmentation: the model is a pure function of w and x."""
+        return not (
+            self.batch_dependent or self.stochastic or self.buffers or self.augmentation.active
+        )
+
+    def _spans(self) -> Iterator[tuple[int, int]]:
+        """Row ranges of a full pass: memory-sized chunks, or the local steps' batches for a
+        batch-dependent model (near-equal sizes, so no batch falls to a single row)."""
+        if not (self.batch_dependent and self.train_batch):
+            for start in range(0, self.num_samples, self.chunk):
+                yield start, min(start + self.chunk, self.num_samples)
+            return
+        count = -(-self.num_samples // self.train_batch)
+        bounds = np.linspace(0, self.num_samples, count + 1).round().astype(int)
+        yield from itertools.pairwise(bounds.tolist())
+
+    def _forward(
+        self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool = True, at: int = 0
+    ) -> torch.Tensor:
+        """The model's output at w. `step`: a local step (updates the running statistics,
+        draws from step_rng); else a full pass at row `at` (fixed draws, statistics kept)."""
+        if self.plain:
+            return forward_flat(self.model, w, x)
+        rng = self.step_rng if step else torch.Generator().manual_seed(derived_seed(self.seed, at))
+        if train and self.augmentation.active:
+            x = augment_batch(x, self.augmentation, rng)
+        self.model.train(train)
+        buffers = self.buffers
+        if train and not step:
+            buffers = {name: value.clone() for name, value in buffers.items()}
+        self.buffers_updated |= step and bool(buffers)
+        if not (train and self.stochastic):
+            return forward_flat(self.model, w, x, buffers)
+        dropout_seed = int(torch.randint(2**62, (1,), generator=rng))
+        devices = [x.device] if x.device.type == "cuda" else []
+        with _GLOBAL_RNG, torch.random.fork_rng(devices=devices):
+            torch.manual_seed(dropout_seed)
+            return forward_flat(self.model, w, x, buffers)
 
     @property
     def num_samples(self) -> int:
         return int(self.x.shape[0])
 
-    def _loss_sum(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = forward_flat(self.model, w, x)
+    def _loss_sum(
+        self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, step: bool = False, at: int = 0
+    ) -> torch.Tensor:
+        out = self._forward(w, x, step=step, at=at)
         if self.task == "classification":
             return F.cross_entropy(out, y, reduction="sum")
         return F.mse_loss(out.reshape(y.shape), y, reduction="sum")
 
     def batch_loss(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Mean loss over `rows` (plus the L2 penalty), differentiable with respect to w."""
-        return self._loss_sum(w, self.x[rows], self.y[rows]) / len(rows) + self._penalty(w)
+        loss = self._loss_sum(w, self.x[rows], self.y[rows], step=True)
+        return loss / len(rows) + self._penalty(w)
 
     def _penalty(self, w: torch.Tensor) -> torch.Tensor | float:
         return self.l2 * torch.dot(w, w) if self.l2 else 0.0
@@ -100,24 +193,33 @@ class ShardObjective:
             return self
         generator = torch.Generator().manual_seed(seed)
         rows = torch.randperm(self.num_samples, generator=generator)[:size].sort().values
-        return ShardObjective(self.model, self.x[rows], self.y[rows], self.task, self.l2)
+        return ShardObjective(
+            self.model,
+            self.x[rows],
+            self.y[rows],
+            self.task,
+            self.l2,
+            buffers=self.buffers,
+            train_batch=self.train_batch,
+            augmentation=self.augmentation,
+            seed=self.seed,
+        )
 
     @torch.no_grad()
     def loss(self, w: torch.Tensor) -> float:
         """Full-shard mean loss at w (the L2 penalty included), without a gradient."""
         total = 0.0
-        for start in range(0, self.num_samples, self.chunk):
-            stop = start + self.chunk
-            total += float(self._loss_sum(w, self.x[start:stop], self.y[start:stop]))
+        for start, stop in self._spans():
+            total += float(self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start))
         return total / self.num_samples + float(self._penalty(w))
 
     def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]:
         """Full-shard mean loss and its gradient at w, in chunks of `self.chunk` rows."""
         w = w.detach().requires_grad_(True)
         total = 0.0
-        for start in range(0, self.num_samples, self.chunk):
-            stop = start + self.chunk
-            loss = self._loss_sum(w, self.x[start:stop], self.y[start:stop]) / self.num_samples
+        for start, stop in self._spans():
+            loss = self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
+            loss = loss / self.num_samples
             loss.backward()
             total += float(loss.detach())
         if self.l2:
@@ -136,9 +238,8 @@ class ShardObjective:
         """
         w = w.detach().requires_grad_(True)
         total = self._penalty(w)
-        for start in range(0, self.num_samples, self.chunk):
-            stop = start + self.chunk
-            chunk = self._loss_sum(w, self.x[start:stop], self.y[start:stop])
+        for start, stop in self._spans():
+            chunk = self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
             total = total + chunk / self.num_samples
         (grad,) = torch.autograd.grad(total, w, create_graph=True)
 
@@ -161,7 +262,7 @@ class ShardObjective:
         loss_sum, correct = 0.0, 0
         for start in range(0, self.num_samples, self.chunk):
             x, y = self.x[start : start + self.chunk], self.y[start : start + self.chunk]
-            out = forward_flat(self.model, w, x)
+            out = self._forward(w, x, step=False, train=False)
             if self.task == "classification":
                 loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
                 correct += int((out.argmax(dim=1) == y).sum())

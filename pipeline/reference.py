@@ -62,11 +62,12 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
             layout=layout,
             round_data=setup.strategy.round_data(state.state),
             opening_bytes=comm.tensor_bytes(setup.strategy.opening(state.state)),
+            buffers=state.buffers,
         )
         result = _round(round_input, shards, state)
         evaluation = None
         if t % config.eval_every == 0 or t == rounds:
-            evaluation = tasks.evaluate(setup.spec, test, result.weights)
+            evaluation = tasks.evaluate(setup.spec, test, result.weights, result.buffers)
         row = round_row(
             round_index=t,
             algorithm=setup.strategy.name,

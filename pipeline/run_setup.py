@@ -7,25 +7,32 @@ start from identical weights and read identical shards.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..datasets.partition import PartitionSpec
 from ..datasets.sources import SourceOptions, load_source
 from ..datasets.store import StoreInfo, open_store, write_store
-from ..models.flat import flatten_parameters
+from ..models.flat import Buffers, flatten_parameters, model_buffers
 from ..models.registry import (
     ModelSpec,
     build_model,
     check_model_fits,
     check_model_task,
     is_convex,
+    user_spec_builder,
 )
+from ..models.user import is_import_path, to_bytes
 from .algorithms import Strategy
+from .augment import parse_augment
 from .config import RunConfig
+from .model_check import CHECK_ROWS, check_model_runs
+from .tasks import load_shard
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +78,12 @@ def ensure_default_store(config: RunConfig) -> Path:
     return path
 
 
-def prepare_run(config: RunConfig) -> RunSetup:
-    """Check that store, model and settings fit together; ValueError with the fix if not."""
+def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = None) -> RunSetup:
+    """Check that store, model and settings fit together; ValueError with the fix if not.
+
+    `builder` is a Python callable given for the model (dask_dane.train(model=fn)); it stands
+    for config.model, which then records its name.
+    """
     if config.store is None:
         raise ValueError("no store given; pass a store path or use the embedded default")
     store = open_store(config.store)
@@ -85,14 +96,37 @@ def prepare_run(config: RunConfig) -> RunSetup:
             "--local-solver steps"
         )
     _check_dtype_holds(store, config.dtype)
+    if parse_augment(config.augment).active and len(store.sample_shape) != 3:
+        raise ValueError(
+            f"--augment flips and crops images (C, H, W), and the store holds samples of shape "
+            f"{store.sample_shape}; drop --augment"
+        )
     spec = ModelSpec(
         name=config.model,
         sample_shape=store.sample_shape,
         num_classes=store.num_classes,
         dtype=config.dtype,
         l2=store.l2 if config.l2 is None else config.l2,
+        builder=_builder_bytes(config.model, builder),
+        train_batch=config.batch_size,
+        augment=config.augment,
     )
-    return RunSetup(config=config, store=store, spec=spec, strategy=config.strategy())
+    setup = RunSetup(config=config, store=store, spec=spec, strategy=config.strategy())
+    check_model_runs(spec, _first_rows(setup), store.task)
+    return setup
+
+
+def _builder_bytes(name: str, builder: Callable[..., nn.Module] | None) -> bytes:
+    if builder is not None:
+        return to_bytes(builder)
+    return user_spec_builder(name) if is_import_path(name) else b""
+
+
+def _first_rows(setup: RunSetup) -> torch.Tensor:
+    """A few training rows as a worker holds them (normalised, in the run's dtype), on the CPU."""
+    args = setup.shard_args(0)
+    args.update(stop=min(args["start"] + CHECK_ROWS, args["stop"]), device="cpu")
+    return load_shard(**args).x
 
 
 def _check_dtype_holds(store: StoreInfo, dtype: str) -> None:
@@ -110,5 +144,11 @@ def _check_dtype_holds(store: StoreInfo, dtype: str) -> None:
 
 def initial_weights(spec: ModelSpec, seed: int) -> torch.Tensor:
     """The model's default initialisation under `seed`, as a flat vector."""
+    return initial_state(spec, seed)[0]
+
+
+def initial_state(spec: ModelSpec, seed: int) -> tuple[torch.Tensor, Buffers]:
+    """The model's default initialisation under `seed`: flat weights and its buffers."""
     torch.manual_seed(seed)
-    return flatten_parameters(build_model(spec))
+    model = build_model(spec)
+    return flatten_parameters(model), model_buffers(model)

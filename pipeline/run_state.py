@@ -19,7 +19,7 @@ from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
 from .config import RunConfig
 from .errors import TrainingDiverged
 from .metrics import keep_rounds_up_to, read_metrics
-from .run_setup import RunSetup, initial_weights
+from .run_setup import RunSetup, initial_state
 from .rundir import RunDir
 from .tasks import RoundResult
 
@@ -36,15 +36,18 @@ class RunState:
     cum_comm_bytes: int = 0
     cum_comm_rounds: int = 0
     cum_images: int = 0  # rows of training data read so far (checkpoints before it: 0)
+    # The model's buffers (BatchNorm's running statistics), combined each round; {} if none.
+    buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def fresh(cls, setup: RunSetup) -> RunState:
         """Round 0: the seeded initial weights and the strategy's initial states."""
-        weights = initial_weights(setup.spec, setup.config.seed)
+        weights, buffers = initial_state(setup.spec, setup.config.seed)
         shard_states = [setup.strategy.init_shard_state(weights) for _ in setup.store.shards]
         return cls(
             round=0,
             weights=weights,
+            buffers=buffers,
             state=setup.strategy.init_state(weights),
             shard_states=shard_states if any(s is not None for s in shard_states) else None,
         )
@@ -53,6 +56,7 @@ class RunState:
         """Take round `row["round"]`'s result and its metrics row (metrics.round_row)."""
         self.round = row["round"]
         self.weights = result.weights
+        self.buffers = result.buffers
         self.state = result.state
         if result.shard_states is not None:
             self.shard_states = result.shard_states
@@ -106,18 +110,33 @@ def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
 
 def save_run(run_dir: RunDir, state: RunState, setup: RunSetup, *, improved: bool) -> None:
     """The latest checkpoint, and the best one too when the round `improved` on it."""
-    payload = {**state.as_data(), "config": setup.config.as_dict()}
+    payload = {**state.as_data(), "config": setup.config.as_dict(), "model": model_info(setup)}
     save_checkpoint(run_dir.latest, payload)
     if improved:
         save_checkpoint(run_dir.best, payload)
 
 
+def model_info(setup: RunSetup) -> dict[str, Any]:
+    """What rebuilding and feeding the trained model needs without its store (dask_dane.load,
+    dane export): the samples' shape and dtype, the classes, and the store's normalisation."""
+    store = setup.store
+    return {
+        "name": setup.config.model,
+        "sample_shape": list(store.sample_shape),
+        "num_classes": store.num_classes,
+        "task": store.task,
+        "x_dtype": store.x_dtype,
+        "normalization": store.normalization,
+    }
+
+
 def check_finite(result: RoundResult, row: dict[str, Any], run_dir: RunDir) -> None:
     """TrainingDiverged naming the round if its loss or weights are not finite."""
     loss = row["train_loss"]
-    if not bool(torch.isfinite(result.weights).all()) or (
-        loss is not None and not math.isfinite(loss)
-    ):
+    finite = bool(torch.isfinite(result.weights).all()) and all(
+        bool(torch.isfinite(b).all()) for b in result.buffers.values()
+    )
+    if not finite or (loss is not None and not math.isfinite(loss)):
         kept = (
             f"the last good checkpoint (round {row['round'] - 1}) is kept in {run_dir.latest}"
             if row["round"] > 1

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from ..models.flat import Buffers
 from ..models.registry import ModelSpec, build_model
+from .augment import parse_augment
 from .objective import ShardObjective
 
 
@@ -54,9 +56,26 @@ def to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
-def make_objective(spec: ModelSpec, shard: ShardData) -> ShardObjective:
-    """f_i of `shard` under the model `spec` describes (its L2 penalty included)."""
-    return ShardObjective(architecture(spec), shard.x, shard.y, shard.task, l2=spec.l2)
+def make_objective(
+    spec: ModelSpec, shard: ShardData, buffers: Buffers | None = None, seed: int = 0
+) -> ShardObjective:
+    """f_i of `shard` under the model `spec` describes (its L2 penalty included).
+
+    `buffers` (the round's running statistics, if the model has any) are copied: the shard's
+    local steps update its own copy. `seed` seeds the objective's draws (objective.py).
+    """
+    own = {name: value.to(shard.x.device, copy=True) for name, value in (buffers or {}).items()}
+    return ShardObjective(
+        architecture(spec),
+        shard.x,
+        shard.y,
+        shard.task,
+        l2=spec.l2,
+        buffers=own,
+        train_batch=spec.train_batch,
+        augmentation=parse_augment(spec.augment),
+        seed=seed,
+    )
 
 
 _MODELS = threading.local()

@@ -23,7 +23,15 @@ from ..datasets import location
 from ..datasets.store import SHARED_STORE, read_shard
 from ..models.registry import ModelSpec
 from . import comm
-from .aggregate import Partial, ShardReport, mean_of, merge, to_partial, tree_reduce
+from .aggregate import (
+    Partial,
+    ShardReport,
+    buffer_mean,
+    mean_of,
+    merge,
+    to_partial,
+    tree_reduce,
+)
 from .algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from .shards import ShardData, make_objective, resolve_device, to_device
 from .sizes import register_dataclasses
@@ -40,6 +48,10 @@ class RoundInput:
     layout: comm.Layout  # where the shards live, for the byte counts
     round_data: Any = None  # strategy.round_data(driver state as the round starts)
     opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
+    # The model's buffers as the round starts (BatchNorm's statistics; {} for most models):
+    # a few floats per channel, so they ride with the round's plain data, counted with the
+    # weights. Strategies never see them: the pipeline combines them (aggregate.py).
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +70,9 @@ class PhaseEnd:
     compute_by_worker: dict[str, float]
     rows: int  # rows the shards' work read in this phase
     diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)  # by shard
+    # The shards' buffers combined, where this phase's local steps moved them ({}: none);
+    # they travel on with the phase's end, and count as its next phase's input.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +88,7 @@ class RoundResult:
     shard_states: list[Any] | None = None  # each shard's state for the next round, if any
     rows: int = 0  # rows read by all shards' work in the round: images processed
     diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)  # by shard
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, combined
 
 
 register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
@@ -152,11 +168,12 @@ def run_local(
     # the output goes back to the CPU for the reduction. On a CPU worker these are no-ops.
     device = shard.x.device
     sent = received.broadcast if isinstance(received, PhaseEnd) else received
+    objective = make_objective(round_input.spec, shard, round_input.buffers, seed)
     output = round_input.strategy.local(
         LocalContext(
             phase=phase,
             round_index=round_input.index,
-            objective=make_objective(round_input.spec, shard),
+            objective=objective,
             weights=weights.to(device),
             received=to_device(sent.tensors, device) if sent else {},
             previous=to_device(previous.output, device) if previous else None,
@@ -167,12 +184,14 @@ def run_local(
     )
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # so that compute_s is the work, not its launch
+    moved = objective.buffers if objective.buffers_updated else {}
     return ShardReport(
         output=to_device(output, torch.device("cpu")),
         num_samples=int(shard.x.shape[0]),
         compute_s=time.perf_counter() - started,
         worker=worker_id(),
         shard=shard.index,
+        buffers=to_device(moved, torch.device("cpu")),
     )
 
 
@@ -216,12 +235,15 @@ def _phase_end(
     # The phase's input: the weights (and the round's opening) in phase 0, else the
     # previous phase's broadcast.
     incoming = (
-        comm.tensor_bytes(previous.broadcast.tensors)
+        comm.tensor_bytes(previous.broadcast.tensors) + comm.tensor_bytes(previous.buffers)
         if previous
-        else weights.numel() * weights.element_size() + round_input.opening_bytes
+        else weights.numel() * weights.element_size()
+        + round_input.opening_bytes
+        + comm.tensor_bytes(round_input.buffers)
     )
-    outgoing = comm.tensor_bytes(total.tensor_sums)
+    outgoing = comm.tensor_bytes(total.tensor_sums) + comm.tensor_bytes(total.buffer_sums)
     return PhaseEnd(
+        buffers=buffer_mean(total),
         broadcast=broadcast,
         metrics={**mean.metrics, **broadcast.metrics},
         comm_bytes=comm.phase_bytes(
@@ -267,6 +289,9 @@ def update_round(
         )
     )
     metrics.update(update.metrics)
+    # The buffers of the last phase whose local steps moved them; else the round's own.
+    moved = [e.buffers for e in ends if e.buffers]
+    buffers = moved[-1] if moved else round_input.buffers
     compute: dict[str, float] = {}
     diagnostics: dict[int, dict[str, float]] = {}
     for phase_end in ends:
@@ -285,11 +310,13 @@ def update_round(
         shard_states=shard_states,
         rows=sum(e.rows for e in ends),
         diagnostics=diagnostics,
+        buffers=buffers,
     )
 
 
-def round_weights(result: RoundResult) -> torch.Tensor:
-    return result.weights
+def round_model(result: RoundResult) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The new weights and buffers alone: what travels to the test split."""
+    return result.weights, result.buffers
 
 
 def shard_state_of(report: ShardReport) -> Any:
@@ -297,8 +324,21 @@ def shard_state_of(report: ShardReport) -> Any:
     return report.output.shard_state
 
 
-def evaluate(spec: ModelSpec, shard: ShardData, weights: torch.Tensor) -> dict[str, float]:
-    """Loss and accuracy of `weights` on a (test) shard, and the seconds it took."""
+def evaluate(
+    spec: ModelSpec,
+    shard: ShardData,
+    weights: torch.Tensor,
+    buffers: dict[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Loss and accuracy of `weights` (and buffers) on a (test) shard, in eval mode, and the
+    seconds it took."""
     started = time.perf_counter()
-    metrics = make_objective(spec, shard).evaluate(weights.to(shard.x.device))
+    metrics = make_objective(spec, shard, buffers).evaluate(weights.to(shard.x.device))
     return {**metrics, "eval_s": time.perf_counter() - started}
+
+
+def evaluate_model(
+    spec: ModelSpec, shard: ShardData, model: tuple[torch.Tensor, dict[str, torch.Tensor]]
+) -> dict[str, float]:
+    """evaluate() of round_model's (weights, buffers)."""
+    return evaluate(spec, shard, *model)

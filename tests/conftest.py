@@ -117,3 +117,61 @@ def _exact_setup(info, algorithm: str, *, seed: int = 2, local_tol: float = 1e-1
 def exact_setup():
     """(store info, algorithm, settings...) -> (setup, initial weights) with exact solves."""
     return _exact_setup
+
+
+# A model file as a user would write it: BatchNorm (running statistics) and dropout (random
+# masks) for 8x8 images, plus callables that break each of the checks before any work.
+USER_MODELS = '''
+import torch
+from torch import nn
+
+
+def build(in_channels, num_classes):
+    """conv - BatchNorm - ReLU - dropout - dense: running statistics and random masks."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Dropout(0.2),
+        nn.Linear(6 * 8 * 8, num_classes),
+    )
+
+
+class Wide(nn.Module):
+    def __init__(self, num_classes, sample_shape):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(sample_shape[0] * 64, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def wrong_output(num_classes):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, num_classes + 1))
+
+
+def fails_when_called(num_classes):
+    raise RuntimeError("no weights here")
+
+
+def not_a_module(num_classes):
+    return 42
+
+
+NOT_CALLABLE = 3
+'''
+
+
+@pytest.fixture(scope="session")
+def user_models_text() -> str:
+    """USER_MODELS, for fixtures of a wider scope than model_file's."""
+    return USER_MODELS
+
+
+@pytest.fixture
+def model_file(tmp_path) -> Path:
+    """USER_MODELS written to tmp_path/my_models.py."""
+    path = tmp_path / "my_models.py"
+    path.write_text(USER_MODELS)
+    return path

@@ -165,7 +165,13 @@ def test_dask_run_equals_reference_and_counts_its_bytes(
     for row, expected in zip(rows, reference.history, strict=True):
         assert row["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-12)
         assert row["images"] == expected["images"] > 0
-        assert row.get("shards") == expected.get("shards")  # per-shard figures, bit for bit
+        # Per-shard figures to the weights' own precision: a norm of the same float64 vector
+        # can differ in its last bit between processes (SIMD reductions over buffers that
+        # unpickling leaves at other alignments), as the weights may (1e-10 above).
+        shards, expected_shards = row.get("shards"), expected.get("shards")
+        assert (shards is None) == (expected_shards is None)
+        for got, want in zip(shards or [], expected_shards or [], strict=True):
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert [r["comm_bytes"] for r in rows] == [COPIES[case] * num_params * 8] * 3
     assert rows[-1]["cum_images"] == sum(r["images"] for r in rows)
     if case == "dane-line-search":

@@ -1,0 +1,118 @@
+"""A user's BatchNorm + dropout model from a file on the cluster: Dask = reference bit for
+bit (augmentation included), resume, and the CLI path from `dane train` to `dane evaluate`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+import torch
+
+from dask_dane.pipeline.checkpoint import load_checkpoint
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.loop import train
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import prepare_run
+from dask_dane.pipeline.rundir import RunDir
+
+pytestmark = pytest.mark.cluster
+
+SETTINGS = {
+    "dane": dict(eta=1.0, mu=0.1, local_steps=4, local_lr=0.05, batch_size=16),
+    "fedavg": dict(local_steps=4, local_lr=0.05, batch_size=16, server_momentum=0.5),
+    "sgd": dict(local_lr=0.1, batch_size=16),
+}
+
+
+def _config(store, model_file, out, algorithm: str, rounds: int = 2, **extra) -> RunConfig:
+    settings = {**SETTINGS[algorithm], **extra}
+    return RunConfig(
+        store=str(store), out=str(out), model=f"{model_file}:build", algorithm=algorithm,
+        rounds=rounds, seed=5, **settings,
+    ).validate()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "augment"), [("dane", "flip,crop=1"), ("fedavg", ""), ("sgd", "crop=2")]
+)
+def test_a_batchnorm_dropout_model_equals_the_reference_bit_for_bit(
+    algorithm, augment, model_file, digits_stores, cluster_client, tmp_path
+):
+    config = _config(digits_stores[4], model_file, tmp_path / "run", algorithm, augment=augment)
+
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
+
+    saved = load_checkpoint(RunDir(tmp_path / "run").latest)
+    assert torch.equal(saved["weights"], reference.weights)
+    assert saved["buffers"].keys() == reference.run.buffers.keys()
+    for name, value in reference.run.buffers.items():
+        assert torch.equal(saved["buffers"][name], value), name
+    assert not torch.equal(saved["buffers"]["1.running_mean"], torch.zeros(6))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    for row, expected in zip(rows, reference.history, strict=True):
+        assert row["train_loss"] == expected["train_loss"]
+        assert row["test_accuracy"] == expected["test_accuracy"]
+        assert row["comm_bytes"] == expected["comm_bytes"]
+
+
+def test_resume_restores_weights_and_statistics(
+    model_file, digits_stores, cluster_client, tmp_path
+):
+    whole = _config(digits_stores[2], model_file, tmp_path / "whole", "dane", rounds=3)
+    first = _config(digits_stores[2], model_file, tmp_path / "split", "dane", rounds=1)
+    rest = _config(digits_stores[2], model_file, tmp_path / "split", "dane", rounds=3)
+
+    train(whole, client=cluster_client)
+    train(first, client=cluster_client)
+    train(rest, client=cluster_client, resume=True)
+
+    uninterrupted = load_checkpoint(RunDir(tmp_path / "whole").latest)
+    resumed = load_checkpoint(RunDir(tmp_path / "split").latest)
+    assert torch.equal(resumed["weights"], uninterrupted["weights"])
+    for name, value in uninterrupted["buffers"].items():
+        assert torch.equal(resumed["buffers"][name], value)
+
+
+def test_the_cli_records_the_import_path_and_evaluates_the_same_model(
+    model_file, digits_stores, tmp_path
+):
+    env = {**os.environ, "DANE_CACHE": str(tmp_path / "cache")}
+
+    def dane(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "dask_dane.cli", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    trained = dane(
+        "train", str(digits_stores[2]), "--model", f"{model_file}:build", "--rounds", "2",
+        "--local-steps", "5", "--batch-size", "16", "--out", "run", "--augment", "flip",
+        "--dashboard-address", "127.0.0.1:0",
+    )  # fmt: skip
+    evaluated = dane("evaluate", "run")
+
+    assert trained.returncode == 0, trained.stderr
+    saved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
+    assert saved["model"]["model"] == f"{model_file}:build"
+    assert saved["model"]["augment"] == "flip"
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert f"test accuracy {last['test_accuracy']:.4f}" in evaluated.stdout
+
+
+def test_the_cli_refuses_a_broken_model_with_one_line(model_file, digits_stores, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", "train", str(digits_stores[2]),
+         "--model", f"{model_file}:wrong_output", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, env={**os.environ},
+    )  # fmt: skip
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "gives outputs of shape (2, 11)" in result.stderr
+    assert not (tmp_path / "run").exists()
