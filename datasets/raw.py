@@ -28,9 +28,12 @@ class SourceOptions:
     seed: int = 0
     samples: int | None = None
     test_fraction: float = 0.2
-    image_size: int = 8
+    image_size: int = 8  # synthetic: the image side
     num_classes: int = 10
-    path: str | None = None  # idx / npz / fashion-mnist: where the files are
+    path: str | None = None  # idx / npz / fashion-mnist / images / cifar: where the files are
+    resize: tuple[int, int] | None = None  # images: (height, width) to resize to; None: keep
+    channels: int | None = None  # images: 1 (grey) or 3 (RGB); None: as the files are
+    skip_bad: bool = False  # images: skip (and count) files Pillow cannot read
 
 
 def split_train_test(

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .cifar import load_cifar10_source, load_cifar100_source
 from .convex import make_ridge_source
+from .images import load_images_source
 from .raw import RawDataset, SourceOptions, split_train_test
 
 __all__ = ["RawDataset", "SourceOptions", "load_source", "split_train_test"]
@@ -240,10 +242,14 @@ SOURCES: dict[str, Callable[[SourceOptions], RawDataset]] = {
     "npz": load_npz_source,
     "synthetic-ridge": make_ridge_source,
     "digits-tabular": load_digits_tabular_source,
+    "images": load_images_source,
+    "cifar10": load_cifar10_source,
+    "cifar100": load_cifar100_source,
 }
 
 
-PATH_SOURCES = ("idx", "npz")  # also written `idx:DIR`, `npz:FILE`
+# Also written `idx:DIR`, `npz:FILE`, `images:DIR`, `cifar10:DIR`, `cifar100:DIR`.
+PATH_SOURCES = ("idx", "npz", "images", "cifar10", "cifar100")
 
 
 def parse_source_name(name: str) -> tuple[str, str | None]:
@@ -258,7 +264,7 @@ def parse_source_name(name: str) -> tuple[str, str | None]:
 
 
 def load_source(name: str, options: SourceOptions) -> RawDataset:
-    """Run the source called `name` (or `idx:DIR`, `npz:FILE`); ValueError if unknown."""
+    """Run the source called `name` (or `KIND:PATH` for PATH_SOURCES); ValueError if unknown."""
     kind, path = parse_source_name(name)
     if path is not None:
         if options.path is not None and options.path != path:
