@@ -40,7 +40,8 @@ def prepare(
     source: Annotated[
         str,
         typer.Argument(
-            help="Data source: digits | synthetic | fashion-mnist | mnist-1d | idx:DIR | npz:FILE."
+            help="Data source: digits | synthetic | fashion-mnist | mnist-1d | idx:DIR | npz:FILE "
+            "| images:DIR (DIR/<class>/<image>) | cifar10:DIR | cifar100:DIR (python batches)."
         ),
     ],
     out: Annotated[str, typer.Option("--out", help="Store to write: a path or s3://... URL.")],
@@ -53,29 +54,39 @@ def prepare(
     samples: Annotated[
         int | None, typer.Option(help="synthetic, mnist-1d: number of samples [2000, 5000].")
     ] = None,
-    image_size: Annotated[int, typer.Option(help="synthetic: image side in pixels.")] = 8,
+    image_size: Annotated[
+        str | None,
+        typer.Option(help="synthetic: image side [8]; images: resize to H or HxW pixels."),
+    ] = None,
+    channels: Annotated[
+        int | None, typer.Option(help="images: 1 (grey) or 3 (RGB) [as the files are].")
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option(help="images: skip files Pillow cannot read (and count them).")
+    ] = False,
     path: Annotated[
         str | None,
         typer.Option(
             help="fashion-mnist, idx: folder of IDX files "
-            "(default /usr/share/datasets/fashion-mnist); npz: the file."
+            "(default /usr/share/datasets/fashion-mnist); npz: the file; images, cifar10, "
+            "cifar100: the folder (or write SOURCE:PATH)."
         ),
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
 ) -> None:
     """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
     from .datasets import location
+    from .datasets.images import image_source_options
     from .datasets.partition import PartitionSpec, validate_partition
     from .datasets.sources import SourceOptions, load_source, parse_source_name
     from .datasets.store import write_store
 
-    parse_source_name(source)  # an unknown source fails before any work
+    kind, _ = parse_source_name(source)  # an unknown source fails before any work
+    image_options = image_source_options(kind, image_size=image_size, channels=channels)
     if not 0 < test_fraction < 1:
         raise ValueError(f"--test-fraction must be between 0 and 1 (got {test_fraction})")
     if samples is not None and samples < 2:
         raise ValueError(f"--samples must be at least 2 (got {samples})")
-    if image_size < 1:
-        raise ValueError(f"--image-size must be at least 1 (got {image_size})")
     if location.exists(location.resolve(out)) and not force:  # before any data is loaded
         raise ValueError(
             f"{out} already exists; pass --force to replace it or choose another --out"
@@ -89,9 +100,17 @@ def prepare(
     )
     validate_partition(spec, num_samples=max(shards, 1), num_classes=10)
     options = SourceOptions(
-        seed=seed, samples=samples, test_fraction=test_fraction, image_size=image_size, path=path
+        seed=seed,
+        samples=samples,
+        test_fraction=test_fraction,
+        skip_bad=skip_bad,
+        **image_options,
+        path=path,
     )
-    info = write_store(load_source(source, options), spec, out, force=force)
+    raw = load_source(source, options)
+    if "skipped_files" in raw.attrs:
+        typer.echo(f"skipped {raw.attrs['skipped_files']} file(s) Pillow cannot read", err=True)
+    info = write_store(raw, spec, out, force=force)
     typer.echo(
         f"wrote {out}: {info.num_train} train / {info.num_test} test samples of shape "
         f"{info.sample_shape}, {info.num_shards} shards ({spec.kind})"
@@ -101,12 +120,15 @@ def prepare(
 @app.command()
 def info(store: Annotated[str, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
     """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
+    from .datasets.images import format_class_names, read_class_names
     from .datasets.store import label_histograms, labels_no_shard_holds, open_store
 
     meta = open_store(store)
     typer.echo(f"store:          {meta.path}")
     typer.echo(f"source:         {meta.source}")
     typer.echo(f"task:           {meta.task} ({meta.num_classes} classes)")
+    if (class_names := read_class_names(meta.path)) is not None:
+        typer.echo(f"class names:    {format_class_names(class_names)}")
     typer.echo(
         f"train:          x {(meta.num_train, *meta.sample_shape)} {meta.x_dtype}, "
         f"y ({meta.num_train},) {meta.y_dtype}"
@@ -148,8 +170,10 @@ def train(
     model: Annotated[
         str | None,
         typer.Option(
-            help="small-cnn | lenet | compact-cnn | cnn1d | resnet8 | mlp | linear | logistic "
-            "[small-cnn]."
+            help="A built-in name: small-cnn | lenet | compact-cnn | cnn1d | resnet8 | mlp | "
+            "linear | logistic [small-cnn]; or your own: FILE.py:NAME or package.module:NAME, "
+            "a callable returning an nn.Module, called with whichever of sample_shape, "
+            "in_channels, num_classes it names (torchvision.models:resnet18 works as it is)."
         ),
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Workers of a started cluster [2].")] = None,
@@ -211,6 +235,13 @@ def train(
     ] = None,
     local_clip: Annotated[
         float | None, typer.Option(help="Skewed shards: clip local step gradients to this norm.")
+    ] = None,
+    augment: Annotated[
+        str | None,
+        typer.Option(
+            help="Images: random flips and crops of each local minibatch: flip | "
+            "crop=P | flip,crop=P (pad P, crop back) [none]."
+        ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of init and sampling [0].")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | float64 [float32].")] = None,
@@ -309,6 +340,32 @@ def evaluate(
     if "accuracy" in metrics:
         line += f", test accuracy {metrics['accuracy']:.4f}"
     typer.echo(line)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
+    out: Annotated[Path, typer.Option("--out", help="The file to write (.pt2 or .pt).")],
+    best: Annotated[bool, typer.Option(help="Export the best checkpoint, not the latest.")] = False,
+    format: Annotated[
+        str,
+        typer.Option(
+            help="program: a torch.export program (torch.export.load(FILE).module(), no "
+            "dask-dane needed; takes the samples as the store holds them, as float32) | "
+            "state-dict: the module's state_dict with the normalisation beside it."
+        ),
+    ] = "program",
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
+) -> None:
+    """Write a trained model to a file that plain PyTorch loads."""
+    from .pipeline.trained import export_model
+
+    if out.exists() and not force:
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    written = export_model(run_dir, out, best=best, form=format)
+    typer.echo(f"wrote {written} ({format})")
 
 
 @app.command()

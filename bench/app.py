@@ -272,6 +272,9 @@ def single(
     l2: Annotated[
         float | None, typer.Option(help="L2 penalty lambda (default: the store's, else 0).")
     ] = None,
+    augment: Annotated[
+        str, typer.Option(help="Random flips / crops of each minibatch: flip | crop=P | both.")
+    ] = "",
     json_out: JsonOut = None,
     plot_out: PlotOut = None,
 ) -> None:

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from ..models.flat import unflatten
 from ..models.registry import ModelSpec, build_model
+from ..pipeline.augment import Augmentation, augment_batch
 from ..pipeline.run_setup import RunSetup, initial_weights
 from ..pipeline.shards import ShardData
 from ..pipeline.tasks import load_shard
@@ -63,10 +64,18 @@ def initial_model(spec: ModelSpec, seed: int, device: torch.device) -> torch.nn.
 
 
 def minibatch_loss(
-    model: torch.nn.Module, data: ShardData, rows: torch.Tensor, l2: float
+    model: torch.nn.Module,
+    data: ShardData,
+    rows: torch.Tensor,
+    l2: float,
+    augment: tuple[Augmentation, torch.Generator] | None = None,
 ) -> torch.Tensor:
-    """Mean minibatch loss plus the store's L2 term, as ShardObjective.batch_loss has it."""
-    out = model(data.x[rows])
+    """Mean minibatch loss plus the store's L2 term, as ShardObjective.batch_loss has it;
+    `augment`: the minibatch flipped / cropped with draws from the generator."""
+    x = data.x[rows]
+    if augment is not None:
+        x = augment_batch(x, *augment)
+    out = model(x)
     if data.task == "classification":
         loss = F.cross_entropy(out, data.y[rows])
     else:

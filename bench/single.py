@@ -23,6 +23,7 @@ import torch
 
 from ..models.flat import flatten_parameters
 from ..pipeline.algorithms.schedule import lr_factor
+from ..pipeline.augment import parse_augment
 from ..pipeline.config import RunConfig
 from ..pipeline.run_setup import prepare_run
 from ..pipeline.tasks import evaluate
@@ -55,6 +56,7 @@ class SingleSpec:
     threads: int = 0  # torch threads; 0: every core of the machine
     dtype: str = "float32"
     l2: float | None = None  # the L2 penalty lambda, as `dane train --l2` (None: the store's)
+    augment: str = ""  # random flips / crops of each minibatch, as `dane train --augment`
 
     def validate(self) -> SingleSpec:
         if not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -92,6 +94,8 @@ def _train(spec: SingleSpec, setup: Any, threads: int, log: Callable[[str], None
     per_epoch = len(data.y) // spec.batch_size
     steps = max(1, round(spec.epochs * per_epoch))
     batches = epoch_batches(len(data.y), spec.batch_size, per_epoch, rank_seed(spec.seed, 0))
+    augmentation = parse_augment(spec.augment)
+    augment_rng = torch.Generator().manual_seed(rank_seed(spec.seed, 1))
     clock, losses = 0.0, []
     curve = [_point(setup, test, model, 0, per_epoch, spec.batch_size, clock, losses)]
     for step, rows in zip(range(1, steps + 1), batches, strict=False):
@@ -99,7 +103,7 @@ def _train(spec: SingleSpec, setup: Any, threads: int, log: Callable[[str], None
         for group in optimizer.param_groups:
             group["lr"] = spec.lr * lr_factor(spec.lr_schedule, step, steps)
         optimizer.zero_grad(set_to_none=True)
-        loss = minibatch_loss(model, data, rows, setup.spec.l2)
+        loss = minibatch_loss(model, data, rows, setup.spec.l2, augment=(augmentation, augment_rng))
         loss.backward()
         optimizer.step()
         clock += time.perf_counter() - started

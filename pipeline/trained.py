@@ -1,0 +1,147 @@
+"""A trained model out of a run directory: as an nn.Module (dask_dane.load) or as a file that
+plain PyTorch loads without dask-dane (dane export).
+
+A checkpoint holds the flat weights, the buffers, the run's configuration and what feeding
+the model needs (run_state.model_info: sample shape, classes, the store's normalisation), so
+that neither the store nor the cluster is needed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..models.flat import load_state
+from ..models.registry import ModelSpec, build_model
+from ..models.user import is_import_path, to_bytes
+from .checkpoint import atomic_write_bytes, load_checkpoint
+from .rundir import RunDir
+
+FORMATS = ("program", "state-dict")
+
+
+def read_trained(run_dir: str | Path, *, best: bool = False) -> dict[str, Any]:
+    """The checkpoint of a run (latest or best); ValueError naming what is missing."""
+    run = RunDir(Path(run_dir))
+    if not run.root.is_dir():
+        raise ValueError(f"{run.root} is not a run directory; pass the --out of a `dane train`")
+    saved = load_checkpoint(run.best if best else run.latest)
+    if "model" not in saved:
+        raise ValueError(
+            f"the checkpoint in {run.root} predates model export (no model record); "
+            "train again with this version, or continue it with --resume for one round"
+        )
+    return saved
+
+
+def load_model(
+    run_dir: str | Path,
+    *,
+    best: bool = False,
+    model: Callable[..., nn.Module] | None = None,
+) -> nn.Module:
+    """The run's model with its trained weights and buffers, in eval mode, on the CPU.
+
+    `model` is needed only for a run trained from a Python callable (dask_dane.train(model=fn)),
+    whose builder no import path can rebuild.
+    """
+    saved = read_trained(run_dir, best=best)
+    info, config = saved["model"], saved["config"]
+    name = info["name"]
+    if model is None and is_import_path(name) and name.split(":")[0] == "__main__":
+        raise ValueError(
+            f"the run in {run_dir} trained a callable defined in a notebook or script "
+            f"({name}); from Python, pass it again: dask_dane.load(run_dir, model=fn), or "
+            "export with TrainResult.export(FILE)"
+        )
+    spec = ModelSpec(
+        name=name,
+        sample_shape=tuple(info["sample_shape"]),
+        num_classes=int(info["num_classes"]),
+        dtype=config["dtype"],
+        builder=to_bytes(model) if model is not None else b"",
+    )
+    network = build_model(spec)
+    if sum(p.numel() for p in network.parameters()) != saved["weights"].numel():
+        raise ValueError(f"the checkpoint in {run_dir} does not fit model {name!r}")
+    return load_state(network, saved["weights"], saved.get("buffers") or {}).eval()
+
+
+class NormalizedModel(nn.Module):
+    """Samples as the store holds them (raw pixels for uint8 images) -> the model's output."""
+
+    def __init__(self, model: nn.Module, normalization: dict, sample_ndim: int) -> None:
+        super().__init__()
+        self.model = model
+        shape = (1, -1, *[1] * (sample_ndim - 1)) if sample_ndim >= 2 else (1, -1)
+        dtype = next(model.parameters()).dtype
+        mean = torch.tensor(normalization["mean"], dtype=dtype).view(shape)
+        std = torch.tensor(normalization["std"], dtype=dtype).view(shape)
+        self.per_channel = sample_ndim >= 2  # the workers normalise signals and images only
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.mean.dtype)
+        if self.per_channel:
+            x = (x - self.mean) / self.std
+        return self.model(x)
+
+
+def export_model(
+    run_dir: str | Path,
+    out: str | Path,
+    *,
+    best: bool = False,
+    form: str = "program",
+    model: Callable[..., nn.Module] | None = None,
+) -> Path:
+    """Write the run's model to `out`: a torch.export program or a state dict; returns `out`."""
+    check_export_target(out, form)
+    network = load_model(run_dir, best=best, model=model)
+    return export_module(network, read_trained(run_dir, best=best)["model"], out, form=form)
+
+
+def check_export_target(out: str | Path, form: str) -> None:
+    """ValueError before any work if `form` is unknown or `out`'s folder is missing."""
+    if form not in FORMATS:
+        raise ValueError(f"unknown --format {form!r}; choose one of: {', '.join(FORMATS)}")
+    if not Path(out).parent.is_dir():
+        raise ValueError(
+            f"folder {Path(out).parent} does not exist; create it or choose another --out"
+        )
+
+
+def export_module(network: nn.Module, info: dict, out: str | Path, *, form: str) -> Path:
+    """Write a trained module (with the run's model record `info`) as `form` to `out`."""
+    check_export_target(out, form)
+    out = Path(out)
+    network = network.eval()
+    if form == "state-dict":
+        payload = {
+            "state_dict": network.state_dict(),
+            "normalization": info["normalization"],
+            "sample_shape": info["sample_shape"],
+            "num_classes": info["num_classes"],
+            "task": info["task"],
+            "model": info["name"],
+        }
+        atomic_write_bytes(out, lambda handle: torch.save(payload, handle))
+        return out
+    wrapped = NormalizedModel(network, info["normalization"], len(info["sample_shape"])).eval()
+    example = torch.zeros((2, *info["sample_shape"]), dtype=torch.float32)
+    try:
+        program = torch.export.export(
+            wrapped, (example,), dynamic_shapes=({0: torch.export.Dim("batch", min=1)},)
+        )
+    except Exception as err:  # torch.export refuses some Python control flow
+        raise ValueError(
+            f"torch.export cannot trace model {info['name']!r} ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); use --format state-dict"
+        ) from None
+    atomic_write_bytes(out, lambda handle: torch.export.save(program, handle))
+    return out

@@ -1,0 +1,116 @@
+"""`dane export`: a program plain PyTorch loads without dask-dane, scored on the test split to
+the run's own accuracy; the state-dict form; bad input refused with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+# Scores an exported program on a store's test split with torch and zarr alone: an import of
+# dask_dane anywhere in the process fails, and the end checks sys.modules too.
+SCORE = textwrap.dedent(
+    """
+    import sys
+
+    class NoDaskDane:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "dask_dane":
+                raise ImportError("dask_dane must not be imported here")
+
+    sys.meta_path.insert(0, NoDaskDane())
+    import torch, zarr
+    program = torch.export.load(sys.argv[1]).module()
+    group = zarr.open_group(sys.argv[2], mode="r")
+    x = torch.from_numpy(group["test/x"][:]).float()
+    y = torch.from_numpy(group["test/y"][:])
+    with torch.no_grad():
+        accuracy = (program(x).argmax(1) == y).double().mean().item()
+    assert not any(m.split(".")[0] == "dask_dane" for m in sys.modules)
+    print(repr(accuracy))
+    """
+)
+
+
+def _dane(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, digits_stores, user_models_text):
+    """A 2-round run of a BatchNorm + dropout model from a user's file."""
+    root = tmp_path_factory.mktemp("export")
+    (root / "my_models.py").write_text(user_models_text)
+    done = _dane(
+        "train", str(digits_stores[2]), "--model", f"{root / 'my_models.py'}:build",
+        "--algorithm", "fedavg", "--rounds", "2", "--local-steps", "10", "--out", "run",
+        "--dashboard-address", "127.0.0.1:0", cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def test_the_program_scores_the_runs_accuracy_without_dask_dane(trained_run, digits_stores):
+    exported = _dane("export", "run", "--out", "model.pt2", cwd=trained_run)
+    scored = subprocess.run(
+        [sys.executable, "-I", "-c", SCORE, "model.pt2", str(digits_stores[2])],
+        cwd=trained_run, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert exported.returncode == 0, exported.stderr
+    assert scored.returncode == 0, scored.stderr
+    last = json.loads((trained_run / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert float(scored.stdout) == last["test_accuracy"]
+
+
+def test_the_state_dict_loads_into_the_users_own_network(trained_run, digits_stores):
+    import torch
+    import zarr
+
+    exported = _dane(
+        "export", "run", "--out", "model.pt", "--format", "state-dict", cwd=trained_run
+    )
+
+    assert exported.returncode == 0, exported.stderr
+    saved = torch.load(trained_run / "model.pt", weights_only=True)
+    namespace: dict = {}
+    exec((trained_run / "my_models.py").read_text(), namespace)
+    model = namespace["build"](in_channels=1, num_classes=10)
+    model.load_state_dict(saved["state_dict"])
+    model.eval()
+    group = zarr.open_group(str(digits_stores[2]), mode="r")
+    mean, std = saved["normalization"]["mean"][0], saved["normalization"]["std"][0]
+    x = (torch.from_numpy(group["test/x"][:]).float() - mean) / std
+    y = torch.from_numpy(group["test/y"][:])
+    with torch.no_grad():
+        accuracy = (model(x).argmax(1) == y).double().mean().item()
+    last = json.loads((trained_run / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert accuracy == pytest.approx(last["test_accuracy"], abs=1e-12)
+    assert saved["state_dict"]["1.num_batches_tracked"].item() == 20
+
+
+def test_an_existing_file_is_kept_and_a_missing_run_is_named(trained_run):
+    (trained_run / "keep.pt2").write_bytes(b"earlier")
+
+    exists = _dane("export", "run", "--out", "keep.pt2", cwd=trained_run)
+    missing = _dane("export", "no-such-run", "--out", "m.pt2", cwd=trained_run)
+    bad_format = _dane("export", "run", "--out", "m.onnx", "--format", "onnx", cwd=trained_run)
+
+    for result, message in [
+        (exists, "already exists; pass --force"),
+        (missing, "is not a run directory"),
+        (bad_format, "unknown --format 'onnx'"),
+    ]:
+        assert result.returncode == 2
+        assert message in result.stderr and result.stderr.count("\n") == 1
+    assert (trained_run / "keep.pt2").read_bytes() == b"earlier"
+    assert not (trained_run / "m.pt2").exists() and not (trained_run / "m.onnx").exists()
