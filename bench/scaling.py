@@ -136,9 +136,12 @@ def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
         "tasks_per_round": _tasks_per_round(setup),
         "runs": [],
     }
+    driver_before = _driver_rss()
     for workers in spec.workers:
         log(f"{workers} worker(s) ...")
         result["runs"].append(_run_workers(spec, workers, model_bytes))
+    # The driver (this process) holds a round's weights, state and metrics at a time.
+    result["driver"] = {"rss_before": driver_before, "peak_rss": _driver_peak_rss()}
     base = result["runs"][0]["median"]["wall_s"] * spec.workers[0]
     for run in result["runs"]:
         run["speedup"] = base / run["median"]["wall_s"] / spec.workers[0]
@@ -154,6 +157,18 @@ def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
         result["fixed_cost"] = fixed_cost(spec, workdir)
     result["projection"] = _projection(result, spec)
     return result
+
+
+def _driver_rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def _driver_peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def _machine() -> dict[str, Any]:

@@ -99,11 +99,14 @@ def _pickle_local_module_by_value(module: ModuleType) -> None:
     """A module imported from the user's own folders (not an installed package) travels by
     value too: the workers would not find it."""
     file = getattr(module, "__file__", None)
-    if not file or module.__name__ == "__main__":
-        return  # __main__ (a notebook) is pickled by value anyway
+    top = module.__name__.split(".")[0]
+    # __main__ (a notebook) is pickled by value anyway; dask_dane itself must stay by
+    # reference: its classes by value would be strangers to the workers' own.
+    if not file or top in ("__main__", __name__.split(".")[0]):
+        return
     installed = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib")}
     if not any(os.path.abspath(file).startswith(os.path.abspath(p)) for p in installed):
-        cloudpickle.register_pickle_by_value(sys.modules[module.__name__.split(".")[0]])
+        cloudpickle.register_pickle_by_value(sys.modules[top])
 
 
 def callable_name(builder: Callable[..., nn.Module]) -> str:

@@ -25,7 +25,7 @@ from .config import check_settings, resolve_config
 from .loop import train as run_training
 from .metrics import read_metrics
 from .run_setup import ensure_default_store
-from .rundir import RunDir
+from .rundir import RunDir, check_same_run
 from .trained import export_module, load_model, read_trained
 
 ModelArg = str | Callable[..., nn.Module]
@@ -103,6 +103,8 @@ def train(
     if config.store is None:
         flags["store"] = str(ensure_default_store(config))
         config = resolve_config(file=None, flags=flags, base=base)
+    if base is not None:
+        check_same_run(base, config)
     summary = run_training(config, resume=resume, client=client, model=builder)
     run_dir = RunDir(Path(config.out))
     return TrainResult(

@@ -16,10 +16,21 @@ from .objective import mode_dependent
 CHECK_ROWS = 2  # BatchNorm in training mode needs more than one row
 
 
-def check_model_runs(spec: ModelSpec, batch: torch.Tensor, task: str) -> None:
-    """Build `spec`'s model and run `batch` (rows as the workers hold them) through it."""
+def check_model_runs(
+    spec: ModelSpec, batch: torch.Tensor, task: str, *, algorithm: str, full_batch: bool
+) -> None:
+    """Build `spec`'s model and run `batch` (rows as the workers hold them) through it.
+
+    `full_batch`: the algorithm takes no minibatch steps, which running statistics need.
+    """
     model = build_model(spec)  # import and call failures are ValueErrors already
     batch_dependent, _ = mode_dependent(model)
+    if batch_dependent and full_batch:
+        raise ValueError(
+            f"model {spec.name!r} has BatchNorm, whose running statistics come from minibatch "
+            f"steps, and --algorithm {algorithm} takes none; use a step-taking algorithm "
+            "(dane, fedavg, sgd, ...) or a model without BatchNorm"
+        )
     if batch_dependent and spec.train_batch < CHECK_ROWS:
         raise ValueError(
             f"model {spec.name!r} has BatchNorm, whose batch statistics need at least "

@@ -68,7 +68,8 @@ def activation_bytes_per_row(model: nn.Module, x: torch.Tensor, num_params: int)
     """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
     key = (id(model), tuple(x.shape[1:]), x.dtype)
     if key not in _PER_ROW:
-        saved = [_saved_bytes(model, x, num_params, rows) for rows in (1, 2)]
+        # 2 and 3 rows, not 1: BatchNorm in training mode refuses a batch of one.
+        saved = [_saved_bytes(model, x, num_params, rows) for rows in (2, 3)]
         _PER_ROW[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
     return _PER_ROW[key]
 

@@ -32,7 +32,7 @@ from .algorithms import Strategy
 from .augment import parse_augment
 from .config import RunConfig
 from .model_check import CHECK_ROWS, check_model_runs
-from .tasks import load_shard
+from .shards import load_shard
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +112,13 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         augment=config.augment,
     )
     setup = RunSetup(config=config, store=store, spec=spec, strategy=config.strategy())
-    check_model_runs(spec, _first_rows(setup), store.task)
+    check_model_runs(
+        spec,
+        _first_rows(setup),
+        store.task,
+        algorithm=config.algorithm,
+        full_batch=getattr(setup.strategy, "full_batch", False),
+    )
     return setup
 
 

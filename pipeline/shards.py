@@ -1,19 +1,23 @@
 """A shard on its worker: its rows as tensors where they are computed on, and its objective.
 
-Pure torch, no Dask: tasks.load_shard builds a ShardData on the worker the shard is pinned
-to, and every round's task on that shard turns it into a ShardObjective here.
+No Dask: load_shard (a task, re-exported by tasks.py) builds a ShardData on the worker the
+shard is pinned to, and every round's task on that shard turns it into a ShardObjective here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..datasets import location
+from ..datasets.store import SHARED_STORE, read_shard
 from ..models.flat import Buffers
 from ..models.registry import ModelSpec, build_model
 from .augment import parse_augment
@@ -28,6 +32,54 @@ class ShardData:
     x: torch.Tensor
     y: torch.Tensor
     task: str
+
+
+def worker_id() -> str:
+    """This process's identity; on a worker it names the worker in the round's metrics."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def load_shard(
+    store: str,
+    *,
+    split: str,
+    start: int,
+    stop: int,
+    index: int,
+    task: str,
+    normalization: dict,
+    dtype: str,
+    num_classes: int | None = None,
+    device: str = "cpu",
+) -> ShardData:
+    """Read rows [start, stop) of a split from zarr, check, normalise, convert to tensors.
+
+    The tensors go to `device` (config.device: auto = this worker's GPU if it has one) and
+    stay there: every round's work on the shard runs where its rows are.
+
+    A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
+    naming the shard (datasets/store.py read_shard); the driver reports it as one line.
+    """
+    try:
+        seen = location.exists(store)
+    except ValueError as err:  # a remote store this worker cannot reach
+        raise ValueError(f"worker {worker_id()}: {err}") from None
+    if not seen:  # the driver saw it (open_store): this worker does not
+        raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
+    x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
+    torch_dtype = getattr(torch, dtype)
+    where = resolve_device(device)
+    features = torch.from_numpy(np.ascontiguousarray(x)).to(where).to(torch_dtype)
+    del x  # the raw rows (uint8 for images) are not needed past the conversion
+    if features.ndim in (3, 4):  # signals / images: per-channel normalisation from the store
+        shape = (1, -1, *[1] * (features.ndim - 2))
+        mean = torch.tensor(normalization["mean"], dtype=torch_dtype, device=where).view(shape)
+        std = torch.tensor(normalization["std"], dtype=torch_dtype, device=where).view(shape)
+        # In place: a second shard-sized copy would double the worker's peak memory.
+        features.sub_(mean).div_(std)
+    targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
+    targets = targets.long() if task == "classification" else targets.to(torch_dtype)
+    return ShardData(index=index, x=features, y=targets, task=task)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -10,8 +10,6 @@ phase and calls the strategy's update).
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..datasets import location
-from ..datasets.store import SHARED_STORE, read_shard
 from ..models.registry import ModelSpec
 from . import comm
 from .aggregate import (
@@ -33,7 +29,10 @@ from .aggregate import (
     tree_reduce,
 )
 from .algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
-from .shards import ShardData, make_objective, resolve_device, to_device
+
+# load_shard is a task too: it lives with the shard it builds (shards.py).
+from .shards import ShardData, make_objective, to_device, worker_id
+from .shards import load_shard as load_shard
 from .sizes import register_dataclasses
 
 
@@ -94,57 +93,9 @@ class RoundResult:
 register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
 
 
-def worker_id() -> str:
-    """This process's identity; on a worker it names the worker in the round's metrics."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def shard_seed(seed: int, round_index: int, shard_index: int) -> int:
     """Independent, reproducible RNG streams per (run seed, round, shard)."""
     return int(np.random.SeedSequence([seed, round_index, shard_index]).generate_state(1)[0])
-
-
-def load_shard(
-    store: str,
-    *,
-    split: str,
-    start: int,
-    stop: int,
-    index: int,
-    task: str,
-    normalization: dict,
-    dtype: str,
-    num_classes: int | None = None,
-    device: str = "cpu",
-) -> ShardData:
-    """Read rows [start, stop) of a split from zarr, check, normalise, convert to tensors.
-
-    The tensors go to `device` (config.device: auto = this worker's GPU if it has one) and
-    stay there: every round's work on the shard runs where its rows are.
-
-    A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
-    naming the shard (datasets/store.py read_shard); the driver reports it as one line.
-    """
-    try:
-        seen = location.exists(store)
-    except ValueError as err:  # a remote store this worker cannot reach
-        raise ValueError(f"worker {worker_id()}: {err}") from None
-    if not seen:  # the driver saw it (open_store): this worker does not
-        raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
-    x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
-    torch_dtype = getattr(torch, dtype)
-    where = resolve_device(device)
-    features = torch.from_numpy(np.ascontiguousarray(x)).to(where).to(torch_dtype)
-    del x  # the raw rows (uint8 for images) are not needed past the conversion
-    if features.ndim in (3, 4):  # signals / images: per-channel normalisation from the store
-        shape = (1, -1, *[1] * (features.ndim - 2))
-        mean = torch.tensor(normalization["mean"], dtype=torch_dtype, device=where).view(shape)
-        std = torch.tensor(normalization["std"], dtype=torch_dtype, device=where).view(shape)
-        # In place: a second shard-sized copy would double the worker's peak memory.
-        features.sub_(mean).div_(std)
-    targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
-    targets = targets.long() if task == "classification" else targets.to(torch_dtype)
-    return ShardData(index=index, x=features, y=targets, task=task)
 
 
 def run_local(

@@ -117,3 +117,28 @@ def test_initial_buffers_are_the_models_own(model_file, digits_stores):
     assert sorted(buffers) == ["1.num_batches_tracked", "1.running_mean", "1.running_var"]
     assert torch.equal(buffers["1.running_var"], torch.ones(6))
     assert weights.numel() == sum(p.numel() for p in build_model(setup.spec).parameters())
+
+
+def test_a_local_package_travels_by_value_but_dask_dane_never(tmp_path, monkeypatch):
+    package = tmp_path / "local_nets_for_test"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(
+        "from torch import nn\ndef net(num_classes):\n    return nn.Linear(3, num_classes)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    resolve("local_nets_for_test.nets:net")
+    resolve("dask_dane.models.lenet:lenet")
+
+    registry = cloudpickle.list_registry_pickle_by_value()
+    assert "local_nets_for_test" in registry
+    assert "dask_dane" not in registry
+
+
+@pytest.mark.parametrize("algorithm", ["gd", "agd"])
+def test_full_batch_algorithms_refuse_running_statistics(algorithm, model_file, digits_stores):
+    config = _config(digits_stores[2], f"{model_file}:build", algorithm=algorithm)
+
+    with pytest.raises(ValueError, match=f"--algorithm {algorithm} takes none"):
+        prepare_run(config)

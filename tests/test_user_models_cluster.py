@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from dask_dane.pipeline.run_setup import prepare_run
 from dask_dane.pipeline.rundir import RunDir
 
 pytestmark = pytest.mark.cluster
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 
 SETTINGS = {
     "dane": dict(eta=1.0, mu=0.1, local_steps=4, local_lr=0.05, batch_size=16),
@@ -116,3 +118,38 @@ def test_the_cli_refuses_a_broken_model_with_one_line(model_file, digits_stores,
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "gives outputs of shape (2, 11)" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_resnet18_with_batchnorm_trains_two_rounds_on_two_workers(cluster_client, tmp_path):
+    # torchvision's ResNet-18 layout (docs/examples/resnet18.py, torchvision's signature),
+    # 11.2 M weights, on 32x32x3 images: the bytes of a DANE round are exactly the weights'
+    # and the BatchNorm buffers' (2 phases: in to 2 workers, one partial sum back; the
+    # global gradient to the second worker, one partial sum back).
+    import numpy as np
+
+    import dask_dane
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(80, 3, 32, 32), dtype=np.uint8)
+    y = rng.integers(0, 10, size=80)
+    store = dask_dane.prepare(
+        tmp_path / "rgb.zarr", train=(x[:64], y[:64]), test=(x[64:], y[64:]), num_classes=10
+    )
+    model = str(EXAMPLES / "resnet18.py") + ":resnet18"
+
+    result = dask_dane.train(
+        store, model=model, algorithm="dane", client=cluster_client, out=tmp_path / "run",
+        rounds=2, local_steps=2, batch_size=16, mu=0.1,
+    )  # fmt: skip
+
+    weights = sum(p.numel() for p in result.model.parameters())
+    buffers = result.model.state_dict()
+    float_bytes = sum(b.numel() * 4 for k, b in buffers.items() if "running" in k)
+    counters = sum(8 for k in buffers if k.endswith("num_batches_tracked"))
+    assert 11_000_000 < weights < 11_300_000
+    model_bytes = weights * 4
+    moved = float_bytes + counters
+    per_round = 3 * (model_bytes + moved) + 2 * model_bytes  # gradient phase moves no buffers
+    assert [r["comm_bytes"] for r in result.history] == [per_round, per_round]
+    assert buffers["bn1.num_batches_tracked"].item() == 4  # 2 local steps in each of 2 rounds
+    assert all(np.isfinite(r["train_loss"]) for r in result.history)

@@ -31,6 +31,8 @@ class Agd(Gd):
     momentum: float = checked(momentum_range)
 
     name: ClassVar[str] = "agd"
+    # No minibatch steps: running statistics (BatchNorm) would never be estimated.
+    full_batch: ClassVar[bool] = True
     state_type: ClassVar[type | None] = AgdState
 
     def label(self) -> str:

@@ -25,6 +25,14 @@ State is data, optax-style: passed in and returned, never kept in the strategy.
   driver any single shard's output, and over state that lives only on workers between rounds
   because a lost worker or a resumed run would then lose the duals.
 Checkpoints hold states as plain dicts (`state_to_data`), read back with `state_from_data`.
+
+A model's buffers (BatchNorm's running statistics) are no strategy's business: no `local`,
+`broadcast` or `update` sees them, so every update, DANE's, server momentum, line searches,
+safeguards and gd/agd's steps alike, acts on the weights alone. The pipeline gives each
+shard the round's buffers, keeps what that shard's minibatch steps made of them, and takes
+the row-weighted mean of the last phase that stepped (aggregate.py); a round without steps
+(DANE after a safeguard rejection) keeps them as they were. Full-batch strategies
+(`full_batch`: gd, agd) never step, so they refuse models with running statistics.
 """
 
 from __future__ import annotations
@@ -162,6 +170,7 @@ class StrategyDefaults:
     name: ClassVar[str]
     state_type: ClassVar[type | None] = None
     shard_state_type: ClassVar[type | None] = None
+    full_batch: ClassVar[bool] = False  # takes no minibatch steps (gd, agd)
 
     def __post_init__(self) -> None:
         checks.validate(self)  # each field's rule (checks.checked)

@@ -18,6 +18,8 @@ class Gd(StrategyDefaults):
     local_lr: float = checked(positive)  # the step size (1/L)
 
     name: ClassVar[str] = "gd"
+    # No minibatch steps: running statistics (BatchNorm) would never be estimated.
+    full_batch: ClassVar[bool] = True
     phases: ClassVar[tuple[str, ...]] = ("local_grad",)
 
     def label(self) -> str:
