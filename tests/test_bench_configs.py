@@ -20,7 +20,10 @@ TOMLS = sorted(BENCH.rglob("*.toml"))
 
 def test_the_published_configurations_are_all_found():
     names = {path.name for path in TOMLS}
-    assert {"fashion-mnist-dane-fast.toml", "fashion-mnist-dane-best.toml"} <= names
+    assert {
+        "fashion-mnist-dane-fast.toml", "fashion-mnist-dane-best.toml",
+        "fashion-mnist-dane-k400.toml",
+    } <= names  # fmt: skip
     assert "fashion-mnist-race.toml" in names
 
 
@@ -43,7 +46,10 @@ def test_the_shipped_dane_settings_are_the_ones_documented():
         )  # fmt: skip
         assert config.eval_every == 1  # shows the round it crosses the target
     assert (fast.local_steps, fast.grad_sample) == (200, 1000)
-    assert (best.local_steps, best.grad_sample, best.l2) == (400, 2000, 0.00025)
+    assert (best.local_steps, best.grad_sample, best.l2) == (200, 4000, 0.00025)
+    assert (best.augment, best.rounds) == ("flip", 70)
+    k400 = RunConfig(**read_toml(BENCH / "configs" / "fashion-mnist-dane-k400.toml"))
+    assert (k400.local_steps, k400.grad_sample, k400.rounds, k400.augment) == (400, 2000, 16, "")
 
 
 @pytest.mark.cluster
