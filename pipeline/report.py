@@ -55,6 +55,8 @@ def run_label(settings: dict[str, Any]) -> str:
     """
     config = RunConfig(**settings)
     label = config.strategy().label()
+    if config.augment:  # the objective's own setting: runs differing only by it must differ
+        label += f" augment={config.augment}"
     return f"{label} [{Path(config.store).stem}]" if config.store else label
 
 

@@ -163,6 +163,29 @@ NOT_CALLABLE = 3
 '''
 
 
+def _run_cli(argv: list[str]) -> int:
+    """cli.main() as the `dane` script runs it, in this process; returns the exit status."""
+    import sys
+
+    from dask_dane import cli
+
+    old = sys.argv
+    sys.argv = ["dane", *argv]
+    try:
+        cli.main()
+    except SystemExit as done:
+        return int(done.code or 0)
+    finally:
+        sys.argv = old
+    return 0
+
+
+@pytest.fixture
+def run_cli():
+    """_run_cli: `dane ARGS...` in this process, for tests that read its output via capsys."""
+    return _run_cli
+
+
 @pytest.fixture(scope="session")
 def user_models_text() -> str:
     """USER_MODELS, for fixtures of a wider scope than model_file's."""

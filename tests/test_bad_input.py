@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -139,25 +138,10 @@ BAD_INPUT = {
 }
 
 
-def _run_cli(argv: list[str]) -> int:
-    """cli.main() as the `dane` script runs it; returns the exit status."""
-    from dask_dane import cli
-
-    old = sys.argv
-    sys.argv = ["dane", *argv]
-    try:
-        cli.main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    finally:
-        sys.argv = old
-    return 0
-
-
 @pytest.mark.cluster
 @pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
-    case, inputs, cluster_client, tmp_path, monkeypatch, capfd
+    case, inputs, cluster_client, tmp_path, monkeypatch, capfd, run_cli
 ):
     folder = tmp_path / "cwd"
     folder.mkdir()
@@ -169,7 +153,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
     before = _listing(inputs["root"])
     capfd.readouterr()
 
-    status = _run_cli(argv)
+    status = run_cli(argv)
 
     captured = capfd.readouterr()
     assert status == 2, captured.err

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,21 +62,6 @@ def _cifar100(folder: Path) -> dict[str, dict]:
 
 def _images(batch: dict) -> np.ndarray:
     return batch[b"data"].reshape(-1, 3, 32, 32)
-
-
-def _run_cli(argv: list[str]) -> int:
-    """cli.main() as the `dane` script runs it; returns the exit status."""
-    from dask_dane import cli
-
-    old = sys.argv
-    sys.argv = ["dane", *argv]
-    try:
-        cli.main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    finally:
-        sys.argv = old
-    return 0
 
 
 class RunsShell:
@@ -147,12 +131,12 @@ def test_cifar100_takes_the_fine_labels_and_their_names(tmp_path):
     assert raw.attrs["class_names"] == [f"fine{i}" for i in range(100)]
 
 
-def test_prepare_stores_cifar_class_names_and_info_prints_them(tmp_path, capfd):
+def test_prepare_stores_cifar_class_names_and_info_prints_them(tmp_path, capfd, run_cli):
     _cifar10(tmp_path / "cifar")
     store = tmp_path / "c.zarr"
 
-    prepared = _run_cli(["prepare", f"cifar10:{tmp_path / 'cifar'}", "--out", str(store)])
-    shown = _run_cli(["info", str(store)])
+    prepared = run_cli(["prepare", f"cifar10:{tmp_path / 'cifar'}", "--out", str(store)])
+    shown = run_cli(["info", str(store)])
     captured = capfd.readouterr()
 
     assert prepared == 0 and shown == 0, captured.err
@@ -306,14 +290,16 @@ BAD_FOLDERS = {
 
 
 @pytest.mark.parametrize("case", BAD_FOLDERS)
-def test_a_bad_cifar_folder_exits_2_with_one_line_and_writes_nothing(case, tmp_path, capfd):
+def test_a_bad_cifar_folder_exits_2_with_one_line_and_writes_nothing(
+    case, tmp_path, capfd, run_cli
+):
     make, source, fragments = BAD_FOLDERS[case]
     make(tmp_path / "tree")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     out = tmp_path / "out" / "c.zarr"
     capfd.readouterr()
 
-    status = _run_cli(["prepare", f"{source}:{tmp_path / 'tree'}", "--out", str(out)])
+    status = run_cli(["prepare", f"{source}:{tmp_path / 'tree'}", "--out", str(out)])
 
     captured = capfd.readouterr()
     assert status == 2, captured.err

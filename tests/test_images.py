@@ -3,7 +3,6 @@ its class names in the store and in `dane info`; every bad tree a one-line exit 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,21 +46,6 @@ def _expected(written: dict) -> tuple[np.ndarray, np.ndarray]:
     x = np.stack([p for name in names for p in written[name]])[:, None]
     y = np.array([i for i, name in enumerate(names) for _ in written[name]], dtype=np.int64)
     return x, y
-
-
-def _run_cli(argv: list[str]) -> int:
-    """cli.main() as the `dane` script runs it; returns the exit status."""
-    from dask_dane import cli
-
-    old = sys.argv
-    sys.argv = ["dane", *argv]
-    try:
-        cli.main()
-    except SystemExit as done:
-        return int(done.code or 0)
-    finally:
-        sys.argv = old
-    return 0
 
 
 # --- reading a tree ------------------------------------------------------------------------
@@ -250,16 +234,16 @@ def test_skip_bad_skips_unreadable_files_and_counts_them(tmp_path):
     np.testing.assert_array_equal(raw.y_train, y_train)
 
 
-def test_prepare_records_class_names_and_info_prints_them(tmp_path, capfd):
+def test_prepare_records_class_names_and_info_prints_them(tmp_path, capfd, run_cli):
     _tree(tmp_path / "tree", per_class=5)
     _bad_files(tmp_path / "tree")
     store = tmp_path / "s.zarr"
 
-    prepared = _run_cli(
+    prepared = run_cli(
         ["prepare", f"images:{tmp_path / 'tree'}", "--out", str(store), "--skip-bad"]
     )
     prepare_out = capfd.readouterr()
-    shown = _run_cli(["info", str(store)])
+    shown = run_cli(["info", str(store)])
     info_out = capfd.readouterr()
 
     assert prepared == 0, prepare_out.err
@@ -354,14 +338,14 @@ BAD_TREES = {
 
 
 @pytest.mark.parametrize("case", BAD_TREES)
-def test_a_bad_tree_exits_2_with_one_line_and_writes_nothing(case, tmp_path, capfd):
+def test_a_bad_tree_exits_2_with_one_line_and_writes_nothing(case, tmp_path, capfd, run_cli):
     make, extra, fragments = BAD_TREES[case]
     make(tmp_path / "tree")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     out = tmp_path / "out" / "s.zarr"
     capfd.readouterr()
 
-    status = _run_cli(["prepare", f"images:{tmp_path / 'tree'}", "--out", str(out), *extra])
+    status = run_cli(["prepare", f"images:{tmp_path / 'tree'}", "--out", str(out), *extra])
 
     captured = capfd.readouterr()
     assert status == 2, captured.err
@@ -374,8 +358,8 @@ def test_a_bad_tree_exits_2_with_one_line_and_writes_nothing(case, tmp_path, cap
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
-def test_synthetic_refuses_a_non_square_image_size(tmp_path, capfd):
-    status = _run_cli(["prepare", "synthetic", "--image-size", "4x6", "--out", str(tmp_path / "s")])
+def test_synthetic_refuses_a_non_square_image_size(tmp_path, capfd, run_cli):
+    status = run_cli(["prepare", "synthetic", "--image-size", "4x6", "--out", str(tmp_path / "s")])
 
     assert status == 2
     assert "synthetic images are square" in capfd.readouterr().err
