@@ -30,6 +30,27 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain-text usage errors: one readable line, no box
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"dask-dane {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Train models with DANE (Distributed Approximate NEwton) on a Dask cluster."""
+
+
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
 EXIT_CLUSTER_LOST = 4

@@ -239,3 +239,21 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
     (line,) = stale.stderr.strip().splitlines()
     assert f"from --scheduler-file {file}: stale?" in line
     assert not (tmp_path / "stale").exists()
+
+
+def test_version_and_python_dash_m_run_the_same_app(tmp_path):
+    import dask_dane
+
+    by_script = dane("--version", cwd=tmp_path)
+    by_module = subprocess.run(
+        [sys.executable, "-m", "dask_dane", "--version"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "dask_dane", "info", str(tmp_path / "absent.zarr")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert by_script.returncode == by_module.returncode == 0
+    assert by_script.stdout == by_module.stdout == f"dask-dane {dask_dane.__version__}\n"
+    assert refused.returncode == 2 and "does not exist" in refused.stderr
