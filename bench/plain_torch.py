@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..models.flat import unflatten
+from ..models.flat import load_state
 from ..models.registry import ModelSpec, build_model
 from ..pipeline.augment import Augmentation, augment_batch
-from ..pipeline.run_setup import RunSetup, initial_weights
+from ..pipeline.run_setup import RunSetup, initial_state
 from ..pipeline.shards import ShardData
 from ..pipeline.tasks import load_shard
 
@@ -55,12 +55,8 @@ def load_test(setup: RunSetup, device: torch.device) -> ShardData:
 
 def initial_model(spec: ModelSpec, seed: int, device: torch.device) -> torch.nn.Module:
     """The architecture holding exactly initial_weights(spec, seed), as every Dask run starts."""
-    weights = initial_weights(spec, seed)
-    model = build_model(spec)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            param.copy_(unflatten(model, weights)[name])
-    return model.to(device)
+    weights, buffers = initial_state(spec, seed)
+    return load_state(build_model(spec), weights, buffers).to(device)
 
 
 def minibatch_loss(

@@ -49,7 +49,11 @@ def load_model(
     `model` is needed only for a run trained from a Python callable (dask_dane.train(model=fn)),
     whose builder no import path can rebuild.
     """
-    saved = read_trained(run_dir, best=best)
+    return _build(read_trained(run_dir, best=best), run_dir, model)
+
+
+def _build(saved: dict[str, Any], run_dir: str | Path, model: Callable | None) -> nn.Module:
+    """The trained module from a checkpoint read by read_trained."""
     info, config = saved["model"], saved["config"]
     name = info["name"]
     if model is None and is_import_path(name) and name.split(":")[0] == "__main__":
@@ -102,8 +106,8 @@ def export_model(
 ) -> Path:
     """Write the run's model to `out`: a torch.export program or a state dict; returns `out`."""
     check_export_target(out, form)
-    network = load_model(run_dir, best=best, model=model)
-    return export_module(network, read_trained(run_dir, best=best)["model"], out, form=form)
+    saved = read_trained(run_dir, best=best)  # read once: the module and its record
+    return export_module(_build(saved, run_dir, model), saved["model"], out, form=form)
 
 
 def check_export_target(out: str | Path, form: str) -> None:

@@ -186,6 +186,24 @@ def run_cli():
     return _run_cli
 
 
+def _assert_one_line_error(status: int, capfd, fragments) -> None:
+    """Exit 2, no traceback, one `error: ...` line on stderr holding every fragment."""
+    captured = capfd.readouterr()
+    assert status == 2, captured.err
+    assert "Traceback" not in captured.out + captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def assert_one_line_error():
+    """_assert_one_line_error, for the tests of bad input run through run_cli."""
+    return _assert_one_line_error
+
+
 @pytest.fixture(scope="session")
 def user_models_text() -> str:
     """USER_MODELS, for fixtures of a wider scope than model_file's."""

@@ -141,7 +141,7 @@ BAD_INPUT = {
 @pytest.mark.cluster
 @pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(
-    case, inputs, cluster_client, tmp_path, monkeypatch, capfd, run_cli
+    case, inputs, cluster_client, tmp_path, monkeypatch, capfd, run_cli, assert_one_line_error
 ):
     folder = tmp_path / "cwd"
     folder.mkdir()
@@ -155,14 +155,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(
 
     status = run_cli(argv)
 
-    captured = capfd.readouterr()
-    assert status == 2, captured.err
-    assert "Traceback" not in captured.out + captured.err
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ")
-    for fragment in BAD_INPUT[case][1]:
-        assert fragment in lines[0]
+    assert_one_line_error(status, capfd, BAD_INPUT[case][1])
     assert not out.exists()
     assert list(folder.iterdir()) == []  # no run dir, no default store in DANE_CACHE
     assert _listing(inputs["root"]) == before  # stores, files, the existing run: untouched

@@ -291,7 +291,7 @@ BAD_FOLDERS = {
 
 @pytest.mark.parametrize("case", BAD_FOLDERS)
 def test_a_bad_cifar_folder_exits_2_with_one_line_and_writes_nothing(
-    case, tmp_path, capfd, run_cli
+    case, tmp_path, capfd, run_cli, assert_one_line_error
 ):
     make, source, fragments = BAD_FOLDERS[case]
     make(tmp_path / "tree")
@@ -301,12 +301,5 @@ def test_a_bad_cifar_folder_exits_2_with_one_line_and_writes_nothing(
 
     status = run_cli(["prepare", f"{source}:{tmp_path / 'tree'}", "--out", str(out)])
 
-    captured = capfd.readouterr()
-    assert status == 2, captured.err
-    assert "Traceback" not in captured.out + captured.err
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    assert_one_line_error(status, capfd, fragments)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # no "ran"

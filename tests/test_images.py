@@ -338,7 +338,9 @@ BAD_TREES = {
 
 
 @pytest.mark.parametrize("case", BAD_TREES)
-def test_a_bad_tree_exits_2_with_one_line_and_writes_nothing(case, tmp_path, capfd, run_cli):
+def test_a_bad_tree_exits_2_with_one_line_and_writes_nothing(
+    case, tmp_path, capfd, run_cli, assert_one_line_error
+):
     make, extra, fragments = BAD_TREES[case]
     make(tmp_path / "tree")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
@@ -347,14 +349,7 @@ def test_a_bad_tree_exits_2_with_one_line_and_writes_nothing(case, tmp_path, cap
 
     status = run_cli(["prepare", f"images:{tmp_path / 'tree'}", "--out", str(out), *extra])
 
-    captured = capfd.readouterr()
-    assert status == 2, captured.err
-    assert "Traceback" not in captured.out + captured.err
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    assert_one_line_error(status, capfd, fragments)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
