@@ -310,7 +310,7 @@ def train(
     """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
 
     Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
-    bench/configs/skew-dane.toml (README, "Non-iid data").
+    bench/presets/skew-dane.toml (README, "Non-iid data").
     """
     # First statement: the options given, by name (None = not given on the command line).
     flags = {k: v for k, v in locals().items() if k not in ("config", "resume")}
@@ -401,6 +401,33 @@ def report(
 
     for path in write_report(list(run_dirs), out):
         typer.echo(f"wrote {path}")
+
+
+@app.command("presets")
+def show_presets(
+    path: Annotated[
+        str | None, typer.Option("--path", metavar="NAME", help="Print the file of NAME only.")
+    ] = None,
+    folder: Annotated[bool, typer.Option("--dir", help="Print the presets' folder only.")] = False,
+) -> None:
+    """List the measured settings shipped with the package (`--config preset:NAME`) and the
+    scripts that run whole grids, each with its purpose."""
+    from .pipeline import presets
+
+    if folder:
+        typer.echo(presets.PRESETS_DIR)
+        return
+    if path is not None:
+        typer.echo(presets.preset_path(path))
+        return
+    shipped = presets.list_presets()
+    width = max(len(p.name) for p in shipped)
+    for kind, title in (("settings", "dane train --config preset:NAME"),
+                        ("runs", "dane bench train --configs preset:NAME"),
+                        ("script", "bash \"$(dane presets --path NAME)\"")):  # fmt: skip
+        typer.echo(f"{title}:")
+        for preset in (p for p in shipped if p.kind == kind):
+            typer.echo(f"  {preset.name:<{width}}  {preset.purpose}")
 
 
 app.add_typer(bench_app, name="bench")

@@ -1,4 +1,4 @@
-"""GPU correctness check (bench/gpu_check.sh): Dask on the GPU against the CPU reference.
+"""GPU correctness check (bench/scripts/gpu-check.sh): Dask on the GPU against the CPU reference.
 
 DANE with K local SGD steps on L2-regularised logistic regression, float64: the Dask run keeps
 its shards and does its work on the GPU, the single-process reference (pipeline/reference.py)

@@ -3,7 +3,8 @@ rate, and the DANE family's gap to the best baseline at equal communication roun
 
     python -m dask_dane.bench.skew_summary [--target 0.88] bench-out/skew/*.json
 
-Each JSON is a `dane bench train --store S --comm-rounds N` result (bench/skew/*.toml); runs
+Each JSON is a `dane bench train --store S --comm-rounds N` result
+(bench/presets/skew-race-*.toml); runs
 are grouped by their store, so runs added later in a JSON of their own join their store's
 table. A run named `METHOD-lrX` is METHOD at local learning rate X; a method's row is its
 run with the best test accuracy (the grid's pick). DANE-family methods are `dane*`,

@@ -12,6 +12,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..pipeline import presets
 from ..pipeline.config import RunConfig, check_settings
 
 # A bench's clusters take a free dashboard port: it may run beside a user's own cluster.
@@ -39,7 +40,7 @@ def run_tables(path: str | Path, flag: str) -> list[tuple[str, dict[str, Any]]]:
     """(name, settings) of every [[run]] table of a TOML file, its [defaults] applied to each;
     ValueError naming the problem and `flag`, the option that gave the path."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(presets.resolve(path).read_text())
     except FileNotFoundError:
         raise ValueError(f"{path} does not exist; check the {flag} path") from None
     except tomllib.TOMLDecodeError as err:

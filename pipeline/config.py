@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import presets
 from .algorithms import Strategy, make_strategy
 from .augment import parse_augment
 
@@ -270,8 +271,9 @@ def _flatten(settings: dict[str, Any], origin: str) -> dict[str, Any]:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file (top-level keys, section tables, or a [train] table)."""
-    path = Path(path)
+    """Settings from a TOML file (top-level keys, section tables, or a [train] table);
+    `preset:NAME` names a shipped preset."""
+    path = presets.resolve(path)
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:

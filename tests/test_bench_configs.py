@@ -38,8 +38,8 @@ def test_a_checked_in_configuration_validates(path, tmp_path):
 
 
 def test_the_shipped_dane_settings_are_the_ones_documented():
-    fast = RunConfig(**read_toml(BENCH / "configs" / "fashion-mnist-dane-fast.toml"))
-    best = RunConfig(**read_toml(BENCH / "configs" / "fashion-mnist-dane-best.toml"))
+    fast = RunConfig(**read_toml("preset:fashion-mnist-dane-fast"))
+    best = RunConfig(**read_toml("preset:fashion-mnist-dane-best"))
     for config in (fast, best):
         assert (config.algorithm, config.model, config.lr_schedule) == (
             "dane", "compact-cnn", "cosine"
@@ -48,7 +48,7 @@ def test_the_shipped_dane_settings_are_the_ones_documented():
     assert (fast.local_steps, fast.grad_sample) == (200, 1000)
     assert (best.local_steps, best.grad_sample, best.l2) == (200, 4000, 0.00025)
     assert (best.augment, best.rounds) == ("flip", 70)
-    k400 = RunConfig(**read_toml(BENCH / "configs" / "fashion-mnist-dane-k400.toml"))
+    k400 = RunConfig(**read_toml("preset:fashion-mnist-dane-k400"))
     assert (k400.local_steps, k400.grad_sample, k400.rounds, k400.augment) == (400, 2000, 16, "")
 
 
@@ -65,7 +65,7 @@ def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_pa
 
     done = subprocess.run(
         [sys.executable, "-m", "dask_dane.cli", "train", str(store),
-         "--config", str(BENCH / "configs" / "skew-dane.toml"), "--model", "small-cnn",
+         "--config", "preset:skew-dane", "--model", "small-cnn",
          "--workers", "2", "--rounds", "3", "--out", str(out),
          "--dashboard-address", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=300,

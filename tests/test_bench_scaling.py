@@ -165,7 +165,7 @@ def test_bad_network_is_rejected_with_the_form(text):
 
 @pytest.mark.cluster
 def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
-    # The same comparison bench/gpu_check.sh runs on a GPU, here with the Dask run on the CPU.
+    # The comparison bench/scripts/gpu-check.sh runs on a GPU, here with the Dask run on the CPU.
     from dask_dane.bench.gpu_correctness import check
 
     result = check(tmp_path, device="cpu")

@@ -5,7 +5,7 @@
 # Each store: OUT/<dataset>-<partition>-<shards>.zarr, e.g. fmnist-dir0.5-8.zarr,
 # mnist1d-cls2-10.zarr. `dane info STORE` shows each shard's label histogram.
 #
-#   bash bench/skew/stores.sh [OUT] [FASHION_MNIST_DIR]
+#   bash bench/scripts/skew-stores.sh [OUT] [FASHION_MNIST_DIR]
 set -euo pipefail
 OUT=${1:-bench-out/stores}
 FMNIST=${2:-/usr/share/datasets/fashion-mnist}

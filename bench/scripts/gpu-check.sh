@@ -4,7 +4,7 @@
 # are) and on the GPUs (LocalCUDACluster, one worker per GPU). Installs nothing from the
 # network; prints a table last; finishes within 8 minutes on one H200 with 16 cores.
 #
-#   bash bench/gpu_check.sh [OUT_DIR]        (default: bench-out/gpu-check)
+#   bash bench/scripts/gpu-check.sh [OUT_DIR]        (default: bench-out/gpu-check)
 #
 # Data: Fashion-MNIST from $FASHION_MNIST_DIR, else the Debian package's folder, else the
 # synthetic 28x28 source. `dane` is run as `python -m dask_dane.cli` so that a checkout put

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The CNN benchmarks of docs/results.md (issue 4): Fashion-MNIST stores, then the runs of
-# bench/cnn/*.toml, one `dane bench train` per file, the files side by side (each its own
+# bench/presets/cnn-*.toml, one `dane bench train` per file, the files side by side (each its own
 # cluster; on one GPU they share it; on a CPU-only machine run them one at a time instead).
 # Results: JSON_DIR/<file>.json, run directories and logs under bench-out/cnn/<file>/.
 #
-#   bash bench/cnn_benchmarks.sh [FASHION_MNIST_DIR] [SECONDS_PER_FILE] [JSON_DIR]
+#   bash bench/scripts/cnn-benchmarks.sh [FASHION_MNIST_DIR] [SECONDS_PER_FILE] [JSON_DIR]
 set -uo pipefail
 FMNIST=${1:-/usr/share/datasets/fashion-mnist}
 LIMIT=${2:-3000}
@@ -19,7 +19,9 @@ mkdir -p "$S" bench-out/cnn "$RESULTS"
   --classes-per-shard 3 --out $S/fmnist-label-skew-4.zarr --force
 "${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 8 --partition label-skew \
   --classes-per-shard 2 --out $S/fmnist-label-skew-8.zarr --force
-for file in bench/cnn/*.toml; do
+# The presets travel inside the package: ask dane where they are, so a pip install works too.
+PRESETS=$("${DANE[@]}" presets --dir)
+for file in "$PRESETS"/cnn-*.toml; do
   name=$(basename "$file" .toml)
   timeout "$LIMIT" "${DANE[@]}" bench train --configs "$file" --json "$RESULTS/$name.json" \
     --workdir "bench-out/cnn/$name" > "bench-out/cnn/$name.log" 2>&1 &
