@@ -7,7 +7,12 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .pipeline.cluster_logs import LOG_FORMAT, restore_logs, route_cluster_logs
+
+if TYPE_CHECKING:
+    from .pipeline.loop import Callbacks
 
 
 class TrainingProgress:
@@ -42,7 +47,8 @@ class TrainingProgress:
         if self.bar.live.is_started:  # stop() of a bar never started prints an empty line
             self.bar.stop()
 
-    def callbacks(self):  # type: ignore[no-untyped-def]
+    def callbacks(self) -> Callbacks:
+        """What the driver calls at the start and after each round, to move the bar."""
         from .pipeline.loop import Callbacks
 
         def on_start(dashboard: str, workers: int) -> None:
@@ -64,9 +70,6 @@ class TrainingProgress:
         return Callbacks(on_start=on_start, on_round=on_round)
 
 
-CLUSTER_LOGGERS = ("distributed", "tornado", "bokeh")
-
-
 class RunDirLog(logging.Handler):
     """Records into RUN_DIR/cluster.log once the run directory exists (held until then, so
     that a run refused before it starts writes nothing)."""
@@ -78,7 +81,7 @@ class RunDirLog(logging.Handler):
         self.path = run_dir / "cluster.log"
         self.held: list[str] = []
         self.stream: Any = None
-        self.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
 
     def emit(self, record: logging.LogRecord) -> None:
         text = self.format(record) + "\n"
@@ -102,26 +105,12 @@ class RunDirLog(logging.Handler):
 def quiet_cluster_logs(run_dir: Path) -> Iterator[None]:
     """The in-process scheduler's, Tornado's and Bokeh's logs go to RUN_DIR/cluster.log,
     not the terminal: a browser closing a dashboard page made Bokeh print a 30-line
-    traceback between the progress bar's updates. Our own one-line errors are unaffected."""
+    traceback between the progress bar's updates. Our own one-line errors are unaffected.
+    The loggers are the ones the workers route too (pipeline/cluster_logs.py)."""
     handler = RunDirLog(run_dir)
-    saved = {}
-    # Loggers below them that Dask or Tornado gave handlers of their own pass their records
-    # up instead, to the one handler here.
-    below = [
-        name
-        for name in list(logging.root.manager.loggerDict)
-        if name.startswith(tuple(f"{top}." for top in CLUSTER_LOGGERS))
-        and isinstance(logging.root.manager.loggerDict[name], logging.Logger)
-    ]
-    for name in [*CLUSTER_LOGGERS, *below]:
-        logger = logging.getLogger(name)
-        saved[name] = (logger.handlers[:], logger.propagate)
-        top = name in CLUSTER_LOGGERS
-        logger.handlers, logger.propagate = ([handler], False) if top else ([], True)
+    saved = route_cluster_logs(handler)
     try:
         yield
     finally:
-        for name, (handlers, propagate) in saved.items():
-            logger = logging.getLogger(name)
-            logger.handlers, logger.propagate = handlers, propagate
+        restore_logs(saved)
         handler.close()

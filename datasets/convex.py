@@ -1,6 +1,6 @@
 """The DANE paper's synthetic ridge problem, a tabular source for the convex experiments.
 
-(scikit-learn's digits as flat feature rows, `digits-tabular`, is in sources.py next to the
+(scikit-learn's digits as flat feature rows, `digits-tabular`, is in builtin.py next to the
 image version it flattens.)
 """
 

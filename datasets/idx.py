@@ -3,15 +3,21 @@
 Layout (http://yann.lecun.com/exdb/mnist/): two zero bytes, a type code, the number of
 dimensions n, then n big-endian uint32 sizes, then the values in big-endian C order. Files are
 read whole, gzip-compressed or not (recognised by their first bytes, not by their name).
+Also the two sources that read such a directory: `idx:DIR` and `fashion-mnist`.
 """
 
 from __future__ import annotations
 
 import gzip
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from .raw import RawDataset, SourceOptions, classification_dataset
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian package dataset-fashion-mnist
 
 # Type code -> NumPy dtype of the values (big-endian, as the format stores them).
 IDX_DTYPES = {
@@ -135,3 +141,31 @@ def read_idx_dir(directory: str | Path) -> dict[str, np.ndarray]:
                 "belong together"
             )
     return arrays
+
+
+def load_idx_source(options: SourceOptions, *, source: str = "idx") -> RawDataset:
+    """An MNIST-format directory (`idx:DIR` or `--path DIR`): its own train / test split.
+
+    Images are stored as (N, 1, H, W), uint8 when the files hold bytes.
+    """
+    if options.path is None:
+        raise ValueError("source idx needs a directory: use `idx:DIR` or --path DIR")
+    arrays = read_idx_dir(options.path)
+    return classification_dataset(
+        source,
+        arrays["train_images"][:, None],
+        arrays["train_labels"],
+        arrays["test_images"][:, None],
+        arrays["test_labels"],
+    )
+
+
+def load_fashion_mnist_source(options: SourceOptions) -> RawDataset:
+    """Fashion-MNIST (Xiao et al. 2017) from IDX files: the official 60k / 10k split."""
+    path = options.path or FASHION_MNIST_DIR
+    if not Path(path).is_dir():
+        raise ValueError(
+            f"Fashion-MNIST directory {path} does not exist; install the Debian package "
+            "(`apt-get install dataset-fashion-mnist`) or pass --path DIR with its IDX files"
+        )
+    return load_idx_source(replace(options, path=path), source="fashion-mnist")

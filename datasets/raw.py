@@ -1,4 +1,5 @@
-"""The types every source returns and takes, and the seeded train/test split they share."""
+"""The types every source returns and takes, the seeded train/test split they share, and the
+checks every source's arrays pass before they are stored."""
 
 from __future__ import annotations
 
@@ -48,3 +49,65 @@ def split_train_test(
     is_test = np.zeros(len(y), dtype=bool)
     is_test[np.concatenate(test_rows)] = True
     return x[~is_test], y[~is_test], x[is_test], y[is_test]
+
+
+def classification_dataset(
+    source: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
+) -> RawDataset:
+    """A classification RawDataset with int64 labels; num_classes = largest label + 1."""
+    y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
+    largest = max(int(y_train.max(initial=0)), int(y_test.max(initial=0)))
+    return RawDataset(
+        source=source,
+        task="classification",
+        num_classes=max(largest + 1, 2),
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+    )
+
+
+def check_raw_dataset(raw: RawDataset) -> None:
+    """Check a source's arrays before they are stored.
+
+    Parameters
+    ----------
+    raw
+        The arrays and their description.
+
+    Raises
+    ------
+    ValueError
+        If x and y disagree in rows, train and test samples differ in shape, a class label lies
+        outside [0, num_classes), or a feature or target is NaN or infinite.
+    """
+    where = f"source {raw.source}"
+    for split, x, y in (("train", raw.x_train, raw.y_train), ("test", raw.x_test, raw.y_test)):
+        if y.ndim != 1 or len(x) != len(y):
+            raise ValueError(
+                f"{where}: {split} has {len(x)} samples but labels of shape {y.shape}; "
+                "give one label per sample"
+            )
+        if raw.task == "classification":
+            if not np.issubdtype(y.dtype, np.integer):
+                raise ValueError(f"{where}: {split} labels are {y.dtype}; use integer labels")
+            bad = (y < 0) | (y >= raw.num_classes)
+            if bad.any():
+                raise ValueError(
+                    f"{where}: {int(bad.sum())} {split} label(s) outside [0, {raw.num_classes}), "
+                    f"e.g. {int(y[bad][0])}; labels must be 0 .. num_classes - 1"
+                )
+        elif not np.isfinite(y).all():
+            raise ValueError(f"{where}: {split} targets contain NaN or infinite values")
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            rows = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+            raise ValueError(
+                f"{where}: {len(rows)} {split} sample(s) contain NaN or infinite values "
+                f"(first at row {int(rows[0])}); clean or drop them"
+            )
+    if raw.x_train.shape[1:] != raw.x_test.shape[1:]:
+        raise ValueError(
+            f"{where}: train samples have shape {raw.x_train.shape[1:]} but test samples "
+            f"{raw.x_test.shape[1:]}; both splits need the same sample shape"
+        )

@@ -20,14 +20,18 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from .cluster_logs import LOG_FORMAT, route_cluster_logs
 from .config import ClusterSettings, scheduler_file_address
 from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
 from .errors import ClusterLost
+
+if TYPE_CHECKING:
+    from distributed import Worker
 
 
 class TorchThreads(WorkerPlugin):
@@ -35,7 +39,7 @@ class TorchThreads(WorkerPlugin):
 
     name = "dask-dane-torch-threads"
 
-    def setup(self, worker) -> None:  # type: ignore[no-untyped-def]
+    def setup(self, worker: Worker) -> None:
         import torch
 
         torch.set_num_threads(max(1, worker.state.nthreads))
@@ -129,25 +133,15 @@ class WorkerLogsToFile(WorkerPlugin):
     and one-line messages; the records stay where a user debugging a run looks."""
 
     name = "dask-dane-worker-logs"
-    LOGGERS = ("distributed", "tornado", "bokeh")
 
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def setup(self, worker) -> None:  # type: ignore[no-untyped-def]
+    def setup(self, worker: Worker) -> None:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(self.path, delay=True)  # appends, as the driver does
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-        children = [
-            name
-            for name, logger in logging.root.manager.loggerDict.items()
-            if name.startswith(tuple(f"{top}." for top in self.LOGGERS))
-            and isinstance(logger, logging.Logger)
-        ]
-        for name in [*self.LOGGERS, *children]:
-            logger = logging.getLogger(name)
-            top = name in self.LOGGERS
-            logger.handlers, logger.propagate = ([handler], False) if top else ([], True)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        route_cluster_logs(handler)  # for the worker's whole life: nothing to restore
 
 
 @contextmanager

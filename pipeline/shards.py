@@ -58,7 +58,7 @@ def load_shard(
     stay there: every round's work on the shard runs where its rows are.
 
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
-    naming the shard (datasets/store.py read_shard); the driver reports it as one line.
+    naming the shard (datasets/store_rows.py read_shard); the driver reports it as one line.
     """
     try:
         seen = location.exists(store)

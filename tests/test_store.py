@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dane.datasets import store as store_module
+from dask_dane.datasets import store_write as store_module
 from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.partition import PartitionSpec, partition_rows
 from dask_dane.datasets.sources import SourceOptions, load_source
