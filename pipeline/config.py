@@ -1,10 +1,10 @@
 """RunConfig: every setting of a training run, validated before any work starts.
 
-Settings come in five sections (data, model, algorithm, cluster, run), each a frozen dataclass
-that checks its own values. RunConfig joins them into one flat, keyword-only dataclass whose
-field names are the `dane train` flags with '-' written as '_': a flag, its TOML key and its
-field are one name. The algorithm section's hyperparameters are checked by the algorithm that
-uses them (algorithms/: each strategy validates its own fields when the registry builds it).
+Settings come in five sections (data, model, algorithm, cluster, run; settings.py), each a
+frozen dataclass that checks its own values. RunConfig joins them into one flat, keyword-only
+dataclass whose field names are the `dane train` flags with '-' written as '_': a flag, its
+TOML key and its field are one name (`flag`). Checks raise SettingError naming the field;
+`in_flags` words such an error with the flags instead, as the command line shows it.
 
 Precedence: built-in defaults < a TOML file (--config) < command-line flags. The resolved
 configuration is written to the run directory as config.toml, one [table] per section, and
@@ -14,8 +14,6 @@ configuration is written to the run directory as config.toml, one [table] per se
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,141 +21,41 @@ from typing import Any
 
 from . import presets
 from .algorithms import Strategy, make_strategy
-from .augment import parse_augment
+from .algorithms.setting_error import SettingError, flag
+from .settings import (
+    DEVICES,
+    DTYPES,
+    AlgorithmSettings,
+    ClusterSettings,
+    DataSettings,
+    ModelSettings,
+    RunSettings,
+    scheduler_file_address,
+)
 
-DTYPES = ("float32", "float64")
-# Where workers keep their shards and compute: auto = a GPU when the worker sees one.
-DEVICES = ("auto", "cpu", "cuda")
+__all__ = [  # the sections and their helpers are re-exported: callers import them from here
+    "DEVICES",
+    "DTYPES",
+    "IDENTITY_KEYS",
+    "SECTIONS",
+    "AlgorithmSettings",
+    "ClusterSettings",
+    "DataSettings",
+    "ModelSettings",
+    "RunConfig",
+    "RunSettings",
+    "check_settings",
+    "flag",
+    "in_flags",
+    "read_toml",
+    "resolve_config",
+    "scheduler_file_address",
+    "section_of",
+    "to_toml",
+]
+
 # Settings that define what is being trained: a resumed run must not change them.
 IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataSettings:
-    store: str | None = None  # None: the embedded default (digits, one shard per worker)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSettings:
-    model: str = "small-cnn"
-    dtype: str = "float32"
-    l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
-    # Random flips and crops of every local step's minibatch: flip, crop=P, or flip,crop=P.
-    augment: str = ""
-
-    def check_model(self) -> None:
-        _choice("--dtype", self.dtype, DTYPES)
-        parse_augment(self.augment)
-        if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
-            raise ValueError(f"--l2 must be zero or positive (got {self.l2})")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AlgorithmSettings:
-    """The algorithm and every hyperparameter flag; the algorithm picks those it uses."""
-
-    algorithm: str = "dane"
-    eta: float = 1.0
-    mu: float = 0.0
-    local_steps: int = 30
-    local_lr: float = 0.05
-    local_optimizer: str = "sgd"
-    local_solver: str = "steps"  # steps: K minibatch steps; lbfgs / cg: solve to --local-tol
-    local_tol: float = 1e-10  # lbfgs / cg: stop at ||grad|| <= tol * ||grad at start||
-    rho: float = 1.0  # admm: penalty of the consensus constraint
-    momentum: float = 0.9
-    batch_size: int = 32
-    safeguard: str = "off"  # dane: off | backtrack | adaptive-mu (algorithms/safeguard.py)
-    grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
-    grad_sample_growth: float = 1.0  # dane: the sample grows by this factor each round
-    local_theta: float = 0.0  # dane: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K
-    server_momentum: float = 0.0  # dane, fedavg, fedprox: momentum on the averaged step
-    trust_radius: float = 0.0  # dane, feddyn: every local iterate within ||v - w|| <= R; 0: none
-    line_search: int = 0  # dane: try N step sizes 2, 1, 1/2, ... along the averaged step
-    lr_schedule: str = "constant"  # --local-lr across rounds: constant | cosine | step
-    local_clip: float = 0.0  # steps solver: clip each local step's gradient to this norm; 0: off
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterSettings:
-    workers: int = 2
-    threads_per_worker: int = 1
-    device: str = "auto"
-    scheduler: str | None = None
-    scheduler_file: str | None = None  # what `dask scheduler --scheduler-file` wrote (HPC)
-    host: str = "127.0.0.1"
-    dashboard_address: str = "127.0.0.1:8787"
-    # How a phase's input reaches the workers: direct (all from one), tree (relayed), or auto
-    # (tree from graph.TREE_FROM_WORKERS workers on). Results are the same bit for bit.
-    broadcast: str = "auto"
-    timeout: float = 60.0
-    # TLS for --scheduler (tls://...); None: Dask's own config (distributed.comm.tls.*).
-    tls_ca_file: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-
-    def check_cluster(self) -> None:
-        _choice("--device", self.device, DEVICES)
-        _choice("--broadcast", self.broadcast, ("auto", "direct", "tree"))
-        _at_least_one(
-            ("--workers", self.workers), ("--threads-per-worker", self.threads_per_worker)
-        )
-        _positive("--timeout", self.timeout)
-        if self.scheduler_file is not None:
-            if self.scheduler:
-                raise ValueError("--scheduler and --scheduler-file both name a scheduler; pass one")
-            scheduler_file_address(self.scheduler_file)
-        given = {
-            "--tls-ca-file": self.tls_ca_file,
-            "--tls-cert": self.tls_cert,
-            "--tls-key": self.tls_key,
-        }
-        if not any(given.values()):
-            return
-        if not self.scheduler and not self.scheduler_file:
-            raise ValueError(
-                "--tls-ca-file, --tls-cert and --tls-key secure a connection to --scheduler; "
-                "pass --scheduler tls://HOST:PORT (or --scheduler-file) or drop them"
-            )
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("--tls-cert and --tls-key go together; pass both or neither")
-        for flag, path in given.items():
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{flag} {path} is not a file; check the path")
-
-
-def scheduler_file_address(path: str) -> str:
-    """The address in a Dask scheduler file; ValueError naming the problem if there is none."""
-    start = f"start one with `dask scheduler --scheduler-file {path}` or check the path"
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"--scheduler-file {path} does not exist; {start}") from None
-    except (OSError, ValueError) as err:
-        why = f"cannot be read as JSON ({type(err).__name__})"
-        raise ValueError(f"--scheduler-file {path} {why}; {start}") from None
-    address = data.get("address") if isinstance(data, dict) else None
-    if not isinstance(address, str) or not address:
-        raise ValueError(f"--scheduler-file {path} names no scheduler address; {start}")
-    return address
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSettings:
-    out: str = "runs/latest"
-    rounds: int = 20
-    seed: int = 0
-    eval_every: int = 1
-    stop_at_accuracy: float = 0.0  # stop once a round's test accuracy reaches this; 0: never
-
-    def check_run(self) -> None:
-        _at_least_one(("--rounds", self.rounds), ("--eval-every", self.eval_every))
-        if not 0.0 <= self.stop_at_accuracy <= 1.0:
-            raise ValueError(
-                f"--stop-at-accuracy is a test accuracy in [0, 1] (got {self.stop_at_accuracy}); "
-                "0 trains all --rounds"
-            )
-
 
 # The sections in the order config.toml lists them; their fields are RunConfig's.
 SECTIONS: dict[str, type] = {
@@ -174,11 +72,18 @@ class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, 
     """One training run: every section's fields, flat (field names are the CLI flags)."""
 
     def validate(self) -> RunConfig:
-        """Return self, or raise ValueError naming the first bad setting and its fix."""
-        self.strategy()  # the algorithm checks its own hyperparameters
-        self.check_model()
-        self.check_cluster()
-        self.check_run()
+        """Return self, or raise ValueError naming the first bad setting and its fix.
+
+        A RunConfig's fields are the flags, and its errors name them as flags: the SettingError
+        of a section or an algorithm (which names the field) is worded so here.
+        """
+        try:
+            self.strategy()  # the algorithm checks its own hyperparameters
+            self.check_model()
+            self.check_cluster()
+            self.check_run()
+        except SettingError as err:
+            raise SettingError(in_flags(err)) from None
         return self
 
     def strategy(self) -> Strategy:
@@ -189,27 +94,16 @@ class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, 
         return dataclasses.asdict(self)
 
 
+def in_flags(err: BaseException) -> str:
+    """An error's message as the command line words it: a SettingError's fields as flags."""
+    return err.worded(flag) if isinstance(err, SettingError) else str(err)
+
+
 def section_of(key: str) -> str:
     """The section a RunConfig field belongs to."""
     return next(
         name for name, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}
     )
-
-
-def _choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {flag} {value!r}; choose one of: {', '.join(choices)}")
-
-
-def _positive(flag: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{flag} must be a positive number (got {value})")
-
-
-def _at_least_one(*flags: tuple[str, int]) -> None:
-    for flag, value in flags:
-        if value < 1:
-            raise ValueError(f"{flag} must be at least 1 (got {value})")
 
 
 def _field_types() -> dict[str, tuple[type, ...]]:

@@ -1,9 +1,9 @@
 """One file per algorithm behind the Strategy protocol (base.py); a registry picks one.
 
 `make_strategy(name, settings)` builds the algorithm's frozen dataclass from a run's
-settings by field name: fields are named like the `dane train` flags (eta, mu, local_lr,
-...), and a `solver` field takes the local solver those settings describe (solvers.py). Each
-class checks its own hyperparameters, so a bad value is a ValueError naming the flag.
+settings by field name: fields are named like the run's settings (eta, mu, local_lr, ...),
+and a `solver` field takes the local solver those settings describe (solvers.py). Each class
+checks its own hyperparameters, so a bad value is a SettingError naming the field.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .local_solver import LocalSolver
 from .oneshot import OneShot
 from .scaffold import Scaffold
 from .sdane import Sdane, SdaneAdaptive
+from .setting_error import SettingError, setting
 from .sgd import Sgd
 from .solvers import make_solver
 
@@ -63,6 +64,7 @@ __all__ = [
     "LocalOutput",
     "RoundEnd",
     "RoundUpdate",
+    "SettingError",
     "Strategy",
     "check_settings",
     "make_strategy",
@@ -89,17 +91,17 @@ def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
 
 
 def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
-    """ValueError naming the flag for the first setting that breaks its field's rule.
+    """SettingError naming the first setting that breaks its field's rule.
 
     The rules are those the algorithms and solvers declare on their fields (checks.py). A
     setting that only another algorithm uses (an exclusive field there), set to anything but
     that field's default, is an error too: it would be silently ignored.
     """
     if algorithm not in ALGORITHMS:
-        raise ValueError(
-            f"unknown --algorithm {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
+        raise SettingError(
+            f"unknown {setting('algorithm')} {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
         )
-    make_solver(settings)  # --local-solver names a solver
+    make_solver(settings)  # local_solver names a solver
     chosen = {f.name for f in fields(ALGORITHMS[algorithm])}
     for owner in (*ALGORITHMS.values(), LocalSolver, ExactSolver):
         for f in fields(owner):
@@ -109,9 +111,9 @@ def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
             exclusive = f.metadata.get("exclusive") and f.name not in chosen
             if exclusive and f.default is not MISSING and settings[f.name] != f.default:
                 users = [name for name, cls in ALGORITHMS.items() if f.name in _names(cls)]
-                raise ValueError(
-                    f"{checks.flag(f.name)} {settings[f.name]} applies to --algorithm "
-                    f"{' or '.join(users)} only; drop it or use --algorithm {users[0]}"
+                raise SettingError(
+                    f"{setting(f.name, settings[f.name])} applies to {setting('algorithm')} "
+                    f"{' or '.join(users)} only; drop it or use {setting('algorithm', users[0])}"
                 )
 
 

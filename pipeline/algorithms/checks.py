@@ -1,10 +1,10 @@
 """Rules for hyperparameters, declared on the fields that hold them.
 
-Strategy and solver fields are named like the `dane train` flags (local_lr is --local-lr) and
-carry their rule in the field's metadata: `eta: float = checked(positive)`. A class checks
-its own fields when it is built (`validate`), and the registry checks a run's settings
-against every class's rules (`check_value`), so a bad value is refused even when the chosen
-algorithm would not use it. Each rule raises ValueError naming the flag and the fix.
+Strategy and solver fields are named like a run's settings (local_lr) and carry their rule
+in the field's metadata: `eta: float = checked(positive)`. A class checks its own fields when
+it is built (`validate`), and the registry checks a run's settings against every class's
+rules (`check_value`), so a bad value is refused even when the chosen algorithm would not use
+it. Each rule raises a SettingError naming the field (its flag beside it) and the fix.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
+
+from .setting_error import SettingError, setting
 
 Rule = Callable[[str, Any], None]
 
@@ -35,49 +37,47 @@ def check_value(f: dataclasses.Field, value: Any) -> None:
         rule(f.name, value)
 
 
-def flag(name: str) -> str:
-    """The command-line flag of a field: local_lr -> --local-lr."""
-    return "--" + name.replace("_", "-")
+def _bad(name: str, problem: str) -> SettingError:
+    """The error of a field's rule: the field (its flag beside it) and what is wrong."""
+    return SettingError(f"{setting(name, with_flag=True)} {problem}")
 
 
 def positive(name: str, value: float) -> None:
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{flag(name)} must be a positive number (got {value})")
+        raise _bad(name, f"must be a positive number (got {value})")
 
 
 def non_negative(name: str, value: float) -> None:
     if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{flag(name)} must be zero or positive (got {value})")
+        raise _bad(name, f"must be zero or positive (got {value})")
 
 
 def at_least_one(name: str, value: int) -> None:
     if value < 1:
-        raise ValueError(f"{flag(name)} must be at least 1 (got {value})")
+        raise _bad(name, f"must be at least 1 (got {value})")
 
 
 def momentum_range(name: str, value: float) -> None:
     if not (math.isfinite(value) and 0 <= value < 1):
-        raise ValueError(f"{flag(name)} must be in [0, 1) (got {value})")
+        raise _bad(name, f"must be in [0, 1) (got {value})")
 
 
 def relative_tolerance(name: str, value: float) -> None:
     if not (math.isfinite(value) and 0 < value < 1):
-        raise ValueError(
-            f"{flag(name)} must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10"
-        )
+        raise _bad(name, f"must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10")
 
 
 def rows_or_all(name: str, value: int) -> None:
     if value < 0:
-        raise ValueError(
-            f"{flag(name)} must be 0 (the full shard) or a number of rows (got {value})"
-        )
+        raise _bad(name, f"must be 0 (the full shard) or a number of rows (got {value})")
 
 
 def one_of(*choices: str) -> Rule:
     def rule(name: str, value: str) -> None:
         if value not in choices:
-            raise ValueError(f"unknown {flag(name)} {value!r}; choose one of: {', '.join(choices)}")
+            known = ", ".join(choices)
+            named = setting(name, with_flag=True)
+            raise SettingError(f"unknown {named} {value!r}; choose one of: {known}")
 
     return rule
 
@@ -85,11 +85,11 @@ def one_of(*choices: str) -> Rule:
 def at_least(bound: float) -> Rule:
     def rule(name: str, value: float) -> None:
         if not (math.isfinite(value) and value >= bound):
-            raise ValueError(f"{flag(name)} must be at least {bound:g} (got {value})")
+            raise _bad(name, f"must be at least {bound:g} (got {value})")
 
     return rule
 
 
 def count_or_off(name: str, value: int) -> None:
     if value < 0:
-        raise ValueError(f"{flag(name)} must be 0 (off) or a positive count (got {value})")
+        raise _bad(name, f"must be 0 (off) or a positive count (got {value})")

@@ -51,6 +51,7 @@ from .checks import (
 from .diagnostics import solve_diagnostics
 from .local_solver import LocalProblem, StopRule, check_trust_radius
 from .server import MomentumState, init_momentum, momentum_label, momentum_step
+from .setting_error import SettingError, setting
 from .solvers import Solver
 
 
@@ -78,19 +79,20 @@ class Dane(StrategyDefaults):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.grad_sample_growth != 1.0 and not self.grad_sample:
-            raise ValueError(
-                "--grad-sample-growth grows the gradient sample from --grad-sample N rows; "
-                "pass --grad-sample N as well"
+            raise SettingError(
+                f"{setting('grad_sample_growth')} grows the gradient sample from "
+                f"{setting('grad_sample', 'N')} rows; pass {setting('grad_sample', 'N')} as well"
             )
         check_trust_radius(self.trust_radius, self.solver)
         if self.line_search and (self.safeguard != "off" or self.server_momentum):
-            raise ValueError(
-                "--line-search chooses the step itself; it does not combine with --safeguard "
-                "or --server-momentum: pass one of them"
+            raise SettingError(
+                f"{setting('line_search')} chooses the step itself; it does not combine with "
+                f"{setting('safeguard')} or {setting('server_momentum')}: pass one of them"
             )
         if self.server_momentum and self.safeguard != "off":
-            raise ValueError(
-                "--server-momentum and --safeguard do not combine (momentum would carry a "
+            raise SettingError(
+                f"{setting('server_momentum')} and {setting('safeguard')} do not combine "
+                "(momentum would carry a "
                 "rejected step on); pass one of them"
             )
 

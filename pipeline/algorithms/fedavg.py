@@ -13,6 +13,7 @@ from .checks import checked, momentum_range
 from .fedprox import SolveAndAverage
 from .local_solver import LocalSolver
 from .server import momentum_step
+from .setting_error import SettingError, setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,9 +28,10 @@ class FedAvg(SolveAndAverage):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.solver, LocalSolver):
-            raise ValueError(
-                "--algorithm fedavg takes K local steps (--local-solver steps); for exact "
-                "local solves use --algorithm one-shot or fedprox"
+            raise SettingError(
+                f"{setting('algorithm', 'fedavg')} takes K local steps "
+                f"({setting('local_solver', 'steps')}); for exact local solves use "
+                f"{setting('algorithm')} one-shot or fedprox"
             )
 
     def update(self, end: RoundEnd) -> RoundUpdate:

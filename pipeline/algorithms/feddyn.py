@@ -30,6 +30,7 @@ from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefa
 from .checks import checked, non_negative
 from .diagnostics import solve_diagnostics
 from .local_solver import LocalProblem, check_trust_radius
+from .setting_error import SettingError, setting
 from .solvers import Solver
 
 
@@ -52,9 +53,9 @@ class FedDyn(StrategyDefaults):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.mu > 0:
-            raise ValueError(
-                "--algorithm feddyn needs --mu above 0, its regulariser alpha "
-                "(the server step divides by it); e.g. --mu 0.01"
+            raise SettingError(
+                f"{setting('algorithm', 'feddyn')} needs {setting('mu')} above 0, its "
+                f"regulariser alpha (the server step divides by it); e.g. {setting('mu', 0.01)}"
             )
         check_trust_radius(self.trust_radius, self.solver)
 

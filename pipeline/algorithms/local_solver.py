@@ -30,6 +30,7 @@ from .checks import (
     validate,
 )
 from .schedule import SCHEDULES, lr_factor
+from .setting_error import SettingError, setting
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 # (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
@@ -173,7 +174,8 @@ def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
 def check_trust_radius(radius: float, solver: object) -> None:
     """A trust region bounds K projected steps; the exact solvers solve the unbounded problem."""
     if radius and not isinstance(solver, LocalSolver):
-        raise ValueError(
-            "--trust-radius bounds the local steps of --local-solver steps; lbfgs and cg "
-            "solve the unbounded problem: drop --trust-radius or use --local-solver steps"
+        raise SettingError(
+            f"{setting('trust_radius')} bounds the local steps of "
+            f"{setting('local_solver', 'steps')}; lbfgs and cg solve the unbounded problem: "
+            f"drop {setting('trust_radius')} or use {setting('local_solver', 'steps')}"
         )

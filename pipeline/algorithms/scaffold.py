@@ -20,6 +20,7 @@ import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
 from .local_solver import LocalProblem, LocalSolver
+from .setting_error import SettingError, setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,9 +45,9 @@ class Scaffold(StrategyDefaults):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.solver, LocalSolver):
-            raise ValueError(
-                "--algorithm scaffold takes K local steps (--local-solver steps); its control "
-                "update is defined by them"
+            raise SettingError(
+                f"{setting('algorithm', 'scaffold')} takes K local steps "
+                f"({setting('local_solver', 'steps')}); its control update is defined by them"
             )
 
     def label(self) -> str:

@@ -29,6 +29,7 @@ from ..objective import ShardObjective
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .checks import checked, non_negative, rows_or_all
 from .local_solver import LocalProblem, StopRule
+from .setting_error import SettingError, setting
 from .solvers import Solver
 
 
@@ -45,9 +46,9 @@ class Sdane(StrategyDefaults):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.mu > 0:
-            raise ValueError(
-                f"--algorithm {self.name} needs --mu above 0, its proximal strength lam "
-                "(the step on the prox-centre is 1 / lam); e.g. --mu 0.1"
+            raise SettingError(
+                f"{setting('algorithm', self.name)} needs {setting('mu')} above 0, its proximal "
+                f"strength lam (the step on the prox-centre is 1 / lam); e.g. {setting('mu', 0.1)}"
             )
 
     def label(self) -> str:

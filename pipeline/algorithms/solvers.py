@@ -9,6 +9,7 @@ from typing import Any
 from .checks import one_of
 from .exact_solver import EXACT_METHODS, ExactSolver
 from .local_solver import LocalSolver
+from .setting_error import SettingError, setting
 
 # What algorithms accept as their local solver: K steps, or exact (convex models).
 Solver = LocalSolver | ExactSolver
@@ -20,9 +21,10 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
     kind = settings.get("local_solver", "steps")
     one_of(*LOCAL_SOLVERS)("local_solver", kind)
     if kind != "steps" and settings.get("local_clip"):
-        raise ValueError(
-            f"--local-clip clips the steps of --local-solver steps; {kind} solves the local "
-            "problem exactly: drop --local-clip or use --local-solver steps"
+        raise SettingError(
+            f"{setting('local_clip')} clips the steps of {setting('local_solver', 'steps')}; "
+            f"{kind} solves the local problem exactly: drop {setting('local_clip')} or use "
+            f"{setting('local_solver', 'steps')}"
         )
     solver_type = LocalSolver if kind == "steps" else ExactSolver
     names = {f.name for f in fields(solver_type) if f.name in settings}

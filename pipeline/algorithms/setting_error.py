@@ -1,0 +1,58 @@
+"""SettingError: a bad setting, its message naming the settings by their field names.
+
+A message marks each setting it names with `setting("grad_sample")`, or `setting("mu", 0.01)`
+for a value to give it. str(error) then names the fields (`mu=0.01`), as a Python caller
+writes them; `error.worded(namer)` words the same sentence for another surface, so that the
+command line names its flags (`--mu 0.01`, config.in_flags). `setting(name, with_flag=True)`
+shows the flag beside the field in str(error) too (`local_tol (--local-tol)`), where callers
+match on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+_MARK = "\x1f"  # brackets a setting's name (and value) inside the message; never shown
+_WITH_FLAG = "+"  # leads a marked name whose flag str(error) shows beside it
+
+# How a surface names a setting: (field name, value as text or None) -> words.
+Namer = Callable[[str, str | None], str]
+
+
+def setting(name: str, value: object = None, *, with_flag: bool = False) -> str:
+    """A setting named in a SettingError's message (with the value to give it, if any)."""
+    text = name if value is None else f"{name}={value}"
+    return f"{_MARK}{_WITH_FLAG if with_flag else ''}{text}{_MARK}"
+
+
+def flag(name: str, value: str | None = None) -> str:
+    """The `dane train` flag of a field (local_lr -> --local-lr), with its value if given."""
+    option = "--" + name.replace("_", "-")
+    return option if value is None else f"{option} {value}"
+
+
+def field_name(name: str, value: str | None) -> str:
+    """The Python wording: `mu`, `mu=0.01`."""
+    return name if value is None else f"{name}={value}"
+
+
+class SettingError(ValueError):
+    """A bad setting or combination of settings; the message says how to fix it."""
+
+    def __str__(self) -> str:
+        return self._render(field_name, flags_too=True)
+
+    def worded(self, namer: Namer) -> str:
+        """The message with each marked setting named by `namer`."""
+        return self._render(namer, flags_too=False)
+
+    def _render(self, namer: Namer, *, flags_too: bool) -> str:
+        parts = str(self.args[0] if self.args else "").split(_MARK)
+        for i in range(1, len(parts), 2):
+            marked = parts[i]
+            both = marked.startswith(_WITH_FLAG)
+            name, given, value = marked.removeprefix(_WITH_FLAG).partition("=")  # names hold no "="
+            parts[i] = namer(name, value if given else None)
+            if both and flags_too:
+                parts[i] += f" ({flag(name, value if given else None)})"
+        return "".join(parts)
