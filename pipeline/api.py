@@ -21,7 +21,7 @@ from ..datasets.partition import PartitionSpec
 from ..datasets.raw import RawDataset
 from ..datasets.store import write_store
 from ..models.user import callable_name
-from .config import check_settings, resolve_config
+from .config import RunConfig, check_settings, resolve_config
 from .loop import train as run_training
 from .metrics import read_metrics
 from .run_setup import ensure_default_store
@@ -92,19 +92,8 @@ def train(
         `.model`, `.history`, `.test_accuracy`, `.summary` and `.run_dir`.
     """
     builder = None if isinstance(model, str) else model
-    flags = check_settings(
-        {**settings, "algorithm": algorithm, "workers": workers}, "dask_dane.train"
-    )
-    flags["model"] = model if isinstance(model, str) else callable_name(model)
-    flags["out"] = str(out) if out is not None else _fresh_run_dir(algorithm)
-    base = RunDir(Path(flags["out"])).saved_config() if resume else None
-    flags["store"] = None if store is None else str(store)
-    config = resolve_config(file=None, flags=flags, base=base)
-    if config.store is None:
-        flags["store"] = str(ensure_default_store(config))
-        config = resolve_config(file=None, flags=flags, base=base)
-    if base is not None:
-        check_same_run(base, config)
+    settings = {**settings, "algorithm": algorithm, "workers": workers}
+    config = _train_config(store, model, out, resume=resume, settings=settings)
     summary = run_training(config, resume=resume, client=client, model=builder)
     run_dir = RunDir(Path(config.out))
     return TrainResult(
@@ -113,6 +102,33 @@ def train(
         summary=summary,
         run_dir=run_dir.root,
     )
+
+
+def _train_config(
+    store: str | Path | None,
+    model: ModelArg,
+    out: str | Path | None,
+    *,
+    resume: bool,
+    settings: dict[str, Any],
+) -> RunConfig:
+    """The RunConfig of `train`'s arguments, checked as `dane train` checks its flags.
+
+    With `resume`, the saved run's settings are the base and must name the same run; with
+    no store, the embedded digits data is written on first use (as the CLI does).
+    """
+    flags = check_settings(settings, "dask_dane.train")
+    flags["model"] = model if isinstance(model, str) else callable_name(model)
+    flags["out"] = str(out) if out is not None else _fresh_run_dir(settings["algorithm"])
+    base = RunDir(Path(flags["out"])).saved_config() if resume else None
+    flags["store"] = None if store is None else str(store)
+    config = resolve_config(file=None, flags=flags, base=base)
+    if config.store is None:
+        flags["store"] = str(ensure_default_store(config))
+        config = resolve_config(file=None, flags=flags, base=base)
+    if base is not None:
+        check_same_run(base, config)
+    return config
 
 
 def _fresh_run_dir(algorithm: str) -> str:

@@ -19,6 +19,6 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[
     weights = saved["weights"].to(getattr(torch, config.dtype))
     if weights.numel() != initial_weights(setup.spec, 0).numel():
         raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
-    test = tasks.load_shard(**setup.test_args())
+    test = setup.load_test()
     buffers = saved.get("buffers") or {}
     return int(saved["round"]), tasks.evaluate(setup.spec, test, weights, buffers)

@@ -21,10 +21,12 @@ from typing import Any
 
 import torch
 from distributed import Client, span
+from distributed.client import FutureCancelledError
+from distributed.comm.core import CommClosedError
+from distributed.scheduler import KilledWorker
 
-from . import comm, tasks
+from . import comm, run_state, tasks
 from .aggregate import shard_placement
-from .algorithms import Broadcast
 from .cluster import (
     bounded,
     check_scheduler,
@@ -36,14 +38,16 @@ from .cluster import (
 from .config import RunConfig
 from .errors import ClusterLost, TrainingDiverged
 from .graph import RoundPlan, ShardSet, build_round
-from .metrics import Laps, append_metrics, reached_target, round_row
+from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
 from .run_setup import RunSetup, prepare_run
-from .run_state import RunState, check_finite, lost_message, save_run, start_run, summary
+from .run_state import RunState
 from .rundir import RunDir
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
 MAX_ROUND_ATTEMPTS = 3
+# How a lost worker shows in a round: its tasks killed or cancelled, or a connection lost.
+WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
 
 __all__ = ["Callbacks", "ClusterLost", "RunState", "TrainingDiverged", "train"]
 
@@ -76,7 +80,7 @@ def train(
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
     created = next((folder for folder in folders if not folder.exists()), None)
-    state = start_run(setup, run_dir, resume=resume)
+    state = run_state.start_run(setup, run_dir, resume=resume)
     try:
         if state.round < config.rounds:
             # One span for the whole run: without it the cluster, idle between rounds, opens
@@ -96,7 +100,7 @@ def train(
         if created is not None and state.round == 0:  # no scheduler answered, say
             shutil.rmtree(created, ignore_errors=True)
         raise
-    result = summary(setup, run_dir, state)
+    result = run_state.summary(setup, state)
     run_dir.write_summary(result)
     return result
 
@@ -161,137 +165,130 @@ def _run_rounds(
     config = setup.config
     for t in range(state.round + 1, config.rounds + 1):
         started = time.perf_counter()
-        evaluate = t % config.eval_every == 0 or t == config.rounds
-        before = data.placement
         try:
-            result, evaluation, driver, ran_on = _compute_round(
-                client, setup, state, t, data, evaluate
-            )
-            data = replace(ran_on, placement=_current_placement(client, ran_on, config.timeout))
+            outcome = _compute_round(client, setup, state, t, data)
         except ClusterLost as err:
-            raise ClusterLost(lost_message(config, run_dir, t, str(err))) from None
-        # Shards whose worker was lost in this round and that Dask reloaded from zarr.
-        driver["shards_reloaded"] = sum(a != b for a, b in zip(before, data.placement, strict=True))
+            raise ClusterLost(run_state.lost_message(config, run_dir, t, str(err))) from None
+        data, result = replace(data, placement=outcome.placement), outcome.result
+        run_state.check_finite(result, t, run_dir)  # before the state takes the round
         row = round_row(
             round_index=t,
             algorithm=setup.strategy.name,
             result=result,
-            evaluation=evaluation,
+            evaluation=outcome.evaluation,
             wall_s=time.perf_counter() - started,
-            totals=state,
-            driver=driver,
+            totals=state.advance(result, outcome.evaluation),
+            driver=outcome.driver,
         )
-        check_finite(result, row, run_dir)
-        state.advance(result, row)
+        state.rows.append(row)
         append_metrics(run_dir.metrics, row)
         publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
-        save_run(run_dir, state, setup, improved=row["is_best"])
+        run_state.save_run(run_dir, state, setup, improved=row["is_best"])
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
         if reached_target(config.stop_at_accuracy, row):
             break
 
 
-def _compute_round(client, setup, state, t, data, evaluate):  # type: ignore[no-untyped-def]
-    """Submit round t as one graph and wait for it, retrying if workers were lost.
+def _compute_round(
+    client: Client, setup: RunSetup, state: RunState, t: int, data: ShardSet
+) -> RoundOutcome:
+    """Round t, retrying if workers were lost.
 
     A retry reruns the round from the same weights with the same seeds, so its result is the
-    one the first attempt would have given. Returns the result, the evaluation (or None),
-    the driver's figures (attempts; where its time went: scatter, building and submitting
-    the graph, waiting, gathering) and the data as the round ran on it.
+    one the first attempt would have given. After each attempt (but a last failed one) the
+    driver asks where the shards live now, once: the retry, or the next round, runs there,
+    and the round's row counts the shards that moved.
     """
-    from distributed.client import FutureCancelledError
-    from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker
-
-    timeout = setup.config.timeout
+    before = data.placement
     for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):
-        futures = inputs = None
-        clock = Laps()
-        try:
-            if attempt > 1:  # a worker was lost: where do its shards live now?
-                data = replace(data, placement=_current_placement(client, data, timeout))
-            # After a lost worker the placement may still name it: scatter anywhere then.
-            opening = setup.strategy.opening(state.state)
-            targets = data.placement if attempt == 1 else None
-            inputs = _scatter_inputs(client, state, opening, targets, timeout)
-            clock.lap("scatter_s")
-            plan = RoundPlan(
-                round_input=tasks.RoundInput(
-                    strategy=setup.strategy,
-                    spec=setup.spec,
-                    seed=setup.config.seed,
-                    index=t,
-                    layout=comm.layout(data.placement),
-                    round_data=setup.strategy.round_data(state.state),
-                    opening_bytes=comm.tensor_bytes(opening),
-                    buffers=state.buffers,
-                ),
-                token=f"{data.token}a{attempt}",
-                **inputs,
-                data=data,
-                evaluate=evaluate,
-                broadcast=setup.config.broadcast,
+        ran = _attempt_round(client, setup, state, t, data, attempt)
+        data = replace(data, placement=_current_placement(client, data, setup.config.timeout))
+        if ran is not None:
+            values, laps = ran
+            return RoundOutcome(
+                result=values[0],
+                evaluation=values[1] if len(values) > 1 else None,
+                placement=data.placement,
+                attempts=attempt,
+                laps=laps,
+                shards_reloaded=sum(a != b for a, b in zip(before, data.placement, strict=True)),
             )
-            graph, keys = build_round(plan)
-            futures = client.get(
-                graph, [k for k in (keys.result, keys.evaluation) if k], sync=False
-            )
-            clock.lap("submit_s")
-            wait_for(client, futures, timeout)
-            clock.lap("wait_s")
-            values = bounded(client, timeout, client.gather, futures)
-            clock.lap("gather_s")
-        except (KilledWorker, FutureCancelledError, CommClosedError, OSError) as err:
-            check_scheduler(client, timeout)  # the scheduler itself gone: stop now
-            if attempt == MAX_ROUND_ATTEMPTS:
-                raise ClusterLost(
-                    f"round {t} failed {attempt} times as workers were lost "
-                    f"({type(err).__name__}: {err})"
-                ) from None
-            continue
-        finally:
-            # Release the round: nothing of it stays on the cluster.
-            del futures, inputs
-        evaluation = values[1] if len(values) > 1 else None
-        return values[0], evaluation, {"attempts": attempt, **clock.laps}, data
-    raise AssertionError("unreachable")
+    raise AssertionError("unreachable")  # the last failed attempt raises ClusterLost
 
 
-def _scatter_inputs(
-    client: Client,
-    state: RunState,
-    opening: dict[str, torch.Tensor],
-    placement: list[str] | None,
-    timeout: float,
-) -> dict[str, Any]:
-    """The round's inputs onto the workers that need them first: RoundPlan's future fields.
+def _attempt_round(
+    client: Client, setup: RunSetup, state: RunState, t: int, data: ShardSet, attempt: int
+) -> tuple[list[Any], dict[str, float]] | None:
+    """Submit round t as one graph, wait for it and gather its outputs (and the laps of the
+    driver's time); None if workers were lost, to try again; ClusterLost if the scheduler
+    went or this was the last attempt."""
+    timeout = setup.config.timeout
+    futures = plan = None
+    clock = Laps()
+    try:
+        plan = _scatter_round(client, setup, state, t, data, attempt)
+        clock.lap("scatter_s")
+        graph, keys = build_round(plan)
+        futures = client.get(graph, [k for k in (keys.result, keys.evaluation) if k], sync=False)
+        clock.lap("submit_s")
+        wait_for(client, futures, timeout)
+        clock.lap("wait_s")
+        values = bounded(client, timeout, client.gather, futures)
+        clock.lap("gather_s")
+    except WORKER_LOST as err:
+        check_scheduler(client, timeout)  # the scheduler itself gone: stop now
+        if attempt == MAX_ROUND_ATTEMPTS:
+            raise ClusterLost(
+                f"round {t} failed {attempt} times as workers were lost "
+                f"({type(err).__name__}: {err})"
+            ) from None
+        return None
+    finally:
+        # Release the round: nothing of it stays on the cluster.
+        del futures, plan
+    return values, clock.laps
 
-    Weights, strategy state and the round's opening (Strategy.opening, if any) go to the
+
+def _scatter_round(
+    client: Client, setup: RunSetup, state: RunState, t: int, data: ShardSet, attempt: int
+) -> RoundPlan:
+    """Round t's inputs onto the workers that need them first, in the plan of its graph.
+
+    Weights, strategy state and the round's opening (run_state.round_start) go to the
     worker where the reduction tree ends (graph.py), which serves them to the others;
     each shard's own state (algorithms/base.py) to the worker holding the shard. Scattering
     to a worker that has just died raises KeyError on the scheduler: reported as the lost
-    worker it is (OSError), so the round is retried, scattering anywhere (placement None).
+    worker it is (OSError), so the round is retried, scattering anywhere.
     """
+    config = setup.config
+    round_input, opening = run_state.round_start(setup, state, comm.layout(data.placement))
+    # After a lost worker the placement may still name it: scatter anywhere then.
+    placement = data.placement if attempt == 1 else None
 
     def to(index: int) -> list[str] | None:
         return [placement[index]] if placement else None
 
-    def scatter(data: list[Any], workers: list[str] | None) -> list[Any]:
-        return bounded(client, timeout, client.scatter, data, hash=False, workers=workers)
+    def scatter(values: list[Any], workers: list[str] | None) -> list[Any]:
+        return bounded(client, config.timeout, client.scatter, values, hash=False, workers=workers)
 
     try:
         # Wrapped in lists: scatter would spread a dict's items over keys.
-        first = [state.weights, state.state] + ([Broadcast(tensors=opening)] if opening else [])
+        first = [state.weights, state.state] + ([opening] if opening is not None else [])
         weights, driver_state, *opened = scatter(first, to(0))
         shard_states = None
         if state.shard_states is not None:
             shard_states = [scatter([s], to(i))[0] for i, s in enumerate(state.shard_states)]
     except KeyError as err:
         raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
-    return {
-        "weights": weights,
-        "state": driver_state,
-        "shard_states": shard_states,
-        "opening": opened[0] if opened else None,
-    }
+    return RoundPlan(
+        round_input=round_input,
+        token=f"{data.token}a{attempt}",  # a retry's keys are new
+        weights=weights,
+        state=driver_state,
+        shard_states=shard_states,
+        opening=opened[0] if opened else None,
+        data=data,
+        evaluate=t % config.eval_every == 0 or t == config.rounds,
+        broadcast=config.broadcast,
+    )

@@ -1,4 +1,8 @@
-"""Per-round metrics: the row of a round, built in one place, and the run's JSONL file."""
+"""Per-round metrics: the row of a round, built in one place, and the run's JSONL file.
+
+The running totals a row writes are counted by RunState.advance (RoundTotals); what only
+the Dask driver knows about a round comes with its RoundOutcome.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +10,41 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from .checkpoint import atomic_write_bytes
 from .comm import driver_bytes
 from .tasks import RoundResult
 
 
-class RunTotals(Protocol):
-    """A run's running totals, as RunState keeps them."""
+@dataclass(frozen=True)
+class RoundTotals:
+    """The run's running totals after a round, as RunState.advance counts them: round_row
+    writes them into the row and computes none of them, so they are counted in one place."""
 
     cum_comm_bytes: int
     cum_comm_rounds: int
     cum_images: int
-    best_accuracy: float
+    is_best: bool  # the round's test accuracy beat every earlier round's
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundOutcome:
+    """A round as the Dask driver computed it (loop.py), with the figures only it knows."""
+
+    result: RoundResult
+    evaluation: dict[str, float] | None  # the test split's loss and accuracy, if evaluated
+    placement: list[str]  # where each shard lives after the round: the next one runs there
+    attempts: int  # 1, or more if workers were lost and the round was run again
+    laps: dict[str, float]  # where the driver's time went: scatter, submit, wait, gather
+    shards_reloaded: int  # shards whose worker was lost in the round (Dask reloaded them)
+
+    @property
+    def driver(self) -> dict[str, Any]:
+        """The driver's figures as its metrics row holds them (round_row's `driver`)."""
+        return {"attempts": self.attempts, **self.laps, "shards_reloaded": self.shards_reloaded}
 
 
 # The fields every metrics.jsonl line has, in this order (DESIGN.md section 3).
@@ -46,13 +70,13 @@ def round_row(
     result: RoundResult,
     evaluation: dict[str, float] | None,
     wall_s: float,
-    totals: RunTotals,
+    totals: RoundTotals,
     driver: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A round's metrics.jsonl line (the Dask driver's and the reference runner's alike).
 
-    `totals` are the run's before this round (a RunState); `driver` adds what only the Dask
-    driver knows (attempts, where its time went).
+    `totals` are the run's after this round (RunState.advance); `driver` adds what only the
+    Dask driver knows (attempts, where its time went, shards reloaded).
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
     accuracy = evaluation.get("accuracy") if evaluation else None
@@ -66,13 +90,13 @@ def round_row(
         "wall_s": wall_s,
         "max_worker_compute_s": compute[-1],
         "comm_bytes": result.comm_bytes,
-        "cum_comm_bytes": totals.cum_comm_bytes + result.comm_bytes,
-        "comm_rounds": totals.cum_comm_rounds + result.comm_phases,
+        "cum_comm_bytes": totals.cum_comm_bytes,
+        "comm_rounds": totals.cum_comm_rounds,
         # Not in comm_bytes: the driver's own traffic (comm.driver_bytes).
         "driver_bytes": driver_bytes(result.weights, result.state, result.shard_states),
         # Rows of training data the round's work read, all shards together: its compute.
         "images": result.rows,
-        "cum_images": totals.cum_images + result.rows,
+        "cum_images": totals.cum_images,
         # Beyond the required fields: straggler view and cluster size of this round.
         "median_worker_compute_s": statistics.median(compute),
         "slowest_worker": max(result.compute_by_worker, key=result.compute_by_worker.get),
@@ -85,7 +109,7 @@ def round_row(
     row.update({k: v for k, v in metrics.items() if k not in row})
     if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
-    row["is_best"] = accuracy is not None and accuracy > totals.best_accuracy
+    row["is_best"] = totals.is_best
     row.update(driver or {})
     return row
 

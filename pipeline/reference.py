@@ -8,7 +8,7 @@ shard used twice) shows up as a difference between `train` and `run_reference`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ from .aggregate import shard_placement, to_partial, tree_reduce
 from .algorithms import Broadcast
 from .metrics import round_row
 from .run_setup import RunSetup
-from .run_state import RunState
+from .run_state import RunState, round_start
 from .shards import ShardData
 
 
@@ -27,7 +27,11 @@ class ReferenceRun:
     """Where the reference run ended, and its metrics rows (as metrics.jsonl would hold)."""
 
     run: RunState
-    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The rounds' metrics rows, the run's own (RunState.rows)."""
+        return self.run.rows
 
     @property
     def weights(self) -> torch.Tensor:
@@ -46,25 +50,16 @@ class ReferenceRun:
 def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> ReferenceRun:
     """Run rounds 1..rounds; `num_workers` only sets the communication count."""
     config = setup.config
-    shards = [tasks.load_shard(**setup.shard_args(i)) for i in range(setup.store.num_shards)]
-    test = tasks.load_shard(**setup.test_args())
+    shards = [setup.load_train(i) for i in range(setup.store.num_shards)]
+    test = setup.load_test()
     # Only for the communication count: where the Dask run would place the shards.
     layout = comm.layout(shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)]))
     reference = ReferenceRun(run=RunState.fresh(setup))
     for t in range(1, rounds + 1):
         started = time.perf_counter()
         state = reference.run
-        round_input = tasks.RoundInput(
-            strategy=setup.strategy,
-            spec=setup.spec,
-            seed=config.seed,
-            index=t,
-            layout=layout,
-            round_data=setup.strategy.round_data(state.state),
-            opening_bytes=comm.tensor_bytes(setup.strategy.opening(state.state)),
-            buffers=state.buffers,
-        )
-        result = _round(round_input, shards, state)
+        round_input, opening = round_start(setup, state, layout)
+        result = _round(round_input, shards, state, opening)
         evaluation = None
         if t % config.eval_every == 0 or t == rounds:
             evaluation = tasks.evaluate(setup.spec, test, result.weights, result.buffers)
@@ -74,24 +69,28 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
             result=result,
             evaluation=evaluation,
             wall_s=time.perf_counter() - started,  # the benchmarks' baseline round
-            totals=state,
+            totals=state.advance(result, evaluation),
         )
-        state.advance(result, row)
-        reference.history.append(row)
+        state.rows.append(row)
     return reference
 
 
 def _round(
-    round_input: tasks.RoundInput, shards: list[ShardData], state: RunState
+    round_input: tasks.RoundInput,
+    shards: list[ShardData],
+    state: RunState,
+    opening: Broadcast | None,
 ) -> tasks.RoundResult:
-    """One round: every phase's local work, pairwise sums and end, then the update."""
+    """One round: every phase's local work, pairwise sums and end, then the update.
+
+    `opening` is what phase 0 receives (run_state.round_start), as the Dask run's does.
+    """
     ended: list[tasks.PhaseEnd] = []
     previous: list[Any] = [None] * len(shards)
     strategy = round_input.strategy
-    opening = strategy.opening(state.state)
     for phase in range(len(strategy.phases)):
         previous_end = ended[-1] if ended else None
-        received = previous_end or (Broadcast(tensors=opening) if opening else None)
+        received = previous_end or opening
         reports = [
             tasks.run_local(
                 round_input,

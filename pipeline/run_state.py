@@ -1,8 +1,10 @@
 """Where a run stands between rounds: start or resume it, advance it, save it, sum it up.
 
-The driver (loop.py) and the reference runner (reference.py) both keep a RunState and
-advance it with each round's result and metrics row. A checkpoint is a RunState as data: its
-fields listed once, here, with the strategy's states as plain dicts (algorithms/base.py).
+The driver (loop.py) and the reference runner (reference.py) both keep a RunState, start
+each round from it (round_start) and advance it with the round's result: the running totals
+are counted here, and the metrics row only writes them down. A checkpoint is a RunState as
+data: its fields listed once, here, with the strategy's states as plain dicts
+(algorithms/base.py); the metrics rows it keeps in memory are not in it (metrics.jsonl is).
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from typing import Any
 
 import torch
 
-from .algorithms import Strategy, state_from_data, state_to_data
+from . import comm
+from .algorithms import Broadcast, Strategy, state_from_data, state_to_data
 from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
 from .config import RunConfig
 from .errors import TrainingDiverged
-from .metrics import keep_rounds_up_to, read_metrics
+from .metrics import RoundTotals, keep_rounds_up_to
 from .run_setup import RunSetup, initial_state
 from .rundir import RunDir
-from .tasks import RoundResult
+from .tasks import RoundInput, RoundResult
 
 
 @dataclass
@@ -38,6 +41,11 @@ class RunState:
     cum_images: int = 0  # rows of training data read so far (checkpoints before it: 0)
     # The model's buffers (BatchNorm's running statistics), combined each round; {} if none.
     buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    # The metrics rows of rounds 1..round, as metrics.jsonl holds them (read once on resume):
+    # the summary's source. Not checkpointed, since the file is their record.
+    rows: list[dict[str, Any]] = dataclasses.field(
+        default_factory=list, repr=False, compare=False, metadata={"checkpoint": False}
+    )
 
     @classmethod
     def fresh(cls, setup: RunSetup) -> RunState:
@@ -52,23 +60,33 @@ class RunState:
             shard_states=shard_states if any(s is not None for s in shard_states) else None,
         )
 
-    def advance(self, result: RoundResult, row: dict[str, Any]) -> None:
-        """Take round `row["round"]`'s result and its metrics row (metrics.round_row)."""
-        self.round = row["round"]
+    def advance(self, result: RoundResult, evaluation: dict[str, float] | None) -> RoundTotals:
+        """Take the next round's result and evaluation (None if it had none); returns the
+        run's totals after it, for its metrics row (metrics.round_row)."""
+        self.round += 1
         self.weights = result.weights
         self.buffers = result.buffers
         self.state = result.state
         if result.shard_states is not None:
             self.shard_states = result.shard_states
-        self.cum_comm_bytes = row["cum_comm_bytes"]
-        self.cum_comm_rounds = row["comm_rounds"]
-        self.cum_images = row["cum_images"]
-        if row["is_best"]:
-            self.best_accuracy = row["test_accuracy"]
+        self.cum_comm_bytes += result.comm_bytes
+        self.cum_comm_rounds += result.comm_phases
+        self.cum_images += result.rows
+        accuracy = evaluation.get("accuracy") if evaluation else None
+        is_best = accuracy is not None and accuracy > self.best_accuracy
+        if is_best:
+            self.best_accuracy = accuracy
+        return RoundTotals(
+            cum_comm_bytes=self.cum_comm_bytes,
+            cum_comm_rounds=self.cum_comm_rounds,
+            cum_images=self.cum_images,
+            is_best=is_best,
+        )
 
     def as_data(self) -> dict[str, Any]:
-        """Every field, the strategy's states as plain dicts: what a checkpoint holds."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The checkpointed fields, the strategy's states as plain dicts: what a checkpoint
+        holds."""
+        data = {f.name: getattr(self, f.name) for f in _checkpointed()}
         data["state"] = state_to_data(self.state)
         if self.shard_states is not None:
             data["shard_states"] = [state_to_data(s) for s in self.shard_states]
@@ -78,7 +96,7 @@ class RunState:
     def from_data(cls, data: dict[str, Any], strategy: Strategy) -> RunState:
         """A RunState from a checkpoint (as_data's fields; extra keys are ignored, missing
         ones, from older checkpoints, take their defaults)."""
-        values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        values = {f.name: data[f.name] for f in _checkpointed() if f.name in data}
         values["state"] = state_from_data(strategy.state_type, data["state"])
         if values.get("shard_states") is not None:
             shard_type = strategy.shard_state_type
@@ -87,10 +105,36 @@ class RunState:
         return cls(**values)
 
 
+def _checkpointed() -> list[dataclasses.Field]:
+    """RunState's fields that a checkpoint holds (all but the in-memory rows)."""
+    return [f for f in dataclasses.fields(RunState) if f.metadata.get("checkpoint", True)]
+
+
+def round_start(
+    setup: RunSetup, state: RunState, layout: comm.Layout
+) -> tuple[RoundInput, Broadcast | None]:
+    """The next round's input, and its opening as phase 0 receives it (None if the strategy
+    sends none besides the weights): made here alone, so that the Dask driver and the
+    reference start a round from the same objects, and the opening is computed once."""
+    opening = setup.strategy.opening(state.state)
+    round_input = RoundInput(
+        strategy=setup.strategy,
+        spec=setup.spec,
+        seed=setup.config.seed,
+        index=state.round + 1,
+        layout=layout,
+        round_data=setup.strategy.round_data(state.state),
+        opening_bytes=comm.tensor_bytes(opening),
+        buffers=state.buffers,
+    )
+    return round_input, Broadcast(tensors=opening) if opening else None
+
+
 def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
     """A fresh RunState, or the one saved in the run directory's latest checkpoint.
 
-    Writes config.toml; the metrics file keeps the rounds the state has seen, no more.
+    Writes config.toml; the metrics file keeps the rounds the state has seen, no more, and
+    the state holds those rows from now on.
     """
     if not resume and run_dir.holds_run():
         raise ValueError(
@@ -104,7 +148,7 @@ def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
         state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
     else:
         state = RunState.fresh(setup)
-    keep_rounds_up_to(run_dir.metrics, state.round)
+    state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
     return state
 
 
@@ -130,27 +174,30 @@ def model_info(setup: RunSetup) -> dict[str, Any]:
     }
 
 
-def check_finite(result: RoundResult, row: dict[str, Any], run_dir: RunDir) -> None:
-    """TrainingDiverged naming the round if its loss or weights are not finite."""
-    loss = row["train_loss"]
+def check_finite(result: RoundResult, t: int, run_dir: RunDir) -> None:
+    """TrainingDiverged naming round t if its loss or weights are not finite.
+
+    Called before the state advances: a run that diverges in round 1 has finished no round.
+    """
+    loss = result.metrics.get("train_loss")
     finite = bool(torch.isfinite(result.weights).all()) and all(
         bool(torch.isfinite(b).all()) for b in result.buffers.values()
     )
     if not finite or (loss is not None and not math.isfinite(loss)):
         kept = (
-            f"the last good checkpoint (round {row['round'] - 1}) is kept in {run_dir.latest}"
-            if row["round"] > 1
+            f"the last good checkpoint (round {t - 1}) is kept in {run_dir.latest}"
+            if t > 1
             else "no round finished, so no checkpoint is kept"
         )
         raise TrainingDiverged(
-            f"training diverged in round {row['round']}: loss or weights are not finite "
+            f"training diverged in round {t}: loss or weights are not finite "
             f"(train_loss={loss}); {kept}; try a larger --mu or a smaller --local-lr"
         )
 
 
-def summary(setup: RunSetup, run_dir: RunDir, state: RunState) -> dict[str, Any]:
+def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
     """summary.json: the run's last metrics, best accuracy and totals."""
-    rows = read_metrics(run_dir.metrics)
+    rows = state.rows
     last = rows[-1] if rows else {}
     return {
         "algorithm": setup.strategy.name,
