@@ -17,9 +17,12 @@ from typing import Annotated, Any
 
 import typer
 
+from .datasets.builtin import MNIST1D_SAMPLES, SYNTHETIC_SAMPLES
+from .datasets.idx import FASHION_MNIST_DIR
 from .datasets.partition import PartitionSpec
 from .datasets.raw import SourceOptions
 from .pipeline.config import RunConfig
+from .pipeline.topology import TREE_FROM_WORKERS
 
 # `dane train`: a help text per RunConfig field, in the order --help lists them. The field's
 # default is appended in brackets (None: none shown, the text says what happens instead).
@@ -65,7 +68,7 @@ TRAIN_HELP: dict[str, str] = {
     "scheduler": "Address of a running Dask scheduler to use.",
     "scheduler_file": "A running scheduler's `--scheduler-file` (jobqueue).",
     "host": "Interface a started cluster binds.",
-    "broadcast": "direct | tree | auto (tree from 8 workers).",
+    "broadcast": f"direct | tree | auto (tree from {TREE_FROM_WORKERS} workers).",
     "dashboard_address": "Dashboard address.",
     "timeout": "Seconds to wait for a cluster, or a silent scheduler, before stopping.",
     "tls_ca_file": "--scheduler tls://...: CA certificate (PEM).",
@@ -148,7 +151,10 @@ Alpha = Annotated[float, typer.Option(help="dirichlet: concentration (small = sk
 SplitSeed = Annotated[int, typer.Option(help="Seed of the split and the partition.")]
 TestFraction = Annotated[float, typer.Option(help="Share of samples held out.")]
 Samples = Annotated[
-    int | None, typer.Option(help="synthetic, mnist-1d: number of samples [2000, 5000].")
+    int | None,
+    typer.Option(
+        help=f"synthetic, mnist-1d: number of samples [{SYNTHETIC_SAMPLES}, {MNIST1D_SAMPLES}]."
+    ),
 ]
 ImageSize = Annotated[
     str | None,
@@ -166,7 +172,7 @@ DataPath = Annotated[
     str | None,
     typer.Option(
         help="fashion-mnist, idx: folder of IDX files "
-        "(default /usr/share/datasets/fashion-mnist); npz: the file; images, cifar10, "
+        f"(default {FASHION_MNIST_DIR}); npz: the file; images, cifar10, "
         "cifar100: the folder (or write SOURCE:PATH)."
     ),
 ]

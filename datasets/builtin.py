@@ -10,6 +10,7 @@ import numpy as np
 from .raw import RawDataset, SourceOptions, classification_dataset, split_train_test
 
 MNIST1D_SAMPLES = 5000  # the MNIST-1D paper's 4000 train + 1000 test
+SYNTHETIC_SAMPLES = 2000
 MNIST1D_SEED = 42  # mnist1d's default generation seed; --seed shifts it
 
 
@@ -55,7 +56,7 @@ def make_synthetic_source(options: SourceOptions) -> RawDataset:
     the noise level keeps the task learnable but not trivial (a linear model does not reach
     100%). Any size: `samples` images of `image_size` x `image_size`.
     """
-    num_samples = options.samples or 2000
+    num_samples = options.samples or SYNTHETIC_SAMPLES
     size = options.image_size
     rng = np.random.default_rng(options.seed)
     templates = rng.normal(size=(options.num_classes, 1, size + 2, size + 2))

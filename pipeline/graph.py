@@ -19,12 +19,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from . import tasks
 from .aggregate import reduction_groups
-
-# From this many workers on, `auto` sends a phase's input down the relay tree: the root's link
-# then carries 3 copies in turn instead of 7. At 4 workers on this 2-core machine the tree's
-# saving (2 copies instead of 3) did not show beside the oversubscribed compute (dane bench
-# network, docs/results.md), so below 8 `auto` sends directly; `--broadcast tree` forces it.
-TREE_FROM_WORKERS = 8
+from .topology import TREE_FROM_WORKERS, fan_out_plan, use_tree  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,46 +117,25 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
     tree = use_tree(plan.broadcast, data.placement)
     weights_at = _fan_out(b, plan.weights, data.placement, "relay_weights", t, tree)
     ended: list[str] = []  # each finished phase: the next phase's input, and the update's
-    previous_locals: list[str | None] = [None] * len(data.shards)
+    locals_: list[str | None] = [None] * len(data.shards)  # the phase's shard tasks
     for phase, name in enumerate(phases):
         previous_end = ended[-1] if ended else None
         received = previous_end or plan.opening  # a future (the opening) is not a layer here
         received_at = _fan_out(b, received, data.placement, f"relay_{name}", t, tree)
-        locals_ = []
-        for i, (shard, worker) in enumerate(zip(data.shards, data.placement, strict=True)):
-            own_state = plan.shard_states[i] if plan.shard_states is not None else None
-            task = (
-                tasks.run_local,
-                round_input,
-                phase,
-                shard,
-                weights_at[worker],
-                received_at[worker],
-                previous_locals[i],
-                own_state,
-            )
-            inputs = (weights_at[worker], received_at[worker], previous_locals[i])
-            depends = [k for k in inputs if k in b.layers]
-            locals_.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
+        locals_ = _shard_tasks(b, plan, phase, weights_at, received_at, locals_)
         total = _reduce_tree(b, locals_, data.placement, f"reduce_{name}", t)
-        previous_locals = locals_
         if phase == len(phases) - 1:
             break
         # The phase's average and broadcast, made once: the next phase's shards and the
         # update both take this task's output.
-        ended.append(
-            b.add(
-                b.key(f"broadcast_{name}", t),
-                (tasks.finish_phase, round_input, phase, total, previous_end, plan.weights),
-                depends=[total, *ended[-1:]],
-                worker=root,
-            )
-        )
+        finish = (tasks.finish_phase, round_input, phase, total, previous_end, plan.weights)
+        key = b.key(f"broadcast_{name}", t)
+        ended.append(b.add(key, finish, depends=[total, *ended[-1:]], worker=root))
     next_states = None
     if plan.shard_states is not None:  # each shard's state for the next round, from its worker
         next_states = [
             b.add(b.key("shard_state", t, i), (tasks.shard_state_of, k), depends=[k], worker=w)
-            for i, (k, w) in enumerate(zip(previous_locals, data.placement, strict=True))
+            for i, (k, w) in enumerate(zip(locals_, data.placement, strict=True))
         ]
     # The last phase is finished inside the update: one task and one scheduling hop.
     result = b.add(
@@ -170,24 +144,44 @@ def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
         depends=[*ended, total, *(next_states or [])],
         worker=root,
     )
-    evaluation = None
-    if plan.evaluate:  # the new weights (and buffers) alone travel to the test split
-        weights = b.add(
-            b.key("weights", t), (tasks.round_model, result), depends=[result], worker=root
-        )
-        evaluation = b.add(
-            b.key("evaluate", t),
-            (tasks.evaluate_model, round_input.spec, data.test, weights),
-            depends=[weights],
-            worker=data.test_worker,  # the weights travel, never the test split
-        )
+    evaluation = _evaluation(b, plan, result)  # before b.graph(): it copies the layers
     return b.graph(), RoundKeys(result=result, evaluation=evaluation)
 
 
-def use_tree(broadcast: str, placement: list[str]) -> bool:
-    """Whether a phase's input goes down a relay tree (`auto`: from TREE_FROM_WORKERS on)."""
-    workers = len(set(placement))
-    return broadcast == "tree" or (broadcast == "auto" and workers >= TREE_FROM_WORKERS)
+def _shard_tasks(
+    b: _GraphBuilder,
+    plan: RoundPlan,
+    phase: int,
+    weights_at: dict[str, Any],
+    received_at: dict[str, Any],
+    previous: list[str | None],
+) -> list[str]:
+    """Phase `phase`'s task for every shard, on the shard's worker, taking the weights and the
+    phase's input where that worker finds them (_fan_out) and the shard's previous output."""
+    name, t = plan.round_input.strategy.phases[phase], plan.round_input.index
+    keys = []
+    for i, (shard, worker) in enumerate(zip(plan.data.shards, plan.data.placement, strict=True)):
+        own_state = plan.shard_states[i] if plan.shard_states is not None else None
+        inputs = (weights_at[worker], received_at[worker], previous[i])
+        task = (tasks.run_local, plan.round_input, phase, shard, *inputs, own_state)
+        depends = [k for k in inputs if k in b.layers]  # not futures, nor None
+        keys.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
+    return keys
+
+
+def _evaluation(b: _GraphBuilder, plan: RoundPlan, result: str) -> str | None:
+    """The test split's score of the new weights, if the plan asks for one: the new weights
+    (and buffers) alone travel to the test split's worker, never the test split."""
+    if not plan.evaluate:
+        return None
+    t, root = plan.round_input.index, plan.data.placement[0]
+    weights = b.add(b.key("weights", t), (tasks.round_model, result), depends=[result], worker=root)
+    return b.add(
+        b.key("evaluate", t),
+        (tasks.evaluate_model, plan.round_input.spec, plan.data.test, weights),
+        depends=[weights],
+        worker=plan.data.test_worker,
+    )
 
 
 def _fan_out(
@@ -205,21 +199,23 @@ def _fan_out(
     workers = list(dict.fromkeys(placement))
     if source is None or not tree:
         return dict.fromkeys(workers, source)
-    copies, before, markers = {workers[0]: source}, [], []
-    for k in range(1, len(workers)):
-        if k & (k - 1) == 0 and k > 1:  # a power of two opens the next level
-            before, markers = markers, []
-        parent = copies[workers[k - (1 << (k.bit_length() - 1))]]
-        key = b.add(
-            b.key(name, t, k),
-            (relay, parent, *before),
-            depends=([parent] if parent in b.layers else []) + before,
-            worker=workers[k],
-        )
-        copies[workers[k]] = key
-        if 1 << k.bit_length() < len(workers):  # a later level waits for this one
-            marker = b.key(f"{name}_done", t, k)
-            markers.append(b.add(marker, (relayed, key), depends=[key], worker=workers[k]))
+    plan = fan_out_plan(len(workers), tree=True)
+    copies, before = {workers[0]: source}, []
+    for level, copies_of_level in enumerate(plan):
+        markers = []
+        for parent, k in copies_of_level:
+            held = copies[workers[parent]]
+            key = b.add(
+                b.key(name, t, k),
+                (relay, held, *before),
+                depends=([held] if held in b.layers else []) + before,
+                worker=workers[k],
+            )
+            copies[workers[k]] = key
+            if level + 1 < len(plan):  # the next level waits for this one
+                marker = b.key(f"{name}_done", t, k)
+                markers.append(b.add(marker, (relayed, key), depends=[key], worker=workers[k]))
+        before = markers
     return copies
 
 

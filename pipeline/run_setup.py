@@ -32,7 +32,7 @@ from .algorithms import Strategy
 from .augment import parse_augment
 from .config import RunConfig
 from .model_check import CHECK_ROWS, check_model_runs
-from .shards import load_shard
+from .shards import ShardData, load_shard, make_objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +49,29 @@ class RunSetup:
 
     def test_args(self) -> dict:
         return self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
+
+    # In-process loading, exactly as the workers load: the reference, evaluation and the
+    # benchmarks' single-process baselines read the same normalised rows through these.
+    def load_train(self, index: int) -> ShardData:
+        """Training shard `index`."""
+        return load_shard(**self.shard_args(index))
+
+    def load_test(self) -> ShardData:
+        return load_shard(**self.test_args())
+
+    def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
+        """The given training shards concatenated in order, as one ShardData."""
+        loaded = [self.load_train(i) for i in shards]
+        x, y = torch.cat([s.x for s in loaded]), torch.cat([s.y for s in loaded])
+        return ShardData(index=index, x=x, y=y, task=self.store.task)
+
+    def full_objective(self) -> object:
+        """f of the whole training set (every shard's rows in order), as one ShardObjective."""
+        return make_objective(self.spec, self.load_rows(list(range(self.store.num_shards))))
+
+    def objectives(self) -> list:
+        """f_i of every training shard (objective.ShardObjective), in shard order."""
+        return [make_objective(self.spec, self.load_train(i)) for i in range(self.store.num_shards)]
 
     def _load_args(self, **where: object) -> dict:
         return dict(
@@ -70,11 +93,29 @@ def default_store_path(config: RunConfig) -> Path:
 
 def ensure_default_store(config: RunConfig) -> Path:
     """Prepare the embedded default store on first use; reuse it afterwards."""
-    path = default_store_path(config)
-    if not path.exists():
-        raw = load_source("digits", SourceOptions(seed=config.seed))
-        spec = PartitionSpec(kind="iid", num_shards=config.workers, seed=config.seed)
-        write_store(raw, spec, path, force=False)
+    return prepare_store(
+        "digits", default_store_path(config), shards=config.workers, seed=config.seed
+    )
+
+
+def prepare_store(
+    source: str,
+    path: str | Path,
+    *,
+    shards: int,
+    seed: int = 0,
+    options: SourceOptions | None = None,
+    replace: bool = False,
+    **partition: object,
+) -> Path:
+    """`dane prepare SOURCE --shards N --seed S` as a call: write the store unless it exists
+    (or always, `replace`); `partition` holds PartitionSpec's fields (kind="iid" unless given)
+    and `options` the source's (its seed is `seed` unless given)."""
+    path = Path(path)
+    if replace or not path.exists():
+        raw = load_source(source, options or SourceOptions(seed=seed))
+        spec = PartitionSpec(**{"kind": "iid", **partition}, num_shards=shards, seed=seed)
+        write_store(raw, spec, path, force=replace)
     return path
 
 

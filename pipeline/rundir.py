@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import atomic_write_bytes
+from .checkpoint import atomic_write_bytes, load_checkpoint
 from .config import IDENTITY_KEYS, RunConfig, read_toml, to_toml
 from .metrics import read_metrics
 
@@ -36,6 +36,14 @@ class RunDir:
     @property
     def summary(self) -> Path:
         return self.root / "summary.json"
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The run's metrics rows, one a round, in order."""
+        return read_metrics(self.metrics)
+
+    def final_weights(self) -> Any:
+        """The latest checkpoint's flat weights (a torch tensor)."""
+        return load_checkpoint(self.latest)["weights"]
 
     def holds_run(self) -> bool:
         """True once a run has finished a round here (a checkpoint or a metrics line)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_dane.bench.training import read_runs
+from dask_dane.bench.training.train import read_runs
 from dask_dane.pipeline.config import RunConfig, read_toml
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -78,7 +78,7 @@ def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_pa
 
 
 def test_correction_noise_separates_the_true_correction_from_the_sampling_error(digits_stores):
-    from dask_dane.bench.correction_noise import measure
+    from dask_dane.bench.training.correction_noise import measure
     from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 
     config = RunConfig(store=str(digits_stores[2]), model="small-cnn").validate()

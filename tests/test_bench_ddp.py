@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from dask_dane.bench.ddp import DdpSpec, run_ddp
-from dask_dane.bench.plain_torch import epoch_batches, rank_seed
+from dask_dane.bench.ddp.plain_torch import epoch_batches, rank_seed
+from dask_dane.bench.ddp.run import DdpSpec, run_ddp
 from dask_dane.models.flat import forward_flat
 from dask_dane.models.registry import build_model
 from dask_dane.pipeline.run_setup import initial_weights, prepare_run
@@ -177,7 +177,7 @@ def test_bad_spec_is_a_value_error_naming_the_fix(spec, change, message):
 
 
 def test_the_race_report_has_a_row_per_method_and_a_line_per_curve(monkeypatch, tmp_path):
-    from dask_dane.bench import ddp_report
+    from dask_dane.bench.ddp import report as ddp_report
     from dask_dane.pipeline import report
 
     curve = [

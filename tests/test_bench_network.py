@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from dask_dane.bench.netns import (
+from dask_dane.bench.network.model import Network, dask_round_comm_s
+from dask_dane.bench.network.netns import (
     NAMESPACE_PREFIX,
     NetnsUnavailable,
     check_can_run,
     rate_bytes_per_s,
 )
-from dask_dane.bench.network import Network, dask_round_comm_s
-from dask_dane.bench.network_spec import NetworkSpec
+from dask_dane.bench.network.spec import NetworkSpec
 from dask_dane.datasets.store import open_store
 
 
@@ -121,7 +121,7 @@ def test_leftover_namespaces_are_refused_then_cleaned_up(digits_stores, tmp_path
 @needs_netns
 @pytest.mark.cluster
 def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_stores, tmp_path):
-    from dask_dane.bench.network_bench import run_network
+    from dask_dane.bench.network.bench import run_network
 
     namespaces, links = _namespaces(), _host_links()
     spec = NetworkSpec(
@@ -156,7 +156,7 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_
 @needs_netns
 @pytest.mark.cluster
 def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digits_stores, tmp_path):
-    from dask_dane.bench.network_faults import run_faults
+    from dask_dane.bench.network.faults import run_faults
 
     spec = NetworkSpec(
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
@@ -186,7 +186,7 @@ def _network_run(method: str, rate: str, measured: float, reached: float | None)
 
 
 def test_the_network_report_has_a_row_and_a_line_per_run(monkeypatch, tmp_path):
-    from dask_dane.bench import network_report
+    from dask_dane.bench.network import report as network_report
     from dask_dane.pipeline import report
 
     result = {

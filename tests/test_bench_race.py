@@ -113,7 +113,7 @@ def test_shards_bench_refuses_a_config_that_names_a_store(tmp_path):
 
 
 def test_shards_bench_local_epochs_sets_the_steps_that_pass_once_over_a_shard(tmp_path):
-    from dask_dane.bench.shards import ShardsSpec
+    from dask_dane.bench.training.shards import ShardsSpec
 
     config = tmp_path / "run.toml"
     config.write_text('model = "small-cnn"\nlocal_steps = 5\nbatch_size = 32\n')

@@ -12,7 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from dask_dane.bench.network import (
+from dask_dane.bench.network.model import (
     Network,
     dask_round_comm_s,
     parse_network,
@@ -166,7 +166,7 @@ def test_bad_network_is_rejected_with_the_form(text):
 @pytest.mark.cluster
 def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
     # The comparison bench/scripts/gpu-check.sh runs on a GPU, here with the Dask run on the CPU.
-    from dask_dane.bench.gpu_correctness import check
+    from dask_dane.bench.gpu.correctness import check
 
     result = check(tmp_path, device="cpu")
     assert result["verdict"] == "PASS", result["detail"]
@@ -174,7 +174,7 @@ def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
 
 
 def test_round_profile_counts_the_longest_chain_and_busy_time():
-    from dask_dane.bench.round_profile import critical_path, round_timeline
+    from dask_dane.bench.scaling.profile import critical_path, round_timeline
 
     # a -> b -> d and a -> c -> d: three dependent steps; e, after d, is not counted.
     deps = {"a": set(), "b": {"a"}, "c": {"a"}, "d": {"b", "c", "outside"}, "e": {"d"}}
@@ -201,7 +201,7 @@ def test_round_profile_counts_the_longest_chain_and_busy_time():
 
 
 def test_memory_trace_summary_tells_loads_first_task_and_rounds_apart():
-    from dask_dane.bench.scaling_memory import trace_summary
+    from dask_dane.bench.scaling.memory import trace_summary
 
     mib = 2**20
     samples = [

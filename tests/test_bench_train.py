@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dask_dane.bench.output import save_results
-from dask_dane.bench.training import equal_rounds_table
+from dask_dane.bench.common.output import save_results
+from dask_dane.bench.training.train import equal_rounds_table
 from dask_dane.cli import app
 
 
@@ -72,7 +72,7 @@ def test_accuracy_at_equal_communication_rounds_takes_the_last_evaluation_before
 
 
 def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_gap():
-    from dask_dane.bench.skew_summary import best_per_method, by_store, family_gap, store_table
+    from dask_dane.bench.training.skew import best_per_method, by_store, family_gap, store_table
 
     def run(name, lr, points, error=None):
         curve = [
@@ -123,7 +123,7 @@ def test_the_skew_summary_picks_each_methods_best_rate_and_measures_the_family_g
 
 
 def test_a_missing_store_given_with_store_is_refused_before_any_run(tmp_path):
-    from dask_dane.bench.training import read_runs
+    from dask_dane.bench.training.train import read_runs
 
     configs = tmp_path / "runs.toml"
     configs.write_text('[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n')

@@ -225,7 +225,7 @@ def test_one_dane_iteration_through_dask_is_the_closed_form(
 def test_bench_cell_rate_matches_spectral_radius_and_mu_stabilises(cluster_client, tmp_path):
     # A small cell of the paper's experiment: 1000 samples on 8 machines (125 rows of d = 500
     # per shard): DANE with mu = 0 diverges, mu = 0.03 converges, at the predicted rates.
-    from dask_dane.bench.convergence import ConvergenceSpec, run_convergence
+    from dask_dane.bench.convergence.run import ConvergenceSpec, run_convergence
 
     spec = ConvergenceSpec(
         machines=(8,),

@@ -8,6 +8,7 @@ without importing anything.
 from __future__ import annotations
 
 import ast
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/loop.py",
     "pipeline/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
 }
-TYPER_IMPORTERS = {"cli.py", "bench/app.py", "bench/app_options.py", "bench/app_network.py"}
+TYPER_IMPORTERS = {"cli.py", "cli_options.py", "bench/app.py", "bench/common/options.py"}
 # Layers in import order: a module may import its own layer and those after it, never before.
 LAYERS = ("cli", "bench", "pipeline", "models|datasets")  # cli: the root-level modules
 
@@ -125,7 +126,44 @@ def test_only_cli_and_the_bench_app_import_typer():
     for path in _sources():
         relative = str(path.relative_to(ROOT))
         uses_typer = any(n.split(".")[0] == "typer" for n in _imports(path))
-        assert not uses_typer or relative in TYPER_IMPORTERS, relative
+        benchmark_cli = fnmatch(relative, "bench/*/cli.py")  # each benchmark's own commands
+        assert not uses_typer or relative in TYPER_IMPORTERS or benchmark_cli, relative
+
+
+# The engine's internals a benchmark must not reach into (issue 23): the worker tasks, the
+# shards' objects, the graph builder and the objective.
+ENGINE_INTERNALS = {f"{PACKAGE}.pipeline.{m}" for m in ("tasks", "shards", "graph", "objective")}
+
+
+def test_bench_reaches_the_engine_only_through_its_declared_surface():
+    surface = {f"{PACKAGE}.pipeline", f"{PACKAGE}.pipeline.presets", f"{PACKAGE}.pipeline.sizes"}
+    seen = set()
+    for path in _sources("bench"):
+        engine = {n for n in _own(_imports(path)) if n.startswith(f"{PACKAGE}.pipeline")}
+        seen |= engine
+        assert not engine & ENGINE_INTERNALS, f"{path.relative_to(ROOT)} imports {engine}"
+        # Everything else of pipeline/ comes through pipeline/__init__.py's SURFACE.
+        assert engine <= surface, f"{path.relative_to(ROOT)} imports {engine - surface}"
+    assert f"{PACKAGE}.pipeline" in seen, "no bench import of the surface was resolved"
+
+
+def test_the_declared_surface_names_only_what_exists():
+    import importlib
+
+    pipeline = importlib.import_module(f"{PACKAGE}.pipeline")
+    for name in pipeline.SURFACE:
+        assert getattr(pipeline, name) is not None, name
+
+
+def test_bench_is_a_handful_of_benchmark_packages_each_with_its_commands():
+    packages = {p.parent.name for p in (ROOT / "bench").glob("*/__init__.py")}
+    assert packages == {
+        "common", "training", "convergence", "scaling", "ddp", "network", "soak", "gpu",
+    }  # fmt: skip
+    assert not [p.name for p in (ROOT / "bench").glob("*.py")
+                if p.name not in ("__init__.py", "app.py")]  # fmt: skip
+    for package in packages - {"common"}:
+        assert (ROOT / "bench" / package / "cli.py").exists(), package
 
 
 def test_only_cluster_graph_loop_and_bench_import_distributed():

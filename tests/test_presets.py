@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dask_dane.bench.specs import run_tables
+from dask_dane.bench.common.specs import run_tables
 from dask_dane.pipeline import presets
 from dask_dane.pipeline.config import read_toml
 

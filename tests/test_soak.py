@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dask_dane.bench.output import write_json
-from dask_dane.bench.soak import SoakSpec, markdown_table, run_soak
+from dask_dane.bench.common.output import write_json
+from dask_dane.bench.soak.run import SoakSpec, markdown_table, run_soak
 
 pytestmark = pytest.mark.cluster
 

@@ -51,6 +51,6 @@ def save_result(result: dict[str, Any], json_out: Path | None, **outputs: Any) -
 
 def networks_or_standard(given: list[str] | None) -> tuple:
     """--network values, or the two reference networks when none is given."""
-    from .network import STANDARD_NETWORKS, parse_network
+    from ..network.model import STANDARD_NETWORKS, parse_network
 
     return tuple(parse_network(n) for n in given) if given else STANDARD_NETWORKS

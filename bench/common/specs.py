@@ -12,8 +12,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..pipeline import presets
-from ..pipeline.config import RunConfig, check_settings
+from ...pipeline import RunConfig, check_settings, presets
 
 # A bench's clusters take a free dashboard port: it may run beside a user's own cluster.
 BASE = RunConfig(dashboard_address="127.0.0.1:0")

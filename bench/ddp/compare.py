@@ -18,14 +18,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.config import RunConfig
-from ..pipeline.metrics import read_metrics
-from ..pipeline.rundir import RunDir
-from .ddp import DdpSpec, run_ddp
-from .ddp_projection import project
-from .network import Network
+from ...pipeline import RunConfig, RunDir
+from ..common.specs import require_at_least_one, run_tables
+from ..network.model import Network
+from .projection import project
+from .run import DdpSpec, run_ddp
 from .single import SingleSpec, run_single
-from .specs import require_at_least_one, run_tables
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,8 +115,8 @@ class CompareSpec:
 
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
-    from ..pipeline.cluster import make_client
-    from ..pipeline.loop import TrainingDiverged, train
+    from ...pipeline import TrainingDiverged, make_client
+    from ...pipeline import run_training as train
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)
@@ -207,7 +205,7 @@ def _single_method(single: dict[str, Any], spec: CompareSpec) -> dict[str, Any]:
 
 
 def _dask_method(name: str, config: RunConfig, spec: CompareSpec) -> dict[str, Any]:
-    rows = read_metrics(RunDir(Path(config.out)).metrics)
+    rows = RunDir(Path(config.out)).rows()
     label = f"dask-dane {name}"
     if not rows:  # diverged in its first round
         return {"label": label, "config": config.as_dict(), "curve": [], "phases": 0,

@@ -4,17 +4,15 @@ trainer (single.py): the pipeline's data, initial weights and loss, without the 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ..models.flat import load_state
-from ..models.registry import ModelSpec, build_model
-from ..pipeline.augment import Augmentation, augment_batch
-from ..pipeline.run_setup import RunSetup, initial_state
-from ..pipeline.shards import ShardData
-from ..pipeline.tasks import load_shard
+from ...models.flat import load_state
+from ...models.registry import ModelSpec, build_model
+from ...pipeline import Augmentation, RunSetup, ShardData, augment_batch, initial_state
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -39,18 +37,13 @@ def epoch_batches(
 
 def load_rows(setup: RunSetup, shards: list[int], index: int, device: torch.device) -> ShardData:
     """The given training shards, loaded as the pipeline loads them and concatenated."""
-    loaded = [load_shard(**setup.shard_args(i)) for i in shards]
-    return ShardData(
-        index=index,
-        x=torch.cat([s.x for s in loaded]).to(device),
-        y=torch.cat([s.y for s in loaded]).to(device),
-        task=setup.store.task,
-    )
+    rows = setup.load_rows(shards, index)
+    return replace(rows, x=rows.x.to(device), y=rows.y.to(device))
 
 
 def load_test(setup: RunSetup, device: torch.device) -> ShardData:
-    test = load_shard(**setup.test_args())
-    return ShardData(index=-1, x=test.x.to(device), y=test.y.to(device), task=test.task)
+    test = setup.load_test()
+    return replace(test, x=test.x.to(device), y=test.y.to(device))
 
 
 def initial_model(spec: ModelSpec, seed: int, device: torch.device) -> torch.nn.Module:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from .network import (
+from ..network.model import (
     PROJECTED_WORKERS,
     Network,
     measure_loopback,

@@ -16,7 +16,6 @@ import socket
 import statistics
 import time
 import traceback
-import typing
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,21 +24,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from ..models.flat import flatten_parameters
-from ..models.registry import ModelSpec
-from ..pipeline.run_setup import prepare_run
-from ..pipeline.shards import ShardData
-from ..pipeline.tasks import evaluate
-from .ddp_spec import (
-    COLLECTIVE_TIMEOUT_S,
-    DdpSpec,
-    rank_shards,
-    steps_per_epoch,
-    total_steps,
-)
+from ...models.flat import flatten_parameters
+from ...models.registry import ModelSpec
+from ...pipeline import ShardData, evaluate, prepare_run
+from .comm_clock import CommClock, timed_allreduce_hook
 from .plain_torch import (
     epoch_batches,
     initial_model,
@@ -47,6 +37,13 @@ from .plain_torch import (
     load_test,
     minibatch_loss,
     rank_seed,
+)
+from .spec import (
+    COLLECTIVE_TIMEOUT_S,
+    DdpSpec,
+    rank_shards,
+    steps_per_epoch,
+    total_steps,
 )
 
 # Where rank 0 listens; unset, 127.0.0.1. bench network sets it, and GLOO_SOCKET_IFNAME, which
@@ -129,67 +126,6 @@ def _pin_loopback() -> None:
     if names:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", names[0])
         os.environ.setdefault("NCCL_SOCKET_IFNAME", names[0])
-
-
-class CommClock:
-    """Launch and completion marks of the all-reduces DDP runs in one step (the hook's state).
-
-    Marks are perf_counter() on CPU, and CUDA events on GPU, where a future's callback may run
-    once the work is queued rather than done; events place both marks on the GPU's timeline.
-    """
-
-    def __init__(self, *, cuda: bool) -> None:
-        self.cuda = cuda
-        self.reset()
-
-    def reset(self) -> None:
-        self.calls = 0
-        self.starts: list[Any] = []
-        self.ends: list[Any] = []
-
-    def mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def exposed(self) -> float:
-        """Seconds from the last bucket's launch to the last completion (after a sync).
-
-        The last bucket launches when backward's compute ends, so this is the time the step
-        waits on communication: the transfer, plus waiting for a slower rank to get there.
-        DDP puts the last layers' gradients in a first, small bucket (1 MiB) that overlaps
-        the rest of backward: lenet has 2 buckets, small-cnn 1.
-        """
-        return self._between(self.starts[-1], self.ends[-1]) if self.starts else 0.0
-
-    def span(self) -> float:
-        """Seconds from the first launch to the last completion: overlapped compute included."""
-        return self._between(self.starts[0], self.ends[-1]) if self.starts else 0.0
-
-    def _between(self, start: Any, end: Any) -> float:
-        # Launches are appended in launch order and completions in completion order.
-        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
-
-
-def timed_allreduce_hook(
-    clock: CommClock, bucket: dist.GradBucket
-) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default all-reduce (mean) of one gradient bucket, marked at launch and completion."""
-    clock.calls += 1
-    clock.starts.append(clock.mark())
-
-    def done(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        clock.ends.append(clock.mark())
-        return future.value()
-
-    return default_hooks.allreduce_hook(None, bucket).then(done)
-
-
-# DDP checks a hook's annotations as objects, and `from __future__ import annotations` leaves
-# them as strings: resolve them.
-timed_allreduce_hook.__annotations__ = typing.get_type_hints(timed_allreduce_hook)
 
 
 @dataclass(kw_only=True)
@@ -301,7 +237,7 @@ def _report(
 
 
 def _main(argv: list[str]) -> None:
-    """`python -m dask_dane.bench.ddp_rank RANK PORT OUT_DIR SPEC_JSON`: one rank, its own
+    """`python -m dask_dane.bench.ddp.rank RANK PORT OUT_DIR SPEC_JSON`: one rank, its own
     process (bench network starts each rank in its namespace this way)."""
     rank, port, out_dir, spec_json = argv
     rank_main(int(rank), DdpSpec(**json.loads(spec_json)), int(port), out_dir)

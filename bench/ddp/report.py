@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .output import percent
+from ..common.output import percent
 
 
 def compare_table(result: dict[str, Any]) -> str:
@@ -58,7 +58,7 @@ def _reached(point: dict[str, Any] | None) -> str:
 
 def compare_plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against communication rounds, training wall time and images."""
-    from ..pipeline.report import pyplot, save_figure
+    from ...pipeline import pyplot, save_figure
 
     fig, axes = pyplot().subplots(1, 3, figsize=(15, 4.2), sharey=True)
     for i, method in enumerate(result["methods"].values()):

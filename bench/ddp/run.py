@@ -28,9 +28,9 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from ..pipeline.run_setup import RunSetup, prepare_run
-from .ddp_rank import rank_main
-from .ddp_spec import DdpSpec, allreduce_bytes_per_rank, rank_rows, steps_per_epoch
+from ...pipeline import RunSetup, prepare_run
+from .rank import rank_main
+from .spec import DdpSpec, allreduce_bytes_per_rank, rank_rows, steps_per_epoch
 
 POLL_S = 0.2  # how often the parent looks for a dead rank
 STOP_GRACE_S = 5.0

@@ -21,13 +21,10 @@ from typing import Any
 
 import torch
 
-from ..models.flat import flatten_parameters
-from ..pipeline.algorithms.schedule import lr_factor
-from ..pipeline.augment import parse_augment
-from ..pipeline.config import RunConfig
-from ..pipeline.run_setup import prepare_run
-from ..pipeline.tasks import evaluate
-from .output import percent
+from ...models.flat import flatten_parameters
+from ...pipeline import RunConfig, evaluate, lr_factor, parse_augment, prepare_run
+from ..common.output import percent
+from ..common.specs import run_config
 from .plain_torch import (
     epoch_batches,
     initial_model,
@@ -36,7 +33,6 @@ from .plain_torch import (
     minibatch_loss,
     rank_seed,
 )
-from .specs import run_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,7 +167,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against training time and against images processed."""
-    from ..pipeline.report import pyplot, save_figure
+    from ...pipeline import pyplot, save_figure
 
     fig, (by_time, by_images) = pyplot().subplots(1, 2, figsize=(10, 3.8), sharey=True)
     curve = result["curve"][1:]

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..pipeline.aggregate import shard_placement
-from ..pipeline.config import RunConfig
-from ..pipeline.run_setup import RunSetup, prepare_run
-from .specs import run_config
+from ...pipeline import RunConfig, RunSetup, prepare_run, shard_placement
+from ..common.specs import run_config
 
 DEVICES = ("auto", "cpu", "cuda")
 # A rank blocked this long in a collective (a peer died) raises instead of waiting forever;

@@ -9,37 +9,32 @@ first digits. (A first version used exact Newton-CG solves; on the H200 it did n
 90 s, probably CG iterating to its 5000-step limit where GPU rounding kept the residual above
 the 1e-10 tolerance; the SGD steps are the path the CNN runs take.)
 
-    python -m dask_dane.bench.gpu_correctness --out correctness.json
+    dane bench gpu-correctness --out correctness.json
 """
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from .output import write_json
-
 TOLERANCE = 1e-9
 
 
 def check(workdir: Path, device: str = "cuda") -> dict:
-    from ..datasets.partition import PartitionSpec
-    from ..datasets.sources import SourceOptions, load_source
-    from ..datasets.store import write_store
-    from ..pipeline.checkpoint import load_checkpoint
-    from ..pipeline.loop import train
-    from ..pipeline.reference import run_reference
-    from ..pipeline.run_setup import initial_weights, prepare_run
-    from ..pipeline.rundir import RunDir
-    from .specs import run_config
+    from ...pipeline import (
+        RunDir,
+        initial_weights,
+        prepare_run,
+        prepare_store,
+        run_reference,
+    )
+    from ...pipeline import run_training as train
+    from ..common.specs import run_config
 
     store = workdir / "digits-tabular-4.zarr"
-    raw = load_source("digits-tabular", SourceOptions(seed=0))
-    write_store(raw, PartitionSpec(kind="iid", num_shards=4, seed=0), store, force=True)
+    prepare_store("digits-tabular", store, shards=4, seed=0, replace=True)
     # DANE with 20 local SGD steps: the path the CNN runs take, in float64.
     config = run_config(
         store=str(store),
@@ -53,7 +48,7 @@ def check(workdir: Path, device: str = "cuda") -> dict:
         device=device,
     )
     train(config)
-    on_gpu = load_checkpoint(RunDir(Path(config.out)).latest)["weights"]
+    on_gpu = RunDir(Path(config.out)).final_weights()
     cpu_setup = prepare_run(replace(config, device="cpu"))
     reference = run_reference(cpu_setup, rounds=config.rounds, num_workers=1).weights
     start = initial_weights(cpu_setup.spec, config.seed)
@@ -71,18 +66,3 @@ def check(workdir: Path, device: str = "cuda") -> dict:
 
 def _name(device: str) -> str:
     return torch.cuda.get_device_name(0) if device == "cuda" else device
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--device", default="cuda", help="cuda, or cpu to try the check")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        result = check(Path(tmp), args.device)
-    write_json(result, Path(args.out))
-    print(result["detail"], result["verdict"])
-
-
-if __name__ == "__main__":
-    main()

@@ -24,17 +24,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.checkpoint import load_checkpoint
-from ..pipeline.graph import use_tree
-from ..pipeline.metrics import read_metrics
-from ..pipeline.rundir import RunDir
-from . import allreduce_probe
-from .ddp_compare import dask_curve, ddp_method, targets_reached
-from .ddp_projection import model_copies
+from ...pipeline import RunDir, use_tree
+from ..ddp.compare import dask_curve, ddp_method, targets_reached
+from ..ddp.projection import model_copies
+from . import probe as allreduce_probe
+from .model import Network, project_dask_round_s, ring_allreduce_s
 from .netns import NetnsCluster, check_can_run, rate_bytes_per_s
-from .network import Network, project_dask_round_s, ring_allreduce_s
-from .network_runs import RunFailed, idle_control_rate, run_dask, run_ddp_ranks
-from .network_spec import NetworkSpec
+from .runs import RunFailed, idle_control_rate, run_dask, run_ddp_ranks
+from .spec import NetworkSpec
 
 # A run's first rounds pay for connections and first calls: the median is taken after them.
 CALIBRATION_ROUNDS, CALIBRATION_WARMUP = 10, 2
@@ -102,7 +99,7 @@ def _calibrate(
         run = run_dask(
             cluster, config, work / "logs" / f"{method}-calibration", timeout=spec.timeout
         )
-        rows = read_metrics(RunDir(Path(config.out)).metrics)
+        rows = RunDir(Path(config.out)).rows()
         if run["exit_code"] != 0 or not rows:
             raise RunFailed(f"calibration run of {method} failed: {run['driver_last_line']}")
         fixed[method] = statistics.median(
@@ -161,7 +158,7 @@ def _one_run(
 def _dask_row(
     run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float, tree: bool
 ) -> dict[str, Any]:
-    rows = read_metrics(RunDir(out).metrics)
+    rows = RunDir(out).rows()
     curve = dask_curve(rows)
     targets = targets_reached(curve, (spec.target or 1.0,))
     return {
@@ -189,7 +186,7 @@ def _dask_row(
 
 
 def _weights_hash(out: Path) -> str:
-    weights = load_checkpoint(RunDir(out).latest)["weights"]
+    weights = RunDir(out).final_weights()
     return hashlib.sha256(weights.numpy().tobytes()).hexdigest()
 
 

@@ -25,13 +25,10 @@ from typing import Any
 
 import torch
 
-from ..pipeline.checkpoint import load_checkpoint
-from ..pipeline.config import RunConfig
-from ..pipeline.metrics import read_metrics
-from ..pipeline.rundir import RunDir
+from ...pipeline import RunConfig, RunDir, read_metrics
 from .netns import NetnsCluster, check_can_run
-from .network_runs import run_dask
-from .network_spec import NetworkSpec
+from .runs import run_dask
+from .spec import NetworkSpec
 
 FAULTS = ("partition", "flap", "collapse")
 WORKER_TTL_S = 10.0  # the scheduler's heartbeat timeout in these runs (Dask's default: 300)
@@ -86,8 +83,8 @@ def _faulted_run(
                          worker_ttl_s=WORKER_TTL_S, resume=True)  # fmt: skip
         wall += again["process_wall_s"]
         run = {**again, "first_exit_code": run["exit_code"]}
-    rows = read_metrics(RunDir(Path(config.out)).metrics)
-    weights = load_checkpoint(RunDir(Path(config.out)).latest)["weights"]
+    rows = RunDir(Path(config.out)).rows()
+    weights = RunDir(Path(config.out)).final_weights()
     return {
         "fault": fault,
         "exit_code": run["exit_code"],

@@ -41,7 +41,10 @@ import math
 import socket
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
+
+from ...pipeline import fan_out_plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,13 +115,14 @@ def dask_round_comm_s(
 
 
 def broadcast_s(net: Network, workers: int, nbytes: float, tree: bool) -> float:
-    """One phase input from the reducing worker to the W - 1 others: in turn over its one
-    link, or down the relay tree, one copy per level."""
-    if workers < 2:
-        return 0.0
-    if tree:
-        return tree_depth(workers) * net.send_s(nbytes)
-    return net.latency_s + (workers - 1) * nbytes / net.bytes_per_s
+    """One phase input from the reducing worker to the W - 1 others, as graph.py sends it
+    (the engine's fan_out_plan): level after level, each level one latency plus the copies
+    its busiest sender makes in turn over its one link (direct: W - 1; tree: one a level)."""
+    total = 0.0
+    for level in fan_out_plan(workers, tree=tree):
+        busiest = max(Counter(sender for sender, _ in level).values())
+        total += net.latency_s + busiest * nbytes / net.bytes_per_s
+    return total
 
 
 def project_dask_round_s(

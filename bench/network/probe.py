@@ -5,7 +5,7 @@ directions. On shaped links gloo falls short of that (measured: 0.375 s for 353 
 2 ranks at 10 Mbit/s, where the bytes need 0.296 s), so `dane bench network` projects DDP
 with the time this probe measures for the run's own gradient size, not with bytes / rate.
 
-`python -m dask_dane.bench.allreduce_probe RANK MASTER NUMEL REPEATS WORLD` is one rank.
+`python -m dask_dane.bench.network.probe RANK MASTER NUMEL REPEATS WORLD` is one rank.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def measure(cluster: NetnsCluster, numel: int, repeats: int = REPEATS) -> float:
                 *cluster.exec_prefix(node),
                 sys.executable,
                 "-m",
-                "dask_dane.bench.allreduce_probe",
+                "dask_dane.bench.network.probe",
                 str(rank),
                 cluster.address("w0"),
                 str(numel),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .output import percent
+from ..common.output import percent
 
 
 def network_table(result: dict[str, Any]) -> str:
@@ -66,7 +66,7 @@ def _pct(fraction: float | None) -> str:
 
 def network_plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against training wall time, one panel per bandwidth."""
-    from ..pipeline.report import pyplot, save_figure
+    from ...pipeline import pyplot, save_figure
 
     rates = list(dict.fromkeys(run["bandwidth"] for run in result["runs"]))
     methods = list(dict.fromkeys(_name(run) for run in result["runs"]))

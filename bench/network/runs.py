@@ -3,7 +3,7 @@
 A dask-dane run is what a user on a real cluster would run: `dask scheduler` in the scheduler's
 namespace, one `dask worker` per worker namespace (work stealing off, as cluster.py sets it
 for the clusters it starts), and `dane train STORE --scheduler tcp://...` as the driver, in the
-scheduler's namespace. A DDP run is one `python -m dask_dane.bench.ddp_rank` per worker
+scheduler's namespace. A DDP run is one `python -m dask_dane.bench.ddp.rank` per worker
 namespace, gloo over the same links. Either way every process is stopped when the run ends,
 fails or is interrupted, and the bytes each node sent onto its link are read before and after.
 """
@@ -23,11 +23,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import IO, Any
 
-from ..pipeline.config import RunConfig, to_toml
-from ..pipeline.run_setup import prepare_run
-from .ddp import summarize
-from .ddp_rank import MASTER_ENV
-from .ddp_spec import DdpSpec
+from ...pipeline import RunConfig, prepare_run, to_toml
+from ..ddp.rank import MASTER_ENV
+from ..ddp.run import summarize
+from ..ddp.spec import DdpSpec
 from .netns import SCHEDULER_NODE, NetnsCluster
 
 SCHEDULER_PORT = 8786
@@ -179,7 +178,7 @@ def run_dask(
 
 
 def run_ddp_ranks(cluster: NetnsCluster, spec: DdpSpec, log_dir: Path) -> dict[str, Any]:
-    """DDP over the links: rank r in worker namespace w<r>; bench/ddp.py's result dict."""
+    """DDP over the links: rank r in worker namespace w<r>; bench/ddp/run.py's result dict."""
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {MASTER_ENV: cluster.address("w0"), "GLOO_SOCKET_IFNAME": "eth0"}
     payload = json.dumps(asdict(spec))
@@ -188,7 +187,7 @@ def run_ddp_ranks(cluster: NetnsCluster, spec: DdpSpec, log_dir: Path) -> dict[s
         started = time.perf_counter()
         ranks = [
             start(f"rank{r}", [*cluster.exec_prefix(node), sys.executable, "-m",
-                  "dask_dane.bench.ddp_rank", str(r), str(DDP_PORT), tmp, payload], env)
+                  "dask_dane.bench.ddp.rank", str(r), str(DDP_PORT), tmp, payload], env)
             for r, node in enumerate(cluster.worker_nodes)
         ]  # fmt: skip
         codes = _wait_all(ranks)

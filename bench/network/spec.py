@@ -14,11 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.config import RunConfig, read_toml
-from ..pipeline.run_setup import prepare_run
-from .ddp_spec import DdpSpec
+from ...pipeline import RunConfig, prepare_run, read_toml
+from ..common.specs import run_config
+from ..ddp.spec import DdpSpec
 from .netns import rate_bytes_per_s
-from .specs import run_config
 
 METHODS = ("dane", "ddp", "sgd", "fedavg")
 _NOT_FROM_FILE = {"out", "store", "scheduler", "rounds", "workers"}  # the bench sets these

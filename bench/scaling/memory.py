@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..pipeline.aggregate import shard_placement
+from ...pipeline import shard_placement
 
 MODEL_COPIES = 20
 # What a worker process holds beyond its data, the model copies and the bare footprint while
@@ -39,11 +39,10 @@ def _warm_rss(spec: Any, device: str, load_args: dict, dask_worker: Any = None) 
     """Read two rows of the store, run the model and an optimizer step; then read the RSS."""
     import torch
 
-    from ..models.registry import build_model
-    from ..pipeline.shards import resolve_device
-    from ..pipeline.tasks import load_shard
+    from ...models.registry import build_model
+    from ...pipeline import read_first_rows, resolve_device
 
-    load_shard(**{**load_args, "start": 0, "stop": 2})  # zarr's I/O thread and codecs
+    read_first_rows(load_args)  # zarr's I/O thread and codecs
 
     where = resolve_device(device)
     model = build_model(spec).to(where)
@@ -68,7 +67,7 @@ def _peak(dask_worker: Any = None) -> dict[str, int]:
 
 def worker_rss(client: Any, setup: Any) -> dict[str, int]:
     """Resident memory of each worker, by address, once it has used the libraries once."""
-    from ..pipeline.run_setup import initial_weights
+    from ...pipeline import initial_weights
 
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     args = (setup.spec, setup.config.device, setup.shard_args(0))
@@ -183,8 +182,7 @@ def check(
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within;
     `dask_held`: what Dask itself counted on each worker in the last round (a cross-check of the
     data bytes, which are computed from the store)."""
-    from ..pipeline.objective import activation_bytes_per_row
-    from ..pipeline.shards import architecture
+    from ...pipeline import activation_bytes_per_row, architecture
 
     held = data_bytes(setup, workers)
     x = torch.empty((1, *setup.spec.sample_shape), dtype=getattr(torch, setup.config.dtype))

@@ -23,6 +23,8 @@ from typing import Any
 
 from dask.utils import key_split
 
+from ...pipeline import round_graph
+
 
 def _increment(value: int) -> int:
     return value + 1
@@ -109,3 +111,17 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
             covered += stop - max(start, reach)
             reach = stop
     return covered
+
+
+def tasks_per_round(setup: Any) -> int:
+    """Tasks in one round's graph (evaluation excluded), counted on a built graph."""
+    return len(dict(round_graph(setup, ["a", "b"])[0]))
+
+
+def dependent_steps(setup: Any, workers: int) -> int:
+    """Tasks on a round's longest dependency chain with `workers` workers (+1: the scatter).
+
+    Up to the update: the weights and evaluate tasks after it run only in evaluated rounds.
+    """
+    graph, keys = round_graph(setup, [f"w{j}" for j in range(workers)])
+    return critical_path(dict(graph.dependencies), keys.result) + 1

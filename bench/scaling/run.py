@@ -25,25 +25,27 @@ import os
 import shutil
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from dask.sizeof import sizeof
 
-from ..pipeline import sizes  # noqa: F401  (true sizes of tensors for sizeof)
-from ..pipeline.config import RunConfig
-from ..pipeline.run_setup import initial_weights, prepare_run
-from . import round_profile
-from . import scaling_memory as memory
-from .network import (
-    PROJECTED_WORKERS,
-    Network,
-    measure_loopback,
-    project_dask_round_s,
+from ...pipeline import (
+    RunConfig,
+    initial_weights,
+    prepare_run,
+    sizes,  # noqa: F401  (true sizes of tensors for sizeof)
 )
-from .specs import run_config
+from ..common.specs import run_config
+from ..network.model import (
+    Network,
+)
+from . import memory
+from . import profile as round_profile
+from .costs import fixed_cost, projection, reference_rounds
+from .profile import tasks_per_round
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,13 +135,13 @@ def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
         "model_bytes": model_bytes,
         "num_shards": setup.store.num_shards,
         "phases": len(setup.strategy.phases),
-        "tasks_per_round": _tasks_per_round(setup),
+        "tasks_per_round": tasks_per_round(setup),
         "runs": [],
     }
     driver_before = _driver_rss()
     for workers in spec.workers:
         log(f"{workers} worker(s) ...")
-        result["runs"].append(_run_workers(spec, workers, model_bytes))
+        result["runs"].append(run_workers(spec, workers, model_bytes))
     # The driver (this process) holds a round's weights, state and metrics at a time.
     result["driver"] = {"rss_before": driver_before, "peak_rss": _driver_peak_rss()}
     base = result["runs"][0]["median"]["wall_s"] * spec.workers[0]
@@ -148,14 +150,14 @@ def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
         run["efficiency"] = run["speedup"] / run["workers"] * spec.workers[0]
     if spec.reference:
         log("reference (one process, one thread) ...")
-        result["reference"] = _reference_rounds(spec)
+        result["reference"] = reference_rounds(spec)
         one = next((r for r in result["runs"] if r["workers"] == 1), None)
         if one:
             result["overhead_ratio"] = one["median"]["wall_s"] / result["reference"]["median_s"]
     if spec.fixed_cost:
         log("fixed cost (tiny model, tiny shards) ...")
-        result["fixed_cost"] = fixed_cost(spec, workdir)
-    result["projection"] = _projection(result, spec)
+        result["fixed_cost"] = fixed_cost(spec, workdir, run_workers)
+    result["projection"] = projection(result, spec)
     return result
 
 
@@ -181,35 +183,7 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def _tasks_per_round(setup: Any) -> int:
-    """Tasks in one round's graph (evaluation excluded), counted on a built graph."""
-    return len(dict(_round_graph(setup, ["a", "b"])[0]))
-
-
-def _dependent_steps(setup: Any, workers: int) -> int:
-    """Tasks on a round's longest dependency chain with `workers` workers (+1: the scatter).
-
-    Up to the update: the weights and evaluate tasks after it run only in evaluated rounds.
-    """
-    graph, keys = _round_graph(setup, [f"w{j}" for j in range(workers)])
-    return round_profile.critical_path(dict(graph.dependencies), keys.result) + 1
-
-
-def _round_graph(setup: Any, workers: list[str]) -> tuple[Any, Any]:
-    """One round's graph (evaluation excluded) as graph.py builds it for `workers`."""
-    from ..pipeline.aggregate import shard_placement
-    from ..pipeline.comm import layout
-    from ..pipeline.graph import build_round, placeholder_plan
-    from ..pipeline.tasks import RoundInput
-
-    placement = shard_placement(setup.store.num_shards, workers)
-    round_input = RoundInput(
-        strategy=setup.strategy, spec=setup.spec, seed=0, index=1, layout=layout(placement)
-    )
-    return build_round(placeholder_plan(round_input, placement, token="count", evaluate=False))
-
-
-def _run_workers(
+def run_workers(
     spec: ScalingSpec, workers: int, model_bytes: int, *, profile_round: int | None = None
 ) -> dict[str, Any]:
     """Train on a fresh cluster of `workers` workers; medians after the warm-up round.
@@ -217,7 +191,8 @@ def _run_workers(
     With `profile_round`, also that round's task timeline and the cluster's cost of one
     dependent scheduling step (round_profile.py), under "profile".
     """
-    from ..pipeline.loop import Callbacks, train
+    from ...pipeline import Callbacks
+    from ...pipeline import run_training as train
 
     config = spec.config(workers)
     roundlog = _RoundLog()
@@ -270,7 +245,7 @@ def _run_workers(
 
 
 def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
-    from ..pipeline.cluster import make_client
+    from ...pipeline import make_client
 
     return make_client(config)
 
@@ -320,115 +295,3 @@ def _breakdown(
         "dask_bytes": transfer["bytes"] + scattered,
         "dask_transfers": transfer["count"],
     }
-
-
-def _reference_rounds(spec: ScalingSpec) -> dict[str, Any]:
-    """The same rounds by pipeline/reference.py, in this process, on one thread."""
-    from ..pipeline.reference import run_reference
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        setup = prepare_run(spec.config(1))
-        run = run_reference(setup, rounds=spec.rounds + 1, num_workers=1)
-    finally:
-        torch.set_num_threads(threads)
-    walls = [h["wall_s"] for h in run.history][1:-1]
-    return {"rounds_s": walls, "median_s": statistics.median(walls)}
-
-
-def fixed_cost(spec: ScalingSpec, workdir: Path) -> list[dict[str, Any]]:
-    """Round time with negligible compute: logistic regression on 8 tiny shards."""
-    from ..datasets.partition import PartitionSpec
-    from ..datasets.sources import SourceOptions, load_source
-    from ..datasets.store import write_store
-
-    shards = prepare_run(spec.config(1)).store.num_shards
-    store = workdir / f"tiny-{shards}.zarr"
-    raw = load_source("digits-tabular", SourceOptions(seed=spec.seed))
-    write_store(
-        raw, PartitionSpec(kind="iid", num_shards=shards, seed=spec.seed), store, force=True
-    )
-    tiny = replace(
-        spec,
-        store=str(store),
-        model="logistic",
-        local_steps=1,
-        batch_size=8,
-        grad_sample=0,
-        device="cpu",
-        dtype="float64",  # the digits-tabular store holds float64 features
-        rounds=max(spec.rounds, 20),
-        workdir=str(workdir / "tiny"),
-    )
-    tiny_setup = prepare_run(tiny.config(1))
-    model_bytes = sizeof(initial_weights(tiny_setup.spec, spec.seed))
-    tasks = _tasks_per_round(tiny_setup)
-    results = []
-    for workers in spec.workers:
-        run = _run_workers(tiny, workers, model_bytes, profile_round=tiny.rounds // 2)
-        median = run["median"]
-        results.append(
-            {
-                "workers": workers,
-                "shards": shards,
-                "ms_per_round": median["wall_s"] * 1e3,
-                "ms_per_task": median["wall_s"] * 1e3 / tasks,
-                "tasks_per_round": tasks,
-                "compute_ms": median["compute_s"] * 1e3,
-                "driver_ms": median["driver_s"] * 1e3,
-                "overhead_ms": median["overhead_s"] * 1e3,
-                "dependent_steps": _dependent_steps(tiny_setup, workers),
-                **run["profile"],
-            }
-        )
-    return results
-
-
-def _projection(result: dict[str, Any], spec: ScalingSpec) -> dict[str, Any]:
-    """Round times on loopback (checked against the measured rounds) and on `networks`."""
-    loopback = measure_loopback()
-    fixed = {f["workers"]: f["ms_per_round"] / 1e3 for f in result.get("fixed_cost", [])}
-    phases, model_bytes = result["phases"], result["model_bytes"]
-    payload = [model_bytes] * phases
-    check = []
-    for run in result["runs"]:
-        w, median = run["workers"], run["median"]
-        projected = project_dask_round_s(
-            loopback,
-            workers=w,
-            measured_workers=w,
-            compute_s=median["compute_s"],
-            fixed_s=fixed.get(w, median["driver_s"] + median["overhead_s"]),
-            phase_inputs=payload,
-            phase_outputs=payload,
-        )
-        check.append(
-            {
-                "workers": w,
-                "measured_s": median["wall_s"],
-                "projected_s": projected,
-                "error_pct": 100 * (projected - median["wall_s"]) / median["wall_s"],
-            }
-        )
-    last = result["runs"][-1]
-    networks = []
-    for net in spec.networks:
-        rows = []
-        for w in PROJECTED_WORKERS:
-            rows.append(
-                {
-                    "workers": w,
-                    "round_s": project_dask_round_s(
-                        net,
-                        workers=w,
-                        measured_workers=last["workers"],
-                        compute_s=last["median"]["compute_s"],
-                        fixed_s=max(fixed.values()) if fixed else 0.0,
-                        phase_inputs=payload,
-                        phase_outputs=payload,
-                    ),
-                }
-            )
-        networks.append({"network": asdict(net), "label": net.label, "rounds": rows})
-    return {"loopback": asdict(loopback), "loopback_check": check, "networks": networks}

@@ -23,13 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from ..datasets.partition import PartitionSpec
-from ..datasets.sources import SourceOptions, load_source
-from ..datasets.store import write_store
-from ..pipeline.cluster import make_client
-from ..pipeline.config import RunConfig
-from ..pipeline.loop import Callbacks, train
-from .specs import run_config
+from ...pipeline import Callbacks, RunConfig, make_client, prepare_store
+from ...pipeline import run_training as train
+from ..common.specs import run_config
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -136,10 +132,7 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
     """Train spec.rounds rounds on one cluster, sampling after every round; returns the figures."""
     workdir = Path(spec.workdir)
     config = spec.config(workdir)
-    if not Path(config.store).exists():
-        raw = load_source("digits", SourceOptions(seed=spec.seed))
-        partition = PartitionSpec(kind="iid", num_shards=spec.workers, seed=spec.seed)
-        write_store(raw, partition, Path(config.store), force=False)
+    prepare_store("digits", config.store, shards=spec.workers, seed=spec.seed)
     shutil.rmtree(config.out, ignore_errors=True)
     expected = spec.workers + 1  # the held futures: one per shard, one for the test split
     samples: list[dict[str, Any]] = []

@@ -17,14 +17,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..datasets.partition import PartitionSpec
-from ..datasets.sources import SourceOptions, load_source
-from ..datasets.store import write_store
-from ..pipeline.config import RunConfig, read_toml
-from ..pipeline.metrics import read_metrics
-from ..pipeline.rundir import RunDir
-from .output import percent
-from .specs import run_config
+from ...datasets.store import open_store
+from ...pipeline import RunConfig, RunDir, prepare_store, read_toml
+from ..common.output import percent
+from ..common.specs import run_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,20 +61,17 @@ class ShardsSpec:
 
 def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every shard count on one cluster, one after another; returns the JSON-able result."""
-    from ..pipeline.cluster import make_client
-    from ..pipeline.loop import train
+    from ...pipeline import make_client
+    from ...pipeline import run_training as train
 
     spec = spec.validate()
-    raw = load_source(spec.source, SourceOptions(seed=spec.seed))
     stores = Path(spec.workdir) / "stores"
     runs = []
     with make_client(spec.run_config(1, "unused")) as client:
         for m in spec.shards:
             store = stores / f"{spec.source}-iid-{m}.zarr"
-            if not store.exists():
-                partition = PartitionSpec(kind="iid", num_shards=m, seed=spec.seed)
-                write_store(raw, partition, store, force=False)
-            config = spec.run_config(m, str(store), rows=len(raw.y_train))
+            prepare_store(spec.source, store, shards=m, seed=spec.seed)
+            config = spec.run_config(m, str(store), rows=open_store(store).num_train)
             shutil.rmtree(config.out, ignore_errors=True)  # each shard count starts afresh
             log(f"m = {m} ...")
             started = time.perf_counter()
@@ -88,7 +81,7 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
 
 
 def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[str, Any]:
-    rows = read_metrics(RunDir(Path(config.out)).metrics)
+    rows = RunDir(Path(config.out)).rows()
     evaluated = [r for r in rows if r["test_accuracy"] is not None]
     hit = next((r for r in evaluated if r["test_accuracy"] >= target), None)
     return {
@@ -132,7 +125,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Final accuracy, and iterations to the target, against the number of shards."""
-    from ..pipeline.report import pyplot, save_figure
+    from ...pipeline import pyplot, save_figure
 
     runs = result["runs"]
     fig, (accuracy, iterations) = pyplot().subplots(1, 2, figsize=(10, 3.8))

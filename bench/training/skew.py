@@ -1,7 +1,7 @@
 """The skewed-shard races (issue 13) summed up: per store, each method at its best learning
 rate, and the DANE family's gap to the best baseline at equal communication rounds.
 
-    python -m dask_dane.bench.skew_summary [--target 0.88] bench-out/skew/*.json
+    dane bench skew-summary [--target 0.88] bench-out/skew/*.json
 
 Each JSON is a `dane bench train --store S --comm-rounds N` result
 (bench/presets/skew-race-*.toml); runs
@@ -14,8 +14,6 @@ others are baselines.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -136,16 +134,3 @@ def by_store(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             name = Path(run["config"]["store"]).name.removesuffix(".zarr")
             grouped.setdefault(name, {"runs": []})["runs"].append(run)
     return grouped
-
-
-def main(args: list[str]) -> None:
-    target = None
-    if args[:1] == ["--target"]:
-        target, args = float(args[1]), args[2:]
-    results = [json.loads(Path(path).read_text()) for path in args]
-    for name, result in sorted(by_store(results).items()):
-        print(store_table(name, result, target=target))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

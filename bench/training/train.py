@@ -16,11 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..datasets.store import open_store
-from ..pipeline.config import RunConfig
-from ..pipeline.metrics import read_metrics
-from ..pipeline.rundir import RunDir
-from .specs import run_tables
+from ...datasets.store import open_store
+from ...pipeline import RunConfig, RunDir
+from ..common.specs import run_tables
 
 SCHEDULER_KEYS = ("scheduler", "scheduler_file")
 
@@ -67,7 +65,7 @@ def read_runs(
 def curve(run_dir: str | Path) -> list[dict[str, Any]]:
     """The evaluated rounds of a run: round, comm_rounds, bytes, wall time, loss, accuracy."""
     points, wall = [], 0.0
-    for row in read_metrics(RunDir(Path(run_dir)).metrics):
+    for row in RunDir(Path(run_dir)).rows():
         wall += row["wall_s"]
         if row.get("test_accuracy") is not None:
             points.append(
@@ -91,8 +89,8 @@ def run_all(
     on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
     """Train every run on one cluster; `on_run` receives the result so far after each run."""
-    from ..pipeline.cluster import make_client
-    from ..pipeline.loop import train
+    from ...pipeline import make_client
+    from ...pipeline import run_training as train
 
     results: list[dict[str, Any]] = []
     with make_client(runs[0][1]) as client:
@@ -103,7 +101,7 @@ def run_all(
                 error = None
             except ValueError as err:  # a diverged run is a result too
                 summary, error = {}, str(err)
-            rows = read_metrics(RunDir(Path(config.out)).metrics)
+            rows = RunDir(Path(config.out)).rows()
             results.append(
                 {
                     "name": name,
@@ -171,7 +169,7 @@ def _number(value: float | None, fmt: str = ".4f") -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy of every run against communication rounds and wall time."""
-    from ..pipeline.report import pyplot, save_figure
+    from ...pipeline import pyplot, save_figure
 
     fig, (by_rounds, by_time) = pyplot().subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for run in result["runs"]:

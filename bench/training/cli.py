@@ -1,0 +1,140 @@
+"""The training benchmarks: `dane bench train` (the runs of a TOML, one after another),
+`dane bench shards` (one setting on m = 1, 2, 4... shards), `dane bench skew-summary` (the
+skewed races summed up) and `dane bench correction-noise` (DANE's correction against its
+sampling error)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..common.options import (
+    JsonOut,
+    PlotOut,
+    Workdir,
+    parse_numbers,
+    save_result,
+    spec_from_options,
+)
+
+
+def bench_train(
+    configs: Annotated[
+        Path, typer.Option(help="TOML file: [defaults] and one [[run]] table per training run.")
+    ],
+    json_out: Annotated[Path, typer.Option("--json", help="Write the results here (JSON).")],
+    plot_out: PlotOut = None,
+    workdir: Workdir = Path("bench-out/training"),
+    store: Annotated[
+        str | None, typer.Option(help="Train every run on this store instead of its own.")
+    ] = None,
+    comm_rounds: Annotated[
+        int | None,
+        typer.Option(help="Every run's budget of communication rounds (DANE: 2 a round)."),
+    ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="Run on this running Dask scheduler (an address).")
+    ] = None,
+    scheduler_file: Annotated[
+        str | None, typer.Option(help="Run on the scheduler this `--scheduler-file` names.")
+    ] = None,
+) -> None:
+    """Training-quality runs (e.g. CNNs on real data), one after another on one cluster:
+    a started LocalCluster, or a running scheduler of yours (--scheduler, --scheduler-file).
+    """
+    from ..common.output import saving_partial
+    from .train import markdown_table, plot, read_runs, run_all
+
+    if scheduler and scheduler_file:
+        raise ValueError("--scheduler and --scheduler-file both name a scheduler; pass one")
+    cluster = {"scheduler": scheduler} if scheduler else {}
+    cluster |= {"scheduler_file": scheduler_file} if scheduler_file else {}
+    runs = read_runs(configs, workdir, store=store, comm_rounds=comm_rounds, cluster=cluster)
+    result = run_all(runs, log=typer.echo, on_run=saving_partial(json_out))
+    save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
+
+
+def shards(
+    ctx: typer.Context,
+    config: Annotated[
+        Path, typer.Option(help="TOML of `dane train` settings (no store), run on every m.")
+    ],
+    source: Annotated[str, typer.Option(help="Data source (as `dane prepare`).")] = (
+        "fashion-mnist"
+    ),
+    shards: Annotated[str, typer.Option(help="Shard counts m, comma-separated.")] = "1,2,4,8,16,32",
+    local_epochs: Annotated[
+        float | None,
+        typer.Option(help="Set --local-steps per m to this many passes over a shard."),
+    ] = None,
+    target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.91,
+    seed: Annotated[int, typer.Option(help="Seed of the split into shards.")] = 0,
+    workdir: Workdir = Path("bench-out/shards"),
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
+) -> None:
+    """The same data split over 1, 2, 4... shards, one configuration: is accuracy kept?"""
+    options = ctx.params  # every option by name, as the spec's fields are named
+    from .shards import ShardsSpec, markdown_table, plot, run_shards
+
+    spec = spec_from_options(
+        ShardsSpec, options, config=str(config), shards=parse_numbers(shards, "--shards", int)
+    ).validate()
+    save_result(
+        run_shards(spec, log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )
+
+
+def skew_summary(
+    results: Annotated[list[Path], typer.Argument(help="`dane bench train` JSON results.")],
+    target: Annotated[
+        float | None, typer.Option(help="Also show the rounds each run took to this accuracy.")
+    ] = None,
+) -> None:
+    """The skewed-shard races summed up: per store, each method at its best learning rate."""
+    import json
+
+    from .skew import by_store, store_table
+
+    loaded = [json.loads(path.read_text()) for path in results]
+    for name, result in sorted(by_store(loaded).items()):
+        typer.echo(store_table(name, result, target=target))
+
+
+def correction_noise(
+    store: Annotated[str, typer.Option(help="Store to measure on.")],
+    model: Annotated[str, typer.Option(help="Model.")] = "compact-cnn",
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="Weights to measure at (default: round 0's).")
+    ] = None,
+    sample: Annotated[int, typer.Option(help="Rows of --grad-sample.")] = 1000,
+    draws: Annotated[int, typer.Option(help="Sample seeds to average over.")] = 5,
+) -> None:
+    """How much of DANE's correction is signal: the true correction against the error a
+    --grad-sample adds, per shard, as JSON."""
+    import json
+
+    from ... import load
+    from ...pipeline import RunConfig
+    from .correction_noise import initial_weights_of, measure
+
+    config = RunConfig(store=store, model=model).validate()
+    weights = load(checkpoint, weights_only=True) if checkpoint else initial_weights_of(config)
+    result = measure(config, weights, sample, draws)
+    typer.echo(
+        json.dumps({**result, "checkpoint": str(checkpoint) if checkpoint else None}, indent=1)
+    )
+
+
+COMMANDS = {
+    "train": bench_train,
+    "shards": shards,
+    "skew-summary": skew_summary,
+    "correction-noise": correction_noise,
+}
