@@ -26,9 +26,11 @@ SDIST=$(ls "$WORK"/dist/*.tar.gz)
 echo "== install the wheel into a fresh venv"
 python3 -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
-"$VPY" -m pip install -q --upgrade pip
-"$VPY" -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"  # the CPU build first (see Makefile)
-"$VPY" -m pip install -q "$WHEEL"
+# pip's notes about index folders this machine lacks are noise here; its errors still fail.
+pip_install() { "$VPY" -m pip install -q "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }; }
+pip_install --upgrade pip
+pip_install "${TORCH_SPEC:-torch==2.13.0}"  # the CPU build first (see Makefile)
+pip_install "$WHEEL"
 
 echo "== a user's first commands, from a folder outside the repository"
 mkdir "$WORK/user" && cd "$WORK/user"
@@ -52,12 +54,14 @@ PY
 }
 
 line=$(dane train --out run-default | tail -n 1) || fail "dane train on the embedded default"
-accuracy "$line" 0.9 && echo "embedded default: $line"
+accuracy "$line" 0.9 || fail "dane train on the embedded default"
+echo "embedded default: $line"
 
-dane prepare digits --shards 2 --partition label-skew --classes-per-shard 5 --out small.zarr >/dev/null
+dane prepare digits --shards 2 --out small.zarr >/dev/null
 line=$(dane train small.zarr --config preset:skew-dane --model small-cnn --rounds 3 \
   --out run-preset | tail -n 1) || fail "dane train --config preset:skew-dane"
-accuracy "$line" 0.5 && echo "preset skew-dane: $line"
+accuracy "$line" 0.8 || fail "dane train --config preset:skew-dane"
+echo "preset skew-dane: $line"
 grep -q '^algorithm = "feddyn"' run-preset/config.toml || fail "the preset's algorithm not used"
 
 dane presets --path gpu-check | grep -q "$WORK/venv/" || fail "dane presets --path"
@@ -68,5 +72,6 @@ import dask_dane
 result = dask_dane.train("small.zarr", model="small-cnn", rounds=3, out="run-api")
 print(f"test accuracy {result.test_accuracy:.4f}")
 ') || fail "dask_dane.train from Python"
-accuracy "$api" 0.5 && echo "python API: $api"
+accuracy "$api" 0.8 || fail "dask_dane.train from Python"
+echo "python API: $api"
 echo "wheel check passed"
