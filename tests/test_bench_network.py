@@ -15,6 +15,7 @@ from dask_dane.bench.network.netns import (
     NAMESPACE_PREFIX,
     NetnsUnavailable,
     check_can_run,
+    leftovers,
     rate_bytes_per_s,
 )
 from dask_dane.bench.network.spec import NetworkSpec
@@ -22,8 +23,13 @@ from dask_dane.datasets.store import open_store
 
 
 def _netns_reason() -> str | None:
+    """Why the namespaced tests cannot run here, or None. Namespaces an earlier run left are
+    no reason to skip: the tests then run and fail (test_no_namespaces_are_left_over says why),
+    so that leftovers cannot silently turn them off."""
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None:
         return "network namespaces need root, ip and tc (CI runs as root)"
+    if leftovers():
+        return None
     try:
         check_can_run()
     except NetnsUnavailable as err:
@@ -31,7 +37,20 @@ def _netns_reason() -> str | None:
     return None
 
 
-needs_netns = pytest.mark.skipif(bool(_netns_reason()), reason=_netns_reason() or "")
+SKIP_REASON = _netns_reason()
+needs_netns = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "")
+
+
+def test_the_namespaced_tests_run_where_ci_requires_them():
+    # .ci/run sets DANE_REQUIRE_NETNS=1 where it runs as root: skipping them there is a failure.
+    if os.environ.get("DANE_REQUIRE_NETNS") == "1":
+        assert SKIP_REASON is None, f"the namespaced tests would be skipped: {SKIP_REASON}"
+
+
+@needs_netns
+def test_no_namespaces_are_left_over():
+    left = leftovers()
+    assert not left, f"an earlier run left {left}; `dane bench network --cleanup` removes them"
 
 
 def _namespaces() -> list[str]:
@@ -97,6 +116,7 @@ def test_the_driver_state_is_on_the_projected_critical_path():
 
 
 @needs_netns
+@pytest.mark.cluster  # it starts `dane bench network` processes
 def test_leftover_namespaces_are_refused_then_cleaned_up(digits_stores, tmp_path):
     leftover = f"{NAMESPACE_PREFIX}test{os.getpid()}-s"
     subprocess.run(["ip", "netns", "add", leftover], check=True)
