@@ -131,6 +131,31 @@ def _pids(client: Client) -> dict[str, int]:
     return client.run(os.getpid)
 
 
+def _reference_run(out: Path, ref: Path, client: Client, rounds: int) -> RunDir:
+    """An undisturbed run of `out`'s own saved settings for `rounds` rounds, into `ref`.
+
+    Only where it runs (`scheduler`), how long a request may wait (`timeout`) and the folder
+    differ; none of them enters the arithmetic.
+    """
+    saved = RunConfig(**RunDir(out).saved_config())
+    config = replace(saved, out=str(ref), scheduler=None, rounds=rounds, timeout=60.0)
+    train(config.validate(), client=client)
+    return RunDir(ref)
+
+
+def _assert_same_training(run: RunDir, reference: RunDir) -> None:
+    """The run ends where the undisturbed one does: same round, weights, buffers (BatchNorm's
+    statistics, if the model has any) and the same train loss every round."""
+    final, expected = load_checkpoint(run.latest), load_checkpoint(reference.latest)
+    assert final["round"] == expected["round"]
+    assert torch.equal(final["weights"], expected["weights"])
+    assert final["buffers"].keys() == expected["buffers"].keys()
+    for name, value in expected["buffers"].items():
+        assert torch.equal(final["buffers"][name], value), name
+    losses = [r["train_loss"] for r in run.rows()]
+    assert losses == [r["train_loss"] for r in reference.rows()]
+
+
 def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
     nanny_cluster, digits_stores, tmp_path
 ):
@@ -325,6 +350,9 @@ def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
     summary = train(config, resume=True, client=cluster_client)
     assert summary["rounds"] == saved + 1
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, saved + 2))
+    # Killed, then resumed on another cluster: the same training as one never interrupted.
+    reference = _reference_run(out, tmp_path / "ref", cluster_client, saved + 1)
+    _assert_same_training(RunDir(out), reference)
 
 
 # A frozen scheduler (SIGSTOP): its process stays alive and its sockets open (the kernel still
@@ -363,7 +391,7 @@ def _assert_cluster_lost(driver: subprocess.Popen, stderr: str, address: str, ou
 
 
 def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws(
-    digits_stores, tmp_path
+    cluster_client, digits_stores, tmp_path
 ):
     address, procs = _start_cluster(tmp_path, 1)
     scheduler = procs[0]
@@ -409,6 +437,8 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 3
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+    # Round 3, cut short by the freeze, was run again on resume from round 2's checkpoint.
+    _assert_same_training(RunDir(out), _reference_run(out, tmp_path / "ref", cluster_client, 3))
 
 
 # Run `dane train` with the scheduler frozen just before the driver's 3rd call of one function
@@ -445,8 +475,8 @@ main()
         "_current_placement",  # who_has: where the shards live after the round
     ],
 )
-def test_scheduler_frozen_during_a_request_stops_within_timeout(
-    request_name, digits_stores, tmp_path
+def test_scheduler_frozen_during_a_request_stops_within_timeout_and_resumes_to_the_same_weights(
+    request_name, cluster_client, digits_stores, tmp_path
 ):
     address, procs = _start_cluster(tmp_path, 1)
     scheduler = procs[0]
@@ -478,6 +508,14 @@ def test_scheduler_frozen_during_a_request_stops_within_timeout(
     _assert_cluster_lost(driver, stderr, address, out)
     assert FROZEN_TIMEOUT_S <= stopped_after < FROZEN_LIMIT_S
     assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 2
+    # Resumed on another cluster for round 3: the same training as one never interrupted.
+    config = replace(
+        RunConfig(**RunDir(out).saved_config()), scheduler=None, timeout=60.0, rounds=3
+    ).validate()
+    summary = train(config, resume=True, client=cluster_client)
+    assert summary["rounds"] == 3
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
+    _assert_same_training(RunDir(out), _reference_run(out, tmp_path / "ref", cluster_client, 3))
 
 
 def test_diverging_run_stops_naming_the_round_and_keeps_the_last_good_checkpoint(

@@ -168,7 +168,13 @@ def test_a_store_at_an_unknown_protocol_or_a_mangled_url_is_refused(tmp_path):
     assert "lost a slash" in _one_line(mangled)
 
 
-def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, monkeypatch):
+def _keys(location, url: str) -> set[str]:
+    """Every object under the store's prefix, relative to it."""
+    prefix = url.removeprefix("s3://").rstrip("/") + "/"
+    return {key.removeprefix(prefix) for key in location.filesystem(url).find(url)}
+
+
+def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, monkeypatch, tmp_path):
     # The same functions the CLI runs, in the test process (coverage sees the remote paths).
     from dask_dane.datasets import location
     from dask_dane.datasets.partition import PartitionSpec
@@ -178,18 +184,43 @@ def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, mon
     for name, value in s3_env.items():
         monkeypatch.setenv(name, value)
     url = f"s3://{BUCKET}/in-process.zarr"
-    raw = load_source("digits", SourceOptions(seed=2))
+    fresh = f"s3://{BUCKET}/in-process-fresh.zarr"
+    raw = load_source("digits", SourceOptions(seed=2))  # images: x is (N, 1, 8, 8)
+    # The replacement holds other data: tabular rows, so its chunks have other keys.
+    other = load_source("digits-tabular", SourceOptions(seed=2))
+    spec = PartitionSpec(num_shards=2, seed=2)
 
     info = write_store(raw, PartitionSpec(num_shards=3, seed=2), url, force=False)
     with pytest.raises(ValueError, match="already exists"):
         write_store(raw, PartitionSpec(num_shards=3, seed=2), url, force=False)
-    replaced = write_store(raw, PartitionSpec(num_shards=2, seed=2), url, force=True)
+    old_keys = _keys(location, url)
+    location.filesystem(url).pipe(f"{url}/left-by-hand.bin", b"not part of any store")
+    replaced = write_store(other, spec, url, force=True)
+    write_store(other, spec, fresh, force=False)  # the same store where nothing was before
+    local = write_store(other, spec, tmp_path / "local.zarr", force=False)
 
     assert info.path == url and location.is_remote(url) and location.resolve(url) == url
     assert open_store(url).num_shards == replaced.num_shards == 2
     start, stop = replaced.shards[1]
     x, y = read_shard(url, "train", start, stop, index=1, task="classification", num_classes=10)
     assert len(x) == len(y) == stop - start
+    # --force cleared the old prefix: exactly the new store's objects are left there, none of
+    # the old store's (its image chunks) nor one put there by hand.
+    new_keys, fresh_keys = _keys(location, url), _keys(location, fresh)
+    only_old = old_keys - fresh_keys
+    assert only_old  # the premise: the old store had objects that the new one has not
+    assert not only_old & new_keys and "left-by-hand.bin" not in new_keys
+    assert new_keys == fresh_keys
+    # Each shard and the test split read from S3 equal the local store's, array for array.
+    assert replaced.shards == local.shards
+    reads = [("train", a, b, i) for i, (a, b) in enumerate(local.shards)]
+    for split, a, b, i in [*reads, ("test", 0, local.num_test, -1)]:
+        remote = read_shard(url, split, a, b, index=i, task="classification", num_classes=10)
+        here = read_shard(local.path, split, a, b, index=i, task="classification",
+                          num_classes=10)  # fmt: skip
+        for r, h in zip(remote, here, strict=True):
+            assert r.dtype == h.dtype and r.shape == h.shape and np.array_equal(r, h)
+    location.remove(fresh)
     location.remove(url)
     assert not location.exists(url)
     with pytest.raises(ValueError, match="does not exist"):

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import pytest
 from rich.console import Console
 
 from dask_dane.pipeline.config import RunConfig, to_toml
@@ -66,6 +67,7 @@ def test_follow_redraws_as_rounds_arrive_and_stops_at_the_summary(tmp_path):
     assert "round 3 of 3" in text and "finished" in text
 
 
+@pytest.mark.cluster  # starts a `dane watch` process
 def test_a_folder_that_is_not_a_run_is_one_line_and_exit_2(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "dask_dane.cli", "watch", str(tmp_path)],
