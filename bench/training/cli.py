@@ -92,7 +92,10 @@ def shards(
 
 
 def skew_summary(
-    results: Annotated[list[Path], typer.Argument(help="`dane bench train` JSON results.")],
+    results: Annotated[
+        list[Path],
+        typer.Argument(exists=True, dir_okay=False, help="`dane bench train` JSON results."),
+    ],
     target: Annotated[
         float | None, typer.Option(help="Also show the rounds each run took to this accuracy.")
     ] = None,
@@ -111,7 +114,8 @@ def correction_noise(
     store: Annotated[str, typer.Option(help="Store to measure on.")],
     model: Annotated[str, typer.Option(help="Model.")] = "compact-cnn",
     checkpoint: Annotated[
-        Path | None, typer.Option(help="Weights to measure at (default: round 0's).")
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="Weights to measure at [round 0's]."),
     ] = None,
     sample: Annotated[int, typer.Option(help="Rows of --grad-sample.")] = 1000,
     draws: Annotated[int, typer.Option(help="Sample seeds to average over.")] = 5,
@@ -120,12 +124,14 @@ def correction_noise(
     --grad-sample adds, per shard, as JSON."""
     import json
 
-    from ... import load
-    from ...pipeline import RunConfig
-    from .correction_noise import initial_weights_of, measure
+    from ...pipeline import RunConfig, initial_weights, load_checkpoint, prepare_run
+    from .correction_noise import measure
 
     config = RunConfig(store=store, model=model).validate()
-    weights = load(checkpoint, weights_only=True) if checkpoint else initial_weights_of(config)
+    if checkpoint:
+        weights = load_checkpoint(checkpoint)["weights"]
+    else:
+        weights = initial_weights(prepare_run(config).spec, config.seed)
     result = measure(config, weights, sample, draws)
     typer.echo(
         json.dumps({**result, "checkpoint": str(checkpoint) if checkpoint else None}, indent=1)
