@@ -39,15 +39,21 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not cluster" -q
 
 # Mutation testing (docs/testing.md): mutmut 2 mutates the files in place, one mutant at a
-# time, and runs the fast tests that exercise them; `mutmut results` lists the survivors.
+# time. Each mutant runs only the fast tests that execute its line (tests/mutation/: a map
+# from one coverage run, and a warm process that forks per mutant instead of importing torch
+# again); `mutmut results` lists the survivors.
 MUTATE ?= pipeline/comm.py,pipeline/aggregate.py,pipeline/algorithms/
-MUTATION_TESTS ?= tests/test_comm.py tests/test_registry.py tests/test_algorithms.py tests/test_oracles.py tests/test_convex.py \
-	tests/test_safeguard.py tests/test_baselines.py tests/test_graph.py \
-	tests/test_skew_fixes.py tests/test_algorithm_options.py tests/test_diagnostics.py
+MUTATION_MAP ?= .mutation-map.json
+MUTATION_SOCKET ?= .mutation.sock
 mutation: $(STAMP)
 	$(PY) -m pip install -q 'mutmut<3'
-	$(VENV)/bin/mutmut run --paths-to-mutate $(MUTATE) --tests-dir tests \
-		--runner '$(PY) -m pytest -x -q -p no:cacheprovider -m "not cluster" $(MUTATION_TESTS)'
+	$(PY) tests/mutation/coverage_map.py $(MUTATION_MAP)
+	$(PY) tests/mutation/forkserver.py serve $(MUTATION_SOCKET) $(CURDIR) & echo $$! > .mutation-server.pid; \
+	sleep 10; \
+	DANE_MUTATION_MAP=$(MUTATION_MAP) DANE_MUTATION_SOCKET=$(MUTATION_SOCKET) PYTHONPATH=tests/mutation \
+	$(PY) tests/mutation/run.py run --paths-to-mutate $(MUTATE) --tests-dir tests \
+		--runner '$(PY) tests/mutation/forkserver.py run $(MUTATION_SOCKET) -x -q -p no:cacheprovider -m "not cluster" tests/test_comm.py tests/test_algorithms.py tests/test_oracles.py'; \
+	status=$$?; kill $$(cat .mutation-server.pid); rm -f .mutation-server.pid; exit $$status
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

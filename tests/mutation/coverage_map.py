@@ -1,0 +1,73 @@
+"""Which fast tests run each line of the mutated files: the map that picks a mutant's tests.
+
+`python tests/mutation/coverage_map.py OUT.json [PYTEST ARGS]` runs the fast tests once under
+coverage with one context per test, then writes {file: {line: [test ids]}} for the files
+mutmut mutates. A mutant of line L can change nothing unless L runs, so the tests that run L
+are the only ones that can kill it; mutmut_config.py runs exactly those. Lines that run at
+import (class bodies, field defaults) are recorded under every test that imports the module
+first, so they map to the whole file's tests instead (key "*").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import coverage
+
+MUTATED = ("pipeline/algorithms/", "pipeline/comm.py", "pipeline/aggregate.py")
+
+
+def run_fast_tests(data_file: Path, pytest_args: list[str]) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not cluster",
+        "--cov=pipeline",
+        "--cov-context=test",
+        "--cov-report=",
+        *pytest_args,
+    ]
+    # A failing test still covers lines: the map wants what ran, not what passed.
+    subprocess.run(command, check=False, env={**os.environ, "COVERAGE_FILE": str(data_file)})
+
+
+def test_id(context: str) -> str:
+    """pytest-cov names contexts 'tests/x.py::test|run': the node id without the phase."""
+    return context.rsplit("|", 1)[0]
+
+
+def build_map(data_file: Path, root: Path) -> dict[str, dict[str, list[str]]]:
+    data = coverage.CoverageData(basename=str(data_file))
+    data.read()
+    result: dict[str, dict[str, list[str]]] = {}
+    for measured in data.measured_files():
+        relative = Path(measured).resolve().relative_to(root.resolve()).as_posix()
+        if not relative.startswith(MUTATED):
+            continue
+        by_line = data.contexts_by_lineno(measured)
+        lines = {str(n): sorted({test_id(c) for c in ctx if c}) for n, ctx in by_line.items()}
+        lines["*"] = sorted({t for tests in lines.values() for t in tests})
+        result[relative] = lines
+    return result
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    data_file = out.with_suffix(".coverage")
+    run_fast_tests(data_file, sys.argv[2:])
+    mapping = build_map(data_file, Path.cwd())
+    out.write_text(json.dumps(mapping, indent=1, sort_keys=True))
+    print(f"{out}: {len(mapping)} files")
+
+
+if __name__ == "__main__":
+    main()

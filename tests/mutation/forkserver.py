@@ -1,0 +1,105 @@
+"""Run a mutant's tests in a fork of a process that has already imported torch and dask.
+
+A fresh `python -m pytest` spends about 3 s importing torch, numpy and dask before the first
+test runs; with ~900 mutants that is most of the run. `serve SOCKET ROOT` imports those once
+and forks one child per request; the child imports dask_dane from ROOT's parent (after the
+parent imported nothing of it), so it sees the file mutmut has just mutated. `run SOCKET
+ARGS...` is the tiny client mutmut calls: it sends the pytest arguments and exits 0 when the
+tests pass and 1 when they fail or cannot be collected (mutmut 2 counts only exit code 1 as a
+kill, so a mutant that breaks an import, pytest's exit 2, would otherwise count as
+surviving); a test id that does not exist (pytest's 4 or 5) exits 3, which mutmut counts as
+surviving: never a kill the tests did not make.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+
+
+def serve(path: str, root: str) -> None:
+    import importlib
+
+    import pytest
+
+    # Imported here once so that every child inherits them instead of importing them again.
+    for heavy in ("torch", "numpy", "dask", "distributed", "zarr", "hypothesis", "sklearn"):
+        importlib.import_module(heavy)
+
+    sys.dont_write_bytecode = True  # a mutant must be compiled from its source, never cached
+    sys.path.insert(0, os.path.dirname(os.path.abspath(root)))
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            request = json.loads(_receive_line(connection))
+            code = _run_child(pytest, root, request["args"], connection)
+            connection.sendall(f"{code}\n".encode())
+
+
+def _receive_line(connection: socket.socket) -> str:
+    chunks = b""
+    while not chunks.endswith(b"\n"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        chunks += chunk
+    return chunks.decode()
+
+
+def _run_child(pytest, root: str, args: list[str], connection: socket.socket) -> int:
+    child = os.fork()
+    if child == 0:
+        os.chdir(root)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        # Its own temporary root: pytest prunes the shared one, which would pull files from
+        # under any other pytest running at the same time (the suite, another mutant).
+        basetemp = tempfile.mkdtemp(prefix="dane-mutant-")
+        code = int(pytest.main([*args, f"--basetemp={basetemp}"]))
+        shutil.rmtree(basetemp, ignore_errors=True)
+        os._exit(code)
+    # The client is killed on mutmut's timeout: its socket closing kills the child.
+    connection.setblocking(False)
+    while True:
+        finished, status = os.waitpid(child, os.WNOHANG)
+        if finished:
+            return os.waitstatus_to_exitcode(status)
+        try:
+            if connection.recv(1, socket.MSG_PEEK) == b"":
+                os.kill(child, signal.SIGKILL)
+        except BlockingIOError:
+            pass
+        time.sleep(0.02)
+
+
+def run(path: str, args: list[str]) -> int:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(path)
+    client.sendall((json.dumps({"args": args}) + "\n").encode())
+    code = int(_receive_line(client).strip())
+    if code in (4, 5):  # a wrong test id or none collected: the tooling's fault, not a kill
+        print(
+            f"pytest exit {code} for {args}: the map names tests that do not exist", file=sys.stderr
+        )
+        raise SystemExit(3)
+    return 0 if code == 0 else 1
+
+
+if __name__ == "__main__":
+    command, socket_path, *rest = sys.argv[1:]
+    if command == "serve":
+        serve(socket_path, rest[0])
+    else:
+        sys.exit(run(socket_path, rest))

@@ -1,0 +1,44 @@
+"""mutmut 2's hook: each mutant runs only the fast tests that execute its line.
+
+mutmut imports this module (PYTHONPATH=tests/mutation) and calls `pre_mutation` before each
+mutant. The map (coverage_map.py) lists, per file and line, the tests that ran that line; a
+line no test context claims (it ran at import) falls back to every test of the file. The
+tests run in a fork of forkserver.py's warm process, slowest-to-import work done once.
+Environment: DANE_MUTATION_MAP (the map's path), DANE_MUTATION_SOCKET (the server's socket).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from functools import cache
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PYTEST_FLAGS = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not cluster"]
+
+
+@cache
+def coverage_map() -> dict[str, dict[str, list[str]]]:
+    return json.loads(Path(os.environ["DANE_MUTATION_MAP"]).read_text())
+
+
+def tests_for(filename: str, line: int) -> list[str]:
+    lines = coverage_map().get(Path(filename).as_posix(), {})
+    return lines.get(str(line)) or lines.get("*", [])
+
+
+def pre_mutation(context) -> None:
+    tests = tests_for(context.filename, context.current_line_index + 1)
+    if not tests:  # no fast test runs this file: nothing can kill the mutant
+        context.config.test_command = "true"
+        return
+    client = [
+        sys.executable,
+        str(HERE / "forkserver.py"),
+        "run",
+        os.environ["DANE_MUTATION_SOCKET"],
+    ]
+    context.config.test_command = shlex.join([*client, *PYTEST_FLAGS, *tests])
