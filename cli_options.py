@@ -53,6 +53,7 @@ TRAIN_HELP: dict[str, str] = {
     "grad_sample": "DANE: rows per shard for the gradient, fixed per run; 0: all.",
     "grad_sample_growth": "DANE: grow the gradient sample by this per round.",
     "local_theta": "DANE: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K.",
+    "correction": "DANE: plain | shrink (scale g_i - g by its sampled signal-to-noise).",
     "server_momentum": "dane/fedavg/fedprox: momentum on the averaged step.",
     "trust_radius": "Skewed shards (dane, feddyn): steps within ||v - w|| <= R; 0: off.",
     "line_search": "DANE, skewed shards: best of N steps 2, 1, 1/2.. on the loss; 0: off.",

@@ -95,6 +95,7 @@ def mean_of(partial: Partial) -> LocalOutput:
     return LocalOutput(
         tensors={k: t / n for k, t in partial.tensor_sums.items()},
         metrics={k: v / n for k, v in partial.metric_sums.items()},
+        rows=partial.rows,  # a sum, as in a shard's own output: the rows all shards read
     )
 
 

@@ -194,6 +194,13 @@ class ShardObjective:
             return self
         generator = torch.Generator().manual_seed(seed)
         rows = torch.randperm(self.num_samples, generator=generator)[:size].sort().values
+        return self._subset(rows)
+
+    def row_range(self, start: int, stop: int) -> ShardObjective:
+        """The same objective on rows start..stop-1 alone (half-samples, correction.py)."""
+        return self._subset(slice(start, stop))
+
+    def _subset(self, rows: torch.Tensor | slice) -> ShardObjective:
         return ShardObjective(
             self.model,
             self.x[rows],

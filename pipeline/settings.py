@@ -62,6 +62,8 @@ class AlgorithmSettings:
     grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
     grad_sample_growth: float = 1.0  # dane: the sample grows by this factor each round
     local_theta: float = 0.0  # dane: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K
+    # dane: plain (the paper's g_i - eta g) | shrink (g_i - g scaled by its signal-to-noise)
+    correction: str = "plain"
     server_momentum: float = 0.0  # dane, fedavg, fedprox: momentum on the averaged step
     trust_radius: float = 0.0  # dane, feddyn: every local iterate within ||v - w|| <= R; 0: none
     line_search: int = 0  # dane: try N step sizes 2, 1, 1/2, ... along the averaged step

@@ -13,6 +13,10 @@ Options, each off by default so that plain DANE stays the paper's:
 - `local_theta` = theta > 0: InexactDANE's stopping rule (Reddi et al. 2016): a local solve
   stops once ||grad h_i(v)|| (on the step's minibatch) <= theta * ||g||, so --local-steps
   becomes a bound. The steps taken are reported as `local_steps`.
+- `correction` = "shrink" scales the shard's part of the correction, g_i - g, by the
+  positive-part James-Stein factor of its sampling noise, estimated from two half-samples
+  of the gradient sample in the same pass (correction.py); reported per shard as
+  `correction_factor`. It is 1 wherever the gradient is the whole shard's.
 - `server_momentum` = beta: heavy-ball momentum on the averaged step (server.py).
 - `trust_radius` = R > 0 keeps every local iterate within ||v - w|| <= R (projected steps).
   On skewed shards f_i flattens once the shard's few classes are fitted, and h_i then falls
@@ -35,6 +39,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..objective import ShardObjective
+from . import correction as cr
 from . import line_search as ls
 from . import safeguard as sg
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
@@ -64,6 +69,7 @@ class Dane(StrategyDefaults):
     grad_sample: int = checked(rows_or_all, exclusive=True, default=0)  # rows of f_i, g_i; 0: all
     grad_sample_growth: float = checked(at_least(1.0), exclusive=True, default=1.0)
     local_theta: float = checked(non_negative, exclusive=True, default=0.0)
+    correction: str = checked(one_of(*cr.CORRECTIONS), exclusive=True, default="plain")
     server_momentum: float = checked(momentum_range, default=0.0)
     trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
     line_search: int = checked(count_or_off, exclusive=True, default=0)  # trial steps; 0: off
@@ -112,6 +118,8 @@ class Dane(StrategyDefaults):
             parts.append(f"growth={self.grad_sample_growth:g}")
         if self.local_theta:
             parts.append(f"theta={self.local_theta:g}")
+        if self.correction != "plain":
+            parts.append(f"correction={self.correction}")
         if self.trust_radius:
             parts.append(f"radius={self.trust_radius:g}")
         if self.line_search:
@@ -135,13 +143,7 @@ class Dane(StrategyDefaults):
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         if ctx.phase == 0:
-            sampled = self._sampled(ctx.objective, ctx.round_index)
-            loss, g_i = sampled.loss_and_grad(ctx.weights)
-            metrics = {"train_loss": loss}
-            if self.grad_sample:
-                metrics["grad_rows"] = float(sampled.num_samples)
-            rows = sampled.num_samples
-            return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows)
+            return self._gradient(ctx)
         if ctx.phase == 2:  # the line search: F_i along the averaged step
             sampled = self._sampled(ctx.objective, ctx.round_index)
             proposal = ctx.received["proposal"]
@@ -154,9 +156,10 @@ class Dane(StrategyDefaults):
         assert ctx.previous is not None, "local_solve needs the shard's own gradient"
         g = ctx.received["grad"]
         mu = self.mu if ctx.round_data is None else ctx.round_data.mu
+        linear, factor = self._linear(ctx, g)
         problem = LocalProblem(
             ctx.objective,
-            linear=ctx.previous.tensors["grad"] - self.eta * g,
+            linear=linear,
             anchor=ctx.weights,
             mu=mu,
             radius=self.trust_radius,
@@ -165,12 +168,42 @@ class Dane(StrategyDefaults):
             problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=self._stop_rule(g)
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
+        diagnostics = solve_diagnostics(problem, ctx.weights, solution.weights, self.seed)
+        if factor is not None:
+            diagnostics["correction_factor"] = factor
         return LocalOutput(
             tensors={"weights": solution.weights},
             metrics=metrics,
             rows=solution.rows,
-            diagnostics=solve_diagnostics(problem, ctx.weights, solution.weights, self.seed),
+            diagnostics=diagnostics,
         )
+
+    def _gradient(self, ctx: LocalContext) -> LocalOutput:
+        """Phase 0: f_i and g_i on the shard or its sample (with shrink: and V_i, kept)."""
+        sampled = self._sampled(ctx.objective, ctx.round_index)
+        rows, kept = sampled.num_samples, {}
+        if self.correction == "shrink":
+            shard_rows = ctx.objective.num_samples
+            loss, g_i, variance = cr.sampling_variance(sampled, shard_rows, ctx.weights)
+            metrics = {"train_loss": loss, **cr.noise_metrics(variance, rows, shard_rows)}
+            kept = {"variance": torch.tensor(variance, dtype=torch.float64)}
+        else:
+            loss, g_i = sampled.loss_and_grad(ctx.weights)
+            metrics = {"train_loss": loss}
+        if self.grad_sample:
+            metrics["grad_rows"] = float(rows)
+        return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows, kept=kept)
+
+    def _linear(self, ctx: LocalContext, g: torch.Tensor) -> tuple[torch.Tensor, float | None]:
+        """The correction g_i - eta*g, or its shrunk form and the factor alpha_i."""
+        assert ctx.previous is not None
+        own = ctx.previous.tensors["grad"]
+        if self.correction != "shrink":
+            return own - self.eta * g, None
+        variance = float(ctx.previous.kept["variance"])
+        shard_rows = ctx.objective.num_samples
+        factor = cr.shrink_factor(own, g, variance, shard_rows, ctx.received[cr.NOISE])
+        return cr.shrunk_linear(own, g, self.eta, factor), factor
 
     def _stop_rule(self, g: torch.Tensor) -> StopRule | None:
         """InexactDANE: solved once ||grad h_i(v)|| <= theta * ||g||."""
@@ -192,8 +225,11 @@ class Dane(StrategyDefaults):
             return Broadcast(tensors={"proposal": mean.tensors["weights"]})
         g = mean.tensors["grad"]
         metrics = {"grad_norm": float(g.norm())}
+        noise = {}
+        if cr.NOISE_ROWS in mean.metrics:  # --correction shrink: [Var(g), n] to every shard
+            noise = {cr.NOISE: cr.mean_noise(mean.metrics, mean.rows)}
         if round_data is None:
-            return Broadcast(tensors={"grad": g}, metrics=metrics)
+            return Broadcast(tensors={"grad": g, **noise}, metrics=metrics)
         decision = sg.decide(
             mode=self.safeguard,
             loss=mean.metrics["train_loss"],
@@ -203,7 +239,7 @@ class Dane(StrategyDefaults):
             base_mu=self.mu,
         )
         # A rejected w sends nothing: the solves that would be thrown away do not run.
-        sent = {"grad": g} if decision.accept else {}
+        sent = {"grad": g, **noise} if decision.accept else {}
         return Broadcast(tensors=sent, metrics=metrics, decision=decision)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
