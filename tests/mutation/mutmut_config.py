@@ -2,7 +2,8 @@
 
 mutmut imports this module (PYTHONPATH=tests/mutation) and calls `pre_mutation` before each
 mutant. The map (coverage_map.py) lists, per file and line, the tests that ran that line; a
-line no test context claims (it ran at import) falls back to every test of the file. The
+line no test context claims (it ran at import) falls back to the declaration tests and then
+every test of the file. The
 tests run in a fork of forkserver.py's warm process, slowest-to-import work done once.
 Environment: DANE_MUTATION_MAP (the map's path), DANE_MUTATION_SOCKET (the server's socket).
 """
@@ -25,9 +26,17 @@ def coverage_map() -> dict[str, dict[str, list[str]]]:
     return json.loads(Path(os.environ["DANE_MUTATION_MAP"]).read_text())
 
 
+# Lines that run at import (decorators, fields, defaults, class attributes): the tests of a
+# class's declaration first, then every test that runs the file.
+DECLARATION_TESTS = ["tests/test_algorithm_contracts.py"]
+
+
 def tests_for(filename: str, line: int) -> list[str]:
     lines = coverage_map().get(Path(filename).as_posix(), {})
-    return lines.get(str(line)) or lines.get("*", [])
+    if lines.get(str(line)):
+        return lines[str(line)]
+    everything = lines.get("*", [])
+    return [*DECLARATION_TESTS, *everything] if everything else []
 
 
 def pre_mutation(context) -> None:
