@@ -4,6 +4,8 @@ same shards, targets reached in order, the single process as the no-communicatio
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -81,7 +83,7 @@ def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
     done = CliRunner().invoke(
         app,
         ["bench", "shards", "--config", str(config), "--source", "digits", "--shards", "1,2,4",
-         "--target", "0.5", "--workdir", str(tmp_path / "work"),
+         "--target", "0.5", "--workdir", str(tmp_path / "work"), "--fedavg",
          "--json", str(tmp_path / "shards.json"), "--plot", str(tmp_path / "shards.png")],
     )  # fmt: skip
 
@@ -100,6 +102,21 @@ def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
     images = [r["curve"][-1]["images"] for r in result["runs"]]
     assert images[0] < images[1] < images[2]
     assert (tmp_path / "shards.png").stat().st_size > 10_000
+    # Beside each m: FedAvg with the same settings, and DDP at m ranks with Goyal et al.'s
+    # rule (batch m x 32, lr m x 0.05, a warm-up of one epoch where m > 1) at DANE's budget
+    # of local epochs: 3 rounds x 5 steps x 32 rows x m over the training rows.
+    assert [r["config"]["algorithm"] for r in result["fedavg_runs"]] == ["fedavg"] * 3
+    ddp = result["ddp_runs"]
+    assert [(r["shards"], r["global_batch"], r["warmup_epochs"]) for r in ddp] == [
+        (1, 32, 0.0), (2, 64, 1.0), (4, 128, 1.0)
+    ]  # fmt: skip
+    assert [r["lr"] for r in ddp] == pytest.approx([0.05, 0.1, 0.2])
+    for run in ddp:
+        local_images = 3 * 5 * 32 * run["shards"]  # what DANE's local steps read
+        assert run["epochs"] == pytest.approx(local_images / run["train_rows"])
+        assert run["steps"] * run["global_batch"] == pytest.approx(local_images, rel=0.1)
+        assert 0.1 < run["final_test_accuracy"] <= run["best_test_accuracy"] <= 1
+    assert "DDP at m ranks" in done.output and "FedAvg, the same local settings" in done.output
 
 
 def test_shards_bench_refuses_a_config_that_names_a_store(tmp_path):
@@ -125,3 +142,21 @@ def test_shards_bench_local_epochs_sets_the_steps_that_pass_once_over_a_shard(tm
     assert ShardsSpec(config=str(config)).run_config(4, "x.zarr", rows=6400).local_steps == 5
     with pytest.raises(ValueError, match="--local-epochs"):
         ShardsSpec(config=str(config), local_epochs=0.0).validate()
+
+
+def test_ddp_rows_warm_up_linearly_to_the_scaled_lr_and_then_follow_the_schedule():
+    from dask_dane.bench.ddp.single import SingleSpec, step_lr
+
+    spec = SingleSpec(store="x.zarr", lr=0.4, warmup_epochs=2.0, warmup_lr=0.1,
+                      lr_schedule="cosine")  # fmt: skip
+    per_epoch, steps = 10, 100  # the warm-up: the first 20 steps
+
+    def cosine(step: int) -> float:
+        return 0.4 * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))
+
+    for step in (1, 10, 19):
+        expected = 0.1 + (cosine(step) - 0.1) * step / 20
+        assert step_lr(spec, step, steps, per_epoch) == pytest.approx(expected, rel=1e-12)
+    for step in (20, 60, 100):
+        assert step_lr(spec, step, steps, per_epoch) == pytest.approx(cosine(step), rel=1e-12)
+    assert step_lr(replace(spec, warmup_epochs=0.0), 1, steps, per_epoch) == pytest.approx(0.4)

@@ -111,6 +111,10 @@ def single(
     lr_schedule: Annotated[
         str, typer.Option(help="constant | cosine | step, over the steps.")
     ] = "constant",
+    warmup_epochs: Annotated[
+        float, typer.Option(help="Raise the lr linearly from --warmup-lr over these epochs.")
+    ] = 0.0,
+    warmup_lr: Annotated[float, typer.Option(help="The lr the warm-up starts from.")] = 0.0,
     eval_every: Annotated[int, typer.Option(help="Steps between evaluations.")] = 50,
     seed: Seed = 0,
     target: Targets = None,

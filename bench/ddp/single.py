@@ -46,6 +46,10 @@ class SingleSpec:
     lr: float = 0.05
     momentum: float = 0.9
     lr_schedule: str = "constant"  # over the steps, as --lr-schedule spans a run's rounds
+    # Goyal et al. (2017)'s gradual warm-up: the lr rises linearly from warmup_lr to --lr
+    # over the first warmup_epochs (0: none), as a large batch m*B at m times the lr needs.
+    warmup_epochs: float = 0.0
+    warmup_lr: float = 0.0
     eval_every: int = 50  # steps between test evaluations
     seed: int = 0
     targets: tuple[float, ...] = (0.88,)  # test accuracies whose first crossing is reported
@@ -61,6 +65,11 @@ class SingleSpec:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.targets})")
         if self.threads < 0:
             raise ValueError(f"--threads must be 0 (every core) or more (got {self.threads})")
+        if self.warmup_epochs < 0 or not 0 <= self.warmup_lr <= self.lr:
+            raise ValueError(
+                f"--warmup-epochs must be 0 or more and --warmup-lr within [0, --lr] (got "
+                f"{self.warmup_epochs} and {self.warmup_lr})"
+            )
         self.run_config()  # store, model, batch size, lr, schedule: as `dane train` checks them
         return self
 
@@ -97,7 +106,7 @@ def _train(spec: SingleSpec, setup: Any, threads: int, log: Callable[[str], None
     for step, rows in zip(range(1, steps + 1), batches, strict=False):
         started = time.perf_counter()
         for group in optimizer.param_groups:
-            group["lr"] = spec.lr * lr_factor(spec.lr_schedule, step, steps)
+            group["lr"] = step_lr(spec, step, steps, per_epoch)
         optimizer.zero_grad(set_to_none=True)
         loss = minibatch_loss(model, data, rows, setup.spec.l2, augment=(augmentation, augment_rng))
         loss.backward()
@@ -122,6 +131,15 @@ def _train(spec: SingleSpec, setup: Any, threads: int, log: Callable[[str], None
         "final_test_accuracy": curve[-1]["test_accuracy"],
         "best_test_accuracy": max(p["test_accuracy"] or 0.0 for p in curve),
     }
+
+
+def step_lr(spec: SingleSpec, step: int, steps: int, per_epoch: int) -> float:
+    """The lr of step `step` (from 1): --lr-schedule's, ramped up over the warm-up."""
+    scheduled = spec.lr * lr_factor(spec.lr_schedule, step, steps)
+    warmup_steps = spec.warmup_epochs * per_epoch
+    if step >= warmup_steps:
+        return scheduled
+    return spec.warmup_lr + (scheduled - spec.warmup_lr) * step / warmup_steps
 
 
 def _point(setup, test, model, step, per_epoch, batch_size, clock, losses) -> dict:  # type: ignore[no-untyped-def]

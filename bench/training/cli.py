@@ -71,6 +71,10 @@ def shards(
     ] = None,
     target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.91,
     seed: Annotated[int, typer.Option(help="Seed of the split into shards.")] = 0,
+    ddp: Annotated[
+        bool, typer.Option(help="Also DDP at m ranks: one process, batch m*B, lr m*lr, warm-up.")
+    ] = True,
+    fedavg: Annotated[bool, typer.Option(help="Also FedAvg with the same local settings.")] = False,
     workdir: Workdir = Path("bench-out/shards"),
     json_out: JsonOut = None,
     plot_out: PlotOut = None,

@@ -21,6 +21,7 @@ from ...datasets.store import open_store
 from ...pipeline import RunConfig, RunDir, prepare_store, read_toml
 from ..common.output import percent
 from ..common.specs import run_config
+from .ddp_rows import ddp_row
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +36,10 @@ class ShardsSpec:
     local_epochs: float | None = None
     target: float = 0.91
     seed: int = 0  # of the split into shards
+    # Beside DANE at every m: DDP at m ranks (ddp_rows.py: one process, batch m*B, linear
+    # lr scaling and warm-up) and FedAvg with the same local settings, at the same budget.
+    ddp: bool = True
+    fedavg: bool = False
     workdir: str = "bench-out/shards"
 
     def validate(self) -> ShardsSpec:
@@ -66,18 +71,29 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
 
     spec = spec.validate()
     stores = Path(spec.workdir) / "stores"
-    runs = []
+    runs, ddp_runs, fedavg_runs = [], [], []
     with make_client(spec.run_config(1, "unused")) as client:
         for m in spec.shards:
             store = stores / f"{spec.source}-iid-{m}.zarr"
             prepare_store(spec.source, store, shards=m, seed=spec.seed)
-            config = spec.run_config(m, str(store), rows=open_store(store).num_train)
-            shutil.rmtree(config.out, ignore_errors=True)  # each shard count starts afresh
+            rows = open_store(store).num_train
+            config = spec.run_config(m, str(store), rows=rows)
             log(f"m = {m} ...")
-            started = time.perf_counter()
-            train(config, client=client)
-            runs.append(_summary(m, config, spec.target, time.perf_counter() - started))
-    return {"spec": asdict(spec), "config": runs[0]["config"], "runs": runs}
+            runs.append(_train_and_sum_up(train, client, config, m, spec.target))
+            if spec.fedavg:
+                fedavg = replace(config, algorithm="fedavg", out=f"{config.out}-fedavg")
+                fedavg_runs.append(_train_and_sum_up(train, client, fedavg, m, spec.target))
+            if spec.ddp:
+                ddp_runs.append(ddp_row(config, m, rows, spec.target, log))
+    result = {"spec": asdict(spec), "config": runs[0]["config"], "runs": runs}
+    return {**result, "ddp_runs": ddp_runs, "fedavg_runs": fedavg_runs}
+
+
+def _train_and_sum_up(train, client, config: RunConfig, m: int, target: float) -> dict:  # type: ignore[no-untyped-def]
+    shutil.rmtree(config.out, ignore_errors=True)  # each shard count starts afresh
+    started = time.perf_counter()
+    train(config, client=client)
+    return _summary(m, config, target, time.perf_counter() - started)
 
 
 def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[str, Any]:
@@ -120,7 +136,36 @@ def markdown_table(result: dict[str, Any]) -> str:
             f"{cell('comm_rounds_to_target')} | {cell('images_to_target')} | "
             f"{run['seconds']:.0f} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _beside_tables(result))
+
+
+def _beside_tables(result: dict[str, Any]) -> list[str]:
+    """The FedAvg and DDP rows at the same budgets, where the run made them."""
+    lines = []
+    if result.get("fedavg_runs"):
+        head = "| shards m | final acc. | best acc. | rounds to target | wall (s) |"
+        lines += ["", "FedAvg, the same local settings:", "", head, "|---:" * 5 + "|"]
+        for run in result["fedavg_runs"]:
+            lines.append(
+                f"| {run['shards']} | {run['final_test_accuracy']:.4f} | "
+                f"{run['best_test_accuracy']:.4f} | {run['rounds_to_target'] or 'not reached'}"
+                f" | {run['seconds']:.0f} |"
+            )
+    if result.get("ddp_runs"):
+        head = (
+            "| ranks m | global batch | lr | epochs | final acc. | best acc. | "
+            "steps to target | train time (s) |"
+        )
+        title = "DDP at m ranks (one process, batch m*B, lr m*lr, warm-up):"
+        lines += ["", title, "", head, "|---:" * 8 + "|"]
+        for run in result["ddp_runs"]:
+            lines.append(
+                f"| {run['shards']} | {run['global_batch']} | {run['lr']:g} | "
+                f"{run['epochs']:.2f} | {run['final_test_accuracy']:.4f} | "
+                f"{run['best_test_accuracy']:.4f} | {run['steps_to_target'] or 'not reached'} | "
+                f"{run['train_wall_s']:.0f} |"
+            )
+    return lines
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -132,6 +177,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     shards = [r["shards"] for r in runs]
     accuracy.plot(shards, [r["final_test_accuracy"] for r in runs], marker="o", label="final")
     accuracy.plot(shards, [r["best_test_accuracy"] for r in runs], marker=".", label="best")
+    for name, beside in (("FedAvg", result.get("fedavg_runs")), ("DDP", result.get("ddp_runs"))):
+        if beside:
+            finals = [r["final_test_accuracy"] for r in beside]
+            accuracy.plot([r["shards"] for r in beside], finals, marker="s", label=f"{name} final")
     reached = [r for r in runs if r["rounds_to_target"] is not None]
     iterations.plot(
         [r["shards"] for r in reached], [r["rounds_to_target"] for r in reached], marker="o"
