@@ -65,10 +65,13 @@ class AlgorithmSettings:
     # dane: plain (the paper's g_i - eta g) | shrink (g_i - g scaled by its signal-to-noise)
     correction: str = "plain"
     server_momentum: float = 0.0  # dane, fedavg, fedprox: momentum on the averaged step
+    server_lr: float = 1.0  # dane, fedavg, fedprox: w + s (mean_i v_i - w); 1: the average
+    server_lr_rule: str = "fixed"  # fixed (s = server_lr) | fedexp (s from the updates' spread)
     trust_radius: float = 0.0  # dane, feddyn: every local iterate within ||v - w|| <= R; 0: none
     line_search: int = 0  # dane: try N step sizes 2, 1, 1/2, ... along the averaged step
     lr_schedule: str = "constant"  # local_lr across rounds: constant | cosine | step
     local_clip: float = 0.0  # steps solver: clip each local step's gradient to this norm; 0: off
+    lr_warmup: int = 0  # steps solver: local_lr rises linearly over this many rounds; 0: none
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,9 @@ Options, each off by default so that plain DANE stays the paper's:
   positive-part James-Stein factor of its sampling noise, estimated from two half-samples
   of the gradient sample in the same pass (correction.py); reported per shard as
   `correction_factor`. It is 1 wherever the gradient is the whole shard's.
-- `server_momentum` = beta: heavy-ball momentum on the averaged step (server.py).
+- `server_momentum` = beta: heavy-ball momentum on the averaged step (server.py);
+  `server_lr` = s scales the averaged step (w + s (w_avg - w)), and `server_lr_rule` =
+  "fedexp" chooses s each round from the spread of the local updates (FedExP, server.py).
 - `trust_radius` = R > 0 keeps every local iterate within ||v - w|| <= R (projected steps).
   On skewed shards f_i flattens once the shard's few classes are fitted, and h_i then falls
   without bound along the correction c_i = g_i - eta*g: the K steps run off (measured in
@@ -55,7 +57,16 @@ from .checks import (
 )
 from .diagnostics import solve_diagnostics
 from .local_solver import LocalProblem, StopRule, check_trust_radius
-from .server import MomentumState, init_momentum, momentum_label, momentum_step
+from .server import (
+    SERVER_LR_RULES,
+    MomentumState,
+    check_server_lr,
+    init_momentum,
+    momentum_label,
+    server_lr_label,
+    server_update,
+    update_squared,
+)
 from .setting_error import SettingError, setting
 from .solvers import Solver
 
@@ -71,6 +82,8 @@ class Dane(StrategyDefaults):
     local_theta: float = checked(non_negative, exclusive=True, default=0.0)
     correction: str = checked(one_of(*cr.CORRECTIONS), exclusive=True, default="plain")
     server_momentum: float = checked(momentum_range, default=0.0)
+    server_lr: float = checked(positive, exclusive=True, default=1.0)
+    server_lr_rule: str = checked(one_of(*SERVER_LR_RULES), exclusive=True, default="fixed")
     trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
     line_search: int = checked(count_or_off, exclusive=True, default=0)  # trial steps; 0: off
     seed: int = 0  # the run's seed: which rows grad_sample takes
@@ -94,6 +107,14 @@ class Dane(StrategyDefaults):
             raise SettingError(
                 f"{setting('line_search')} chooses the step itself; it does not combine with "
                 f"{setting('safeguard')} or {setting('server_momentum')}: pass one of them"
+            )
+        check_server_lr(self.server_lr, self.server_lr_rule)
+        if (self.server_lr != 1.0 or self.server_lr_rule != "fixed") and (
+            self.safeguard != "off" or self.line_search
+        ):
+            raise SettingError(
+                f"{setting('server_lr')} and {setting('server_lr_rule')} scale the averaged step;"
+                f" {setting('safeguard')} and {setting('line_search')} choose it: pass one"
             )
         if self.server_momentum and self.safeguard != "off":
             raise SettingError(
@@ -125,7 +146,11 @@ class Dane(StrategyDefaults):
         if self.line_search:
             parts.append(f"line-search={self.line_search}")
         label = " ".join([*parts, self.solver.label()])
-        return label + momentum_label(self.server_momentum)
+        return (
+            label
+            + momentum_label(self.server_momentum)
+            + server_lr_label(self.server_lr, self.server_lr_rule)
+        )
 
     def init_state(self, weights: torch.Tensor) -> Any:
         if self.safeguard == "off":
@@ -168,6 +193,7 @@ class Dane(StrategyDefaults):
             problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=self._stop_rule(g)
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
+        metrics |= update_squared(self.server_lr_rule, ctx.weights, solution.weights)
         diagnostics = solve_diagnostics(problem, ctx.weights, solution.weights, self.seed)
         if factor is not None:
             diagnostics["correction_factor"] = factor
@@ -250,9 +276,12 @@ class Dane(StrategyDefaults):
             metrics = {"line_search_step": step, "line_search_loss": loss}
             return RoundUpdate(weights=weights, state=end.state, metrics=metrics)
         if not isinstance(end.state, sg.SafeguardState):
-            proposal = end.mean.tensors["weights"]
-            weights, state = momentum_step(self.server_momentum, end.state, end.weights, proposal)
-            return RoundUpdate(weights=weights, state=state)
+            weights, state, metrics = server_update(
+                beta=self.server_momentum, state=end.state, weights=end.weights,
+                proposal=end.mean.tensors["weights"], lr=self.server_lr,
+                rule=self.server_lr_rule, metrics=end.mean.metrics,
+            )  # fmt: skip
+            return RoundUpdate(weights=weights, state=state, metrics=metrics)
         decision = end.broadcasts[0].decision
         weights, state = sg.next_weights(
             end.state,

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .base import RoundEnd, RoundUpdate
-from .checks import checked, momentum_range
+from .checks import checked, momentum_range, one_of, positive
 from .fedprox import SolveAndAverage
 from .local_solver import LocalSolver
-from .server import momentum_step
+from .server import SERVER_LR_RULES, check_server_lr
 from .setting_error import SettingError, setting
 
 
@@ -22,6 +22,8 @@ class FedAvg(SolveAndAverage):
 
     solver: LocalSolver
     server_momentum: float = checked(momentum_range, default=0.0)  # FedAvgM above 0
+    server_lr: float = checked(positive, exclusive=True, default=1.0)
+    server_lr_rule: str = checked(one_of(*SERVER_LR_RULES), exclusive=True, default="fixed")
 
     name: ClassVar[str] = "fedavg"
 
@@ -33,12 +35,15 @@ class FedAvg(SolveAndAverage):
                 f"({setting('local_solver', 'steps')}); for exact local solves use "
                 f"{setting('algorithm')} one-shot or fedprox"
             )
+        check_server_lr(self.server_lr, self.server_lr_rule)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         v = end.mean.tensors["weights"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
         pseudo_grad = (end.weights - v) / (self.solver.local_steps * self.solver.local_lr)
-        weights, state = momentum_step(self.beta, end.state, end.weights, v)
+        weights, state, metrics = self.server_step_from(end)
         return RoundUpdate(
-            weights=weights, state=state, metrics={"grad_norm": float(pseudo_grad.norm())}
+            weights=weights,
+            state=state,
+            metrics={"grad_norm": float(pseudo_grad.norm()), **metrics},
         )

@@ -12,14 +12,23 @@ own names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, momentum_range, non_negative
+from .checks import checked, momentum_range, non_negative, one_of, positive
 from .local_solver import LocalProblem
-from .server import MomentumState, init_momentum, momentum_label, momentum_step
+from .server import (
+    SERVER_LR_RULES,
+    MomentumState,
+    check_server_lr,
+    init_momentum,
+    momentum_label,
+    server_lr_label,
+    server_update,
+    update_squared,
+)
 from .solvers import Solver
 
 
@@ -41,11 +50,19 @@ class SolveAndAverage(StrategyDefaults):
         return getattr(self, "server_momentum", 0.0)
 
     @property
+    def server_step(self) -> tuple[float, str]:
+        """(--server-lr, --server-lr-rule), where the subclass has them (fixed 1: none)."""
+        return getattr(self, "server_lr", 1.0), getattr(self, "server_lr_rule", "fixed")
+
+    @property
     def state_type(self) -> type | None:  # type: ignore[override]
         return MomentumState if self.beta else None
 
+    def server_label(self) -> str:
+        return momentum_label(self.beta) + server_lr_label(*self.server_step)
+
     def label(self) -> str:
-        return f"{self.name} {self.solver.label()}{momentum_label(self.beta)}"
+        return f"{self.name} {self.solver.label()}{self.server_label()}"
 
     def init_state(self, weights: torch.Tensor) -> MomentumState | None:
         return init_momentum(self.beta, weights)
@@ -53,29 +70,41 @@ class SolveAndAverage(StrategyDefaults):
     def local(self, ctx: LocalContext) -> LocalOutput:
         problem = LocalProblem(ctx.objective, anchor=ctx.weights, mu=self.proximal_mu)
         solution = self.solver.solve(problem, ctx.weights, ctx.rng, round_index=ctx.round_index)
+        spread = update_squared(self.server_step[1], ctx.weights, solution.weights)
         return LocalOutput(
             tensors={"weights": solution.weights},
-            metrics={"train_loss": solution.first_loss},
+            metrics={"train_loss": solution.first_loss, **spread},
             rows=solution.rows,
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:
-        weights, state = momentum_step(
-            self.beta, end.state, end.weights, end.mean.tensors["weights"]
-        )
-        return RoundUpdate(weights=weights, state=state)
+        weights, state, metrics = self.server_step_from(end)
+        return RoundUpdate(weights=weights, state=state, metrics=metrics)
+
+    def server_step_from(self, end: RoundEnd) -> tuple[torch.Tensor, Any, dict[str, float]]:
+        lr, rule = self.server_step
+        return server_update(
+            beta=self.beta, state=end.state, weights=end.weights,
+            proposal=end.mean.tensors["weights"], lr=lr, rule=rule, metrics=end.mean.metrics,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
 class FedProx(SolveAndAverage):
     mu: float = checked(non_negative)
     server_momentum: float = checked(momentum_range, default=0.0)
+    server_lr: float = checked(positive, exclusive=True, default=1.0)
+    server_lr_rule: str = checked(one_of(*SERVER_LR_RULES), exclusive=True, default="fixed")
 
     name: ClassVar[str] = "fedprox"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_server_lr(self.server_lr, self.server_lr_rule)
 
     @property
     def proximal_mu(self) -> float:
         return self.mu
 
     def label(self) -> str:
-        return f"{self.name} mu={self.mu:g} {self.solver.label()}{momentum_label(self.beta)}"
+        return f"{self.name} mu={self.mu:g} {self.solver.label()}{self.server_label()}"

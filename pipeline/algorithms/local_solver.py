@@ -100,6 +100,8 @@ class LocalSolver:
     momentum: float = checked(momentum_range, default=0.9)
     lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
     local_clip: float = checked(non_negative, default=0.0)  # 0: no clipping
+    # Rounds over which the lr rises linearly to --local-lr (round t of R: t / R of it); 0: none.
+    lr_warmup: int = checked(non_negative, default=0)
     rounds: int = 1  # the schedule's span (--rounds)
 
     def __post_init__(self) -> None:
@@ -108,11 +110,16 @@ class LocalSolver:
     def label(self) -> str:
         schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
         clip = f" clip={self.local_clip:g}" if self.local_clip else ""
-        return f"K={self.local_steps} lr={self.local_lr:g}{schedule}{clip} B={self.batch_size}"
+        warmup = f" warmup={self.lr_warmup}" if self.lr_warmup else ""
+        return (
+            f"K={self.local_steps} lr={self.local_lr:g}{schedule}{warmup}{clip} B={self.batch_size}"
+        )
 
     def lr(self, round_index: int) -> float:
-        """The learning rate of round `round_index`: --local-lr times the schedule's factor."""
-        return self.local_lr * lr_factor(self.lr_schedule, round_index, self.rounds)
+        """The learning rate of round `round_index`: --local-lr times the schedule's factor,
+        times round_index / R during a warm-up of R rounds."""
+        warmup = min(1.0, round_index / self.lr_warmup) if self.lr_warmup else 1.0
+        return self.local_lr * lr_factor(self.lr_schedule, round_index, self.rounds) * warmup
 
     def solve(
         self,

@@ -1,4 +1,4 @@
-"""Server momentum (--server-momentum): heavy-ball acceleration of the averaged step.
+"""The server's step on the averaged update: momentum (--server-momentum) and a step size.
 
 Legend: w = weights at the start of the round, w_avg = the round's proposal (the mean of the
 local solutions), m = the momentum of the averaged steps, beta = --server-momentum.
@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from .setting_error import SettingError, setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,3 +37,72 @@ def momentum_step(
 
 def momentum_label(beta: float) -> str:
     return f" server-momentum={beta:g}" if beta else ""
+
+
+# A server step size on the averaged update (--server-lr, --server-lr-rule):
+#     w' = w + s * (w_avg - w)
+# fixed: s = --server-lr (1: the plain average; above 1 extrapolates). fedexp: FedExP's
+# adaptive s (Jhunjhunwala, Wang & Joshi, ICLR 2023) from the spread of the local updates
+# Delta_i = v_i - w, weighted like the average:
+#     s = max(1, mean_i ||Delta_i||^2 / (2 (||mean_i Delta_i||^2 + eps)))
+# Local updates that agree (little spread) get s = 1; updates that cancel in the average, as
+# noise does, get a longer step along what they share. With momentum, s scales the averaged
+# step before the momentum adds it (m' = beta m + s (w_avg - w)).
+SERVER_LR_RULES = ("fixed", "fedexp")
+UPDATE_SQUARED = "update_sq"  # a shard's ||v_i - w||^2, in its metrics: FedExP's numerator
+FEDEXP_EPSILON = 1e-3  # the paper's eps, which bounds s where the average is ~0
+
+
+def update_squared(rule: str, weights: torch.Tensor, solution: torch.Tensor) -> dict[str, float]:
+    """What a shard reports for FedExP: ||v_i - w||^2 (nothing under the fixed rule)."""
+    if rule != "fedexp":
+        return {}
+    return {UPDATE_SQUARED: float(torch.sum((solution - weights) ** 2))}
+
+
+def server_scale(
+    rule: str, lr: float, metrics: dict[str, float], weights: torch.Tensor, proposal: torch.Tensor
+) -> float:
+    """s for this round: --server-lr, or FedExP's from the shards' averaged ||Delta_i||^2."""
+    if rule != "fedexp":
+        return lr
+    averaged = float(torch.sum((proposal - weights) ** 2))
+    return max(1.0, metrics[UPDATE_SQUARED] / (2.0 * (averaged + FEDEXP_EPSILON)))
+
+
+def scaled_proposal(weights: torch.Tensor, proposal: torch.Tensor, scale: float) -> torch.Tensor:
+    """w + s (w_avg - w); the proposal itself, bit for bit, at s = 1."""
+    return proposal if scale == 1.0 else weights + scale * (proposal - weights)
+
+
+def server_lr_label(lr: float, rule: str) -> str:
+    if rule == "fedexp":
+        return " server-lr=fedexp"
+    return f" server-lr={lr:g}" if lr != 1.0 else ""
+
+
+def check_server_lr(lr: float, rule: str) -> None:
+    if rule == "fedexp" and lr != 1.0:
+        raise SettingError(
+            f"{setting('server_lr_rule', 'fedexp')} chooses the server step itself; drop "
+            f"{setting('server_lr')} or use {setting('server_lr_rule', 'fixed')}"
+        )
+
+
+def server_update(
+    *,
+    beta: float,
+    state: MomentumState | None,
+    weights: torch.Tensor,
+    proposal: torch.Tensor,
+    lr: float = 1.0,
+    rule: str = "fixed",
+    metrics: dict[str, float] | None = None,
+) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
+    """The new weights, momentum state and round metrics (the step size s, where not 1)."""
+    scale = server_scale(rule, lr, metrics or {}, weights, proposal)
+    new_weights, new_state = momentum_step(
+        beta, state, weights, scaled_proposal(weights, proposal, scale)
+    )
+    reported = {"server_lr": scale} if (rule != "fixed" or lr != 1.0) else {}
+    return new_weights, new_state, reported

@@ -1,0 +1,124 @@
+"""The server's step on the averaged update (--server-lr, --server-lr-rule fedexp) and the
+local learning rate's warm-up (--lr-warmup), against numpy (issue 25's cures).
+
+Least squares on three 30-row shards, local steps on the whole shard (a batch of 64), no
+momentum: every local solution is a line of numpy, so FedAvg's v_i, their average, FedExP's
+step s and the new weights are computed independently of the project's code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import RawDataset
+from dask_dane.datasets.store import write_store
+from dask_dane.pipeline.algorithms.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.server import FEDEXP_EPSILON
+from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+
+L2, LR, STEPS = 0.02, 0.1, 3
+
+
+@pytest.fixture(scope="module")
+def least_squares(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((110, 4)) * np.array([1.5, 1.0, 0.6, 0.3])
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.5 * rng.standard_normal(110)
+    raw = RawDataset(source="test-server-step", task="regression", num_classes=1,
+                     x_train=x[:90], y_train=y[:90], x_test=x[90:], y_test=y[90:],
+                     attrs={"l2": L2})  # fmt: skip
+    path = tmp_path_factory.mktemp("server") / "ls.zarr"
+    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
+
+
+def _config(info, algorithm: str = "fedavg", **settings) -> RunConfig:
+    return RunConfig(
+        store=info.path, model="linear", dtype="float64", seed=3, algorithm=algorithm,
+        local_lr=LR, momentum=0.0, local_steps=STEPS, batch_size=64, rounds=1, **settings,
+    ).validate()  # fmt: skip
+
+
+def _local_solutions(info, w: np.ndarray) -> list[np.ndarray]:
+    group = zarr.open_group(info.path, mode="r")
+    x, y = group["train/x"][:], group["train/y"][:]
+    solutions = []
+    for a, b in info.shards:
+        v = w.copy()
+        for _ in range(STEPS):
+            v = v - LR * (2 * x[a:b].T @ (x[a:b] @ v - y[a:b]) / (b - a) + 2 * L2 * v)
+        solutions.append(v)
+    return solutions
+
+
+@pytest.mark.parametrize("server_lr", [0.5, 1.7])
+def test_a_fixed_server_lr_scales_the_averaged_update(least_squares, server_lr):
+    config = _config(least_squares, server_lr=server_lr)
+    w = initial_weights(prepare_run(config).spec, config.seed).numpy()
+    average = np.mean(_local_solutions(least_squares, w), axis=0)  # equal shards
+
+    run = run_reference(prepare_run(config), rounds=1, num_workers=2)
+
+    expected = w + server_lr * (average - w)
+    np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-12, atol=1e-14)
+    assert run.history[0]["server_lr"] == server_lr
+
+
+def test_fedexp_takes_its_step_from_the_spread_of_the_local_updates(least_squares):
+    config = _config(least_squares, server_lr_rule="fedexp")
+    w = initial_weights(prepare_run(config).spec, config.seed).numpy()
+    updates = [v - w for v in _local_solutions(least_squares, w)]
+    average = np.mean(updates, axis=0)
+    spread = np.mean([u @ u for u in updates])
+    scale = max(1.0, spread / (2 * (average @ average + FEDEXP_EPSILON)))
+
+    run = run_reference(prepare_run(config), rounds=1, num_workers=2)
+
+    assert run.history[0]["server_lr"] == pytest.approx(scale, rel=1e-12)
+    np.testing.assert_allclose(run.weights.numpy(), w + scale * average, rtol=1e-12, atol=1e-14)
+
+
+def test_fedexp_never_steps_shorter_than_the_average():
+    import torch
+
+    from dask_dane.pipeline.algorithms.server import server_scale
+
+    w = torch.zeros(3, dtype=torch.float64)
+    agreeing = server_scale("fedexp", 1.0, {"update_sq": 1.0}, w, torch.ones(3) / 3**0.5)
+    cancelling = server_scale("fedexp", 1.0, {"update_sq": 1.0}, w, torch.full((3,), 0.01))
+    assert agreeing == 1.0  # identical updates: ||Delta||^2 = mean ||Delta_i||^2, s = max(1, 1/2)
+    assert cancelling == pytest.approx(1.0 / (2 * (3e-4 + FEDEXP_EPSILON)))
+
+
+def test_fedexp_and_a_server_lr_are_refused_together(least_squares):
+    from dask_dane.pipeline.algorithms import SettingError
+
+    with pytest.raises(SettingError, match="chooses the server step itself"):
+        _config(least_squares, server_lr_rule="fedexp", server_lr=2.0)
+    with pytest.raises(SettingError, match="applies to"):
+        _config(least_squares, algorithm="scaffold", server_lr=2.0)
+
+
+def test_the_local_lr_warms_up_linearly_over_its_rounds():
+    solver = LocalSolver(local_steps=1, local_lr=0.3, batch_size=4, lr_warmup=4, rounds=10)
+
+    assert [solver.lr(t) for t in (1, 2, 4, 5, 10)] == pytest.approx([0.075, 0.15, 0.3, 0.3, 0.3])
+    assert LocalSolver(local_steps=1, local_lr=0.3, batch_size=4).lr(1) == 0.3
+
+
+@pytest.mark.parametrize("algorithm", ["dane", "fedprox"])
+def test_dane_and_fedprox_scale_their_averaged_step_the_same_way(least_squares, algorithm):
+    # Round 1's local solves start from the same w whatever the server does with them, so
+    # the run with s = 1.5 lands at w + 1.5 (w_plain - w).
+    common = dict(algorithm=algorithm, mu=0.2)
+    plain = run_reference(prepare_run(_config(least_squares, **common)), rounds=1, num_workers=2)
+    config = _config(least_squares, server_lr=1.5, **common)
+    scaled = run_reference(prepare_run(config), rounds=1, num_workers=2)
+
+    w = initial_weights(prepare_run(config).spec, config.seed).numpy()
+    expected = w + 1.5 * (plain.weights.numpy() - w)
+    np.testing.assert_allclose(scaled.weights.numpy(), expected, rtol=1e-12, atol=1e-14)
