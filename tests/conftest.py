@@ -216,3 +216,19 @@ def model_file(tmp_path) -> Path:
     path = tmp_path / "my_models.py"
     path.write_text(USER_MODELS)
     return path
+
+
+@pytest.fixture(scope="session")
+def small_least_squares(tmp_path_factory):
+    """Least squares (d = 4, lambda 0.02, float64) in three 30-row iid shards: small enough
+    that every local step can cover a whole shard, so numpy oracles need no sampling."""
+    from dask_dane.datasets.sources import RawDataset
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((110, 4)) * np.array([1.5, 1.0, 0.6, 0.3])
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.5 * rng.standard_normal(110)
+    raw = RawDataset(source="test-small-least-squares", task="regression", num_classes=1,
+                     x_train=x[:90], y_train=y[:90], x_test=x[90:], y_test=y[90:],
+                     attrs={"l2": 0.02})  # fmt: skip
+    path = tmp_path_factory.mktemp("least-squares") / "ls.zarr"
+    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)

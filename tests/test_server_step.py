@@ -12,9 +12,6 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dane.datasets.partition import PartitionSpec
-from dask_dane.datasets.sources import RawDataset
-from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.algorithms.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.server import FEDEXP_EPSILON
 from dask_dane.pipeline.config import RunConfig
@@ -24,16 +21,9 @@ from dask_dane.pipeline.run_setup import initial_weights, prepare_run
 L2, LR, STEPS = 0.02, 0.1, 3
 
 
-@pytest.fixture(scope="module")
-def least_squares(tmp_path_factory):
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((110, 4)) * np.array([1.5, 1.0, 0.6, 0.3])
-    y = x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.5 * rng.standard_normal(110)
-    raw = RawDataset(source="test-server-step", task="regression", num_classes=1,
-                     x_train=x[:90], y_train=y[:90], x_test=x[90:], y_test=y[90:],
-                     attrs={"l2": L2})  # fmt: skip
-    path = tmp_path_factory.mktemp("server") / "ls.zarr"
-    return write_store(raw, PartitionSpec(num_shards=3, seed=0), path, force=False)
+@pytest.fixture
+def least_squares(small_least_squares):
+    return small_least_squares
 
 
 def _config(info, algorithm: str = "fedavg", **settings) -> RunConfig:
