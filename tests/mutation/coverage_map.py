@@ -3,9 +3,10 @@
 `python tests/mutation/coverage_map.py OUT.json [PYTEST ARGS]` runs the fast tests once under
 coverage with one context per test, then writes {file: {line: [test ids]}} for the files
 mutmut mutates. A mutant of line L can change nothing unless L runs, so the tests that run L
-are the only ones that can kill it; mutmut_config.py runs exactly those. Lines that run at
-import (class bodies, field defaults) are recorded under every test that imports the module
-first, so they map to the whole file's tests instead (key "*").
+are the only ones that can kill it; mutmut_config.py runs exactly those, fastest first (with
+`-x` a killed mutant stops at its first failing test). Lines that run at import (class
+bodies, field defaults) are recorded under every test that imports the module first, so they
+map to the whole file's tests instead (key "*").
 """
 
 from __future__ import annotations
@@ -15,27 +16,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import coverage
 
 MUTATED = ("pipeline/algorithms/", "pipeline/comm.py", "pipeline/aggregate.py")
+FLAGS = ["-q", "-p", "no:cacheprovider", "-m", "not cluster", "--cov=pipeline"]
 
 
-def run_fast_tests(data_file: Path, pytest_args: list[str]) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        "not cluster",
-        "--cov=pipeline",
-        "--cov-context=test",
-        "--cov-report=",
-        *pytest_args,
-    ]
+def run_fast_tests(data_file: Path, junit: Path, pytest_args: list[str]) -> None:
+    command = [sys.executable, "-m", "pytest", *FLAGS, "--cov-context=test", "--cov-report="]
+    command += [f"--junitxml={junit}", *pytest_args]
     # A failing test still covers lines: the map wants what ran, not what passed.
     subprocess.run(command, check=False, env={**os.environ, "COVERAGE_FILE": str(data_file)})
 
@@ -45,26 +36,41 @@ def test_id(context: str) -> str:
     return context.rsplit("|", 1)[0]
 
 
-def build_map(data_file: Path, root: Path) -> dict[str, dict[str, list[str]]]:
+def durations(junit: Path) -> dict[str, float]:
+    """Seconds per test id, from pytest's JUnit XML (classname 'tests.test_x', name 'test')."""
+    times = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        times[f"{module}.py::{case.get('name')}"] = float(case.get("time", 0.0))
+    return times
+
+
+def build_map(data_file: Path, root: Path, times: dict[str, float]) -> dict:
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
+
+    def fastest_first(tests: set[str]) -> list[str]:
+        return sorted(tests, key=lambda test: (times.get(test, 60.0), test))
+
     result: dict[str, dict[str, list[str]]] = {}
     for measured in data.measured_files():
         relative = Path(measured).resolve().relative_to(root.resolve()).as_posix()
         if not relative.startswith(MUTATED):
             continue
         by_line = data.contexts_by_lineno(measured)
-        lines = {str(n): sorted({test_id(c) for c in ctx if c}) for n, ctx in by_line.items()}
-        lines["*"] = sorted({t for tests in lines.values() for t in tests})
+        lines = {
+            str(n): fastest_first({test_id(c) for c in ctx if c}) for n, ctx in by_line.items()
+        }
+        lines["*"] = fastest_first({t for tests in lines.values() for t in tests})
         result[relative] = lines
     return result
 
 
 def main() -> None:
     out = Path(sys.argv[1])
-    data_file = out.with_suffix(".coverage")
-    run_fast_tests(data_file, sys.argv[2:])
-    mapping = build_map(data_file, Path.cwd())
+    data_file, junit = out.with_suffix(".coverage"), out.with_suffix(".junit.xml")
+    run_fast_tests(data_file, junit, sys.argv[2:])
+    mapping = build_map(data_file, Path.cwd(), durations(junit))
     out.write_text(json.dumps(mapping, indent=1, sort_keys=True))
     print(f"{out}: {len(mapping)} files")
 
