@@ -86,7 +86,15 @@ def _run_child(pytest, root: str, args: list[str], connection: socket.socket) ->
 
 def run(path: str, args: list[str]) -> int:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.connect(path)
+    deadline = time.monotonic() + 120  # the server may still be importing torch and dask
+    while True:
+        try:
+            client.connect(path)
+            break
+        except (ConnectionRefusedError, FileNotFoundError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     client.sendall((json.dumps({"args": args}) + "\n").encode())
     code = int(_receive_line(client).strip())
     if code in (4, 5):  # a wrong test id or none collected: the tooling's fault, not a kill
