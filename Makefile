@@ -45,12 +45,15 @@ test-fast: $(STAMP)
 MUTATE ?= pipeline/comm.py,pipeline/aggregate.py,pipeline/algorithms/
 MUTATION_MAP ?= .mutation-map.json
 MUTATION_SOCKET ?= .mutation.sock
+# Test one mutant in N (a fixed, hash-chosen sample; tests/mutation/mutmut_config.py); 1: all.
+MUTATION_SAMPLE ?= 1
 mutation: $(STAMP)
 	$(PY) -m pip install -q 'mutmut<3'
 	$(PY) tests/mutation/coverage_map.py $(MUTATION_MAP)
 	$(PY) tests/mutation/forkserver.py serve $(MUTATION_SOCKET) $(CURDIR) & echo $$! > .mutation-server.pid; \
 	sleep 10; \
-	DANE_MUTATION_MAP=$(MUTATION_MAP) DANE_MUTATION_SOCKET=$(MUTATION_SOCKET) PYTHONPATH=tests/mutation \
+	DANE_MUTATION_MAP=$(MUTATION_MAP) DANE_MUTATION_SOCKET=$(MUTATION_SOCKET) \
+	DANE_MUTATION_SAMPLE=$(MUTATION_SAMPLE) PYTHONPATH=tests/mutation \
 	$(PY) tests/mutation/run.py run --paths-to-mutate $(MUTATE) --tests-dir tests \
 		--runner '$(PY) tests/mutation/forkserver.py run $(MUTATION_SOCKET) -x -q -p no:cacheprovider -m "not cluster" tests/test_comm.py tests/test_algorithms.py tests/test_oracles.py'; \
 	status=$$?; kill $$(cat .mutation-server.pid); rm -f .mutation-server.pid; exit $$status

@@ -5,11 +5,13 @@ mutant. The map (coverage_map.py) lists, per file and line, the tests that ran t
 line no test context claims (it ran at import) falls back to the declaration tests and then
 every test of the file. The
 tests run in a fork of forkserver.py's warm process, slowest-to-import work done once.
-Environment: DANE_MUTATION_MAP (the map's path), DANE_MUTATION_SOCKET (the server's socket).
+Environment: DANE_MUTATION_MAP (the map's path), DANE_MUTATION_SOCKET (the server's socket),
+DANE_MUTATION_SAMPLE (optional: test one mutant in N).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -39,7 +41,20 @@ def tests_for(filename: str, line: int) -> list[str]:
     return [*DECLARATION_TESTS, *everything] if everything else []
 
 
+def sampled_out(context) -> bool:
+    """DANE_MUTATION_SAMPLE=N keeps one mutant in N, chosen by a hash of where it is (file,
+    line, text, index): the same mutants on every run, spread evenly over the files, so the
+    score of a sample estimates the whole's at 1/N of the cost (random mutant sampling)."""
+    every = int(os.environ.get("DANE_MUTATION_SAMPLE", "1"))
+    mutant = context.mutation_id
+    where = f"{context.filename}:{mutant.line_number}:{mutant.index}:{mutant.line}"
+    return int(hashlib.sha256(where.encode()).hexdigest(), 16) % every != 0
+
+
 def pre_mutation(context) -> None:
+    if sampled_out(context):
+        context.skip = True
+        return
     tests = tests_for(context.filename, context.current_line_index + 1)
     if not tests:  # no fast test runs this file: nothing can kill the mutant
         context.config.test_command = "true"
