@@ -22,7 +22,7 @@ def test_the_published_configurations_are_all_found():
     names = {path.name for path in TOMLS}
     assert {
         "fashion-mnist-dane-fast.toml", "fashion-mnist-dane-best.toml",
-        "fashion-mnist-dane-k400.toml",
+        "fashion-mnist-dane-k400.toml", "fashion-mnist-scale.toml",
     } <= names  # fmt: skip
     assert "fashion-mnist-race.toml" in names
 
@@ -45,7 +45,10 @@ def test_the_shipped_dane_settings_are_the_ones_documented():
             "dane", "compact-cnn", "cosine"
         )  # fmt: skip
         assert config.eval_every == 1  # shows the round it crosses the target
-    assert (fast.local_steps, fast.grad_sample) == (200, 1000)
+    assert (fast.local_steps, fast.grad_sample, fast.correction) == (200, 1000, "shrink")
+    assert best.correction == "plain"  # measured before the shrunk correction existed
+    scale = RunConfig(**read_toml("preset:fashion-mnist-scale"))
+    assert (scale.correction, scale.grad_sample, scale.rounds) == ("shrink", 1000, 10)
     assert (best.local_steps, best.grad_sample, best.l2) == (200, 4000, 0.00025)
     assert (best.augment, best.rounds) == ("flip", 70)
     k400 = RunConfig(**read_toml("preset:fashion-mnist-dane-k400"))
