@@ -13,6 +13,7 @@ surviving: never a kill the tests did not make.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -22,10 +23,14 @@ import sys
 import tempfile
 import time
 
+MUTATED_MODULES = (
+    "dask_dane.pipeline.algorithms",
+    "dask_dane.pipeline.aggregate",
+    "dask_dane.pipeline.comm",
+)
+
 
 def serve(path: str, root: str) -> None:
-    import importlib
-
     import pytest
 
     # Imported here once so that every child inherits them instead of importing them again.
@@ -64,6 +69,15 @@ def _run_child(pytest, root: str, args: list[str], connection: socket.socket) ->
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        # A mutant that breaks an import (a syntax error, a name gone) fails every test; but
+        # pytest reports a conftest that cannot import as a usage error (exit 4), which
+        # must not read as "no such test". Import the mutated modules first: a failure is
+        # a kill (exit 2, a collection error).
+        try:
+            for module in MUTATED_MODULES:
+                importlib.import_module(module)
+        except BaseException:
+            os._exit(2)
         # Its own temporary root: pytest prunes the shared one, which would pull files from
         # under any other pytest running at the same time (the suite, another mutant).
         basetemp = tempfile.mkdtemp(prefix="dane-mutant-")
