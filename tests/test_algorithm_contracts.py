@@ -27,7 +27,7 @@ from dask_dane.pipeline import algorithms as algorithms_package
 from dask_dane.pipeline.algorithms import ALGORITHMS
 from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.local_solver import LocalProblem, LocalSolver
-from dask_dane.pipeline.settings import AlgorithmSettings
+from dask_dane.pipeline.settings import AlgorithmSettings, RunSettings
 
 # Frozen records that callers build positionally on purpose (the local problem's objective
 # first), and one solve's own working state, which counts its passes in place and never
@@ -65,14 +65,26 @@ def test_there_are_records_to_check():
     assert {"Dane", "LocalSolver", "ShardReport", "Partial", "Layout", "LocalOutput"} <= names
 
 
-SETTINGS_DEFAULTS = {f.name: f.default for f in dataclasses.fields(AlgorithmSettings)}
+# The algorithm section's defaults, and the run section's (the seed, which DANE, FedDyn and
+# the diagnostics draw their fixed rows from).
+SETTINGS_DEFAULTS = {
+    f.name: f.default for section in (AlgorithmSettings, RunSettings)
+    for f in dataclasses.fields(section)
+}  # fmt: skip
+
+
+# `rounds` is a schedule's span, which the registry always passes from the run; a solver
+# built by hand defaults to one round (no schedule to speak of), not to a run's 20.
+NOT_A_SETTING_DEFAULT = {"rounds"}
 
 
 def _defaults(cls: type) -> list[tuple[str, object]]:
     return [
         (f.name, f.default)
         for f in dataclasses.fields(cls)
-        if f.default is not dataclasses.MISSING and f.name in SETTINGS_DEFAULTS
+        if f.default is not dataclasses.MISSING
+        and f.name in SETTINGS_DEFAULTS
+        and f.name not in NOT_A_SETTING_DEFAULT
     ]
 
 

@@ -56,6 +56,22 @@ def test_a_fixed_server_lr_scales_the_averaged_update(least_squares, server_lr):
     expected = w + server_lr * (average - w)
     np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-12, atol=1e-14)
     assert run.history[0]["server_lr"] == server_lr
+    # FedAvg reports its averaged update as a gradient: (w - mean v) / (K lr).
+    pseudo_gradient = np.linalg.norm(w - average) / (STEPS * LR)
+    assert run.history[0]["grad_norm"] == pytest.approx(pseudo_gradient, rel=1e-12)
+
+
+def test_feddyn_reports_the_training_loss_its_local_steps_start_from(least_squares):
+    # One full-shard step's loss at w is f_i(w); the row holds their mean over the shards.
+    config = _config(least_squares, algorithm="feddyn", mu=0.1)
+    w = initial_weights(prepare_run(config).spec, config.seed).numpy()
+    group = zarr.open_group(least_squares.path, mode="r")
+    x, y = group["train/x"][:], group["train/y"][:]
+    losses = [np.mean((x[a:b] @ w - y[a:b]) ** 2) + L2 * w @ w for a, b in least_squares.shards]
+
+    run = run_reference(prepare_run(config), rounds=1, num_workers=2)
+
+    assert run.history[0]["train_loss"] == pytest.approx(np.mean(losses), rel=1e-12)
 
 
 def test_fedexp_takes_its_step_from_the_spread_of_the_local_updates(least_squares):
