@@ -128,3 +128,23 @@ def test_dane_and_fedprox_scale_their_averaged_step_the_same_way(least_squares, 
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
     expected = w + 1.5 * (plain.weights.numpy() - w)
     np.testing.assert_allclose(scaled.weights.numpy(), expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.cluster
+def test_the_dask_run_takes_the_reference_fedexp_steps(digits_stores, cluster_client, tmp_path):
+    from dask_dane.pipeline.loop import train
+    from dask_dane.pipeline.rundir import RunDir
+
+    config = RunConfig(
+        store=str(digits_stores[4]), out=str(tmp_path / "run"), dtype="float64", rounds=3,
+        seed=7, mu=0.1, local_steps=5, batch_size=16, server_lr_rule="fedexp", lr_warmup=2,
+        server_momentum=0.5,
+    ).validate()  # fmt: skip
+
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=3, num_workers=2)
+
+    assert (RunDir(tmp_path / "run").final_weights() - reference.weights).abs().max() < 1e-10
+    steps = [row["server_lr"] for row in RunDir(tmp_path / "run").rows()]
+    assert steps == pytest.approx([row["server_lr"] for row in reference.history], rel=1e-9)
+    assert all(step >= 1.0 for step in steps)
