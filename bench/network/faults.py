@@ -67,8 +67,11 @@ def run_faults(
 def _faulted_run(
     cluster: NetnsCluster, config: RunConfig, fault: str, logs: Path, timeout: float
 ) -> dict[str, Any]:
-    stop = threading.Event()
-    injector = threading.Thread(target=_inject, args=(cluster, fault, config, stop), daemon=True)
+    stop, landed = threading.Event(), {}
+    injector = threading.Thread(
+        target=_inject, args=(cluster, fault, config, stop, landed), daemon=True
+    )
+    started = time.monotonic()
     injector.start()
     try:
         run = run_dask(cluster, config, logs, timeout=timeout, worker_ttl_s=WORKER_TTL_S)
@@ -93,14 +96,21 @@ def _faulted_run(
         "attempts": sum(r.get("attempts", 1) for r in rows),
         "shards_reloaded": sum(r.get("shards_reloaded", 0) for r in rows),
         "process_wall_s": wall,
+        # When the fault landed (s after the run started; None: the run ended first) and
+        # how many rounds had ended then: proof that the run met it.
+        "fault_landed_s": landed["at"] - started if "at" in landed else None,
+        "fault_after_rounds": landed.get("rounds"),
         "driver_last_line": run["driver_last_line"],
         "weights": weights,
         **({"weights_ref": weights} if fault == "none" else {}),
     }
 
 
-def _inject(cluster: NetnsCluster, fault: str, config: RunConfig, stop: threading.Event) -> None:
-    """Wait until round 1 has ended and half a round more, then apply `fault` (see module)."""
+def _inject(
+    cluster: NetnsCluster, fault: str, config: RunConfig, stop: threading.Event, landed: dict
+) -> None:
+    """Wait until round 1 has ended and half a round more, then apply `fault` (see module);
+    `landed` records when it did and after how many rounds."""
     if fault == "none":
         return
     metrics = RunDir(Path(config.out)).metrics
@@ -111,6 +121,7 @@ def _inject(cluster: NetnsCluster, fault: str, config: RunConfig, stop: threadin
     if stop.wait(0.5 * read_metrics(metrics)[0]["wall_s"]):
         return  # the run ended first: there is nothing left to disturb
     victim = cluster.worker_nodes[-1]
+    landed.update(at=time.monotonic(), rounds=len(read_metrics(metrics)))
     if fault == "partition":
         cluster.set_link(victim, up=False)
         stop.wait(PARTITION_S)

@@ -12,6 +12,7 @@ not stop; and worker memory is read by process id, so that the soak adds nothing
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import statistics
@@ -186,6 +187,13 @@ def summarize(samples: list[dict[str, Any]], *, warmup: int, expected: int) -> d
         base = statistics.median(s[key] for s in first)
         return 100.0 * (statistics.median(s[key] for s in last) - base) / base
 
+    def slope(key: str) -> float:
+        """Bytes a round: Theil-Sen (the median of the pairwise slopes), which one jump of
+        the allocator does not move, where a leak of a fixed size a round does."""
+        points = [(s["round"], s[key]) for s in after]
+        pairs = itertools.combinations(points, 2)
+        return statistics.median((b[1] - a[1]) / (b[0] - a[0]) for a, b in pairs)
+
     first_wall = statistics.median(s["wall_s"] for s in first)
     last_wall = statistics.median(s["wall_s"] for s in last)
     leftover = [s["scheduler_tasks"] - expected for s in samples]
@@ -195,6 +203,8 @@ def summarize(samples: list[dict[str, Any]], *, warmup: int, expected: int) -> d
         "worker_rss_mib": [_mib(first, "worker_rss"), _mib(last, "worker_rss")],
         "driver_growth_pct": growth("driver_rss"),
         "worker_growth_pct": growth("worker_rss"),
+        "driver_bytes_per_round": slope("driver_rss"),
+        "worker_bytes_per_round": slope("worker_rss"),
         "round_ms": [first_wall * 1e3, last_wall * 1e3],
         "round_time_drift": last_wall / first_wall,
         "max_leftover_tasks": max(leftover),
