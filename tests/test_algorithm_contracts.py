@@ -114,12 +114,113 @@ def test_each_registered_name_is_its_class_name_and_phases_are_named(name):
     assert cls.full_batch == (name in ("gd", "agd"))
 
 
-def _default_strategy(name: str):
+def _default_strategy(name: str, **overrides):
     from dask_dane.pipeline.algorithms import make_strategy
 
-    settings = dataclasses.asdict(AlgorithmSettings())
+    settings = {**dataclasses.asdict(AlgorithmSettings()), **overrides}
     if name in ("sdane", "sdane-adaptive", "feddyn"):
         settings["mu"] = 0.1  # these need mu above 0
     if name in ("gd", "agd", "admm"):
         settings["local_solver"] = "cg"  # full-batch and exact solvers need exact solves
     return make_strategy(name, settings)
+
+
+VARIANTS = [  # (algorithm, settings beyond the defaults): the states each one keeps
+    ("dane", {}), ("dane", {"server_momentum": 0.5}), ("dane", {"safeguard": "backtrack"}),
+    ("fedavg", {"server_momentum": 0.5}), ("fedprox", {"server_momentum": 0.5}),
+    ("sgd", {}), ("scaffold", {}), ("feddyn", {}), ("admm", {}), ("gd", {}), ("agd", {}),
+    ("sdane", {}), ("sdane-adaptive", {}), ("one-shot", {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "settings"), VARIANTS, ids=lambda v: str(v))
+def test_each_strategys_state_types_are_those_of_its_initial_states(name, settings):
+    # Checkpoints rebuild states from their declared types (state_from_data): a declared
+    # type that is not the initial state's would lose the state on --resume.
+    import torch
+
+    strategy = _default_strategy(name, **settings)
+    weights = torch.zeros(5, dtype=torch.float64)
+    state, shard_state = strategy.init_state(weights), strategy.init_shard_state(weights)
+    assert strategy.state_type is (None if state is None else type(state))
+    assert strategy.shard_state_type is (None if shard_state is None else type(shard_state))
+
+
+def test_the_protocols_optional_parts_default_to_none():
+    # A strategy tells "no state" and "no decision" by None; "" or 0 would read as present.
+    from dask_dane.pipeline.algorithms import base
+
+    optional = {
+        base.LocalContext: ("shard_state", "round_data"), base.Broadcast: ("decision",),
+        base.RoundEnd: ("state", "round_data"), base.RoundUpdate: ("state",),
+        base.LocalOutput: ("shard_state",),
+    }  # fmt: skip
+    for cls, names in optional.items():
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert all(defaults[name] is None for name in names), cls.__qualname__
+    assert base.StrategyDefaults.state_type is None
+    assert base.StrategyDefaults.shard_state_type is None
+
+
+def _exclusive_fields() -> dict[str, list[type]]:
+    owners: dict[str, list[type]] = {}
+    for cls in ALGORITHMS.values():
+        for f in dataclasses.fields(cls):
+            owners.setdefault(f.name, []).append(cls)
+    return owners
+
+
+def test_every_owner_of_a_setting_agrees_whether_it_is_exclusive():
+    for name, owners in _exclusive_fields().items():
+        flags = {bool(dataclasses.fields(cls)[_index(cls, name)].metadata.get("exclusive"))
+                 for cls in owners}  # fmt: skip
+        assert len(flags) == 1, f"{name}: exclusive on some of {owners} only"
+
+
+def _index(cls: type, name: str) -> int:
+    return [f.name for f in dataclasses.fields(cls)].index(name)
+
+
+def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
+    from dask_dane.pipeline.algorithms import SettingError, make_strategy
+
+    values = {"grad_sample": 10, "grad_sample_growth": 2.0, "local_theta": 1.0,
+              "trust_radius": 1.0, "line_search": 2, "safeguard": "backtrack",
+              "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp"}  # fmt: skip
+    exclusive = {
+        name for name, owners in _exclusive_fields().items()
+        if dataclasses.fields(owners[0])[_index(owners[0], name)].metadata.get("exclusive")
+    }  # fmt: skip
+    assert exclusive == set(values), exclusive
+    for name, owners in _exclusive_fields().items():
+        if name not in values:
+            continue
+        for algorithm, cls in ALGORITHMS.items():
+            if cls in owners:
+                continue
+            settings = {**dataclasses.asdict(AlgorithmSettings()), name: values[name]}
+            with pytest.raises(SettingError, match="applies to"):
+                make_strategy(algorithm, settings)
+
+
+def test_the_rules_accept_the_values_at_their_edges_and_refuse_those_past_them():
+    from dask_dane.pipeline.algorithms import SettingError, checks
+
+    accepted = [
+        (checks.positive, 1e-9), (checks.positive, 0.5), (checks.non_negative, 0.0),
+        (checks.at_least_one, 1), (checks.momentum_range, 0.0), (checks.momentum_range, 0.5),
+        (checks.momentum_range, 0.999), (checks.relative_tolerance, 0.5),
+        (checks.rows_or_all, 0), (checks.rows_or_all, 1), (checks.count_or_off, 0),
+        (checks.at_least(1.0), 1.0),
+    ]  # fmt: skip
+    refused = [
+        (checks.positive, 0.0), (checks.positive, float("inf")), (checks.non_negative, -1e-9),
+        (checks.at_least_one, 0), (checks.momentum_range, 1.0), (checks.momentum_range, -0.1),
+        (checks.relative_tolerance, 1.0), (checks.relative_tolerance, 0.0),
+        (checks.rows_or_all, -1), (checks.count_or_off, -1), (checks.at_least(1.0), 0.99),
+    ]  # fmt: skip
+    for rule, value in accepted:
+        rule("x", value)
+    for rule, value in refused:
+        with pytest.raises(SettingError):
+            rule("x", value)

@@ -24,11 +24,11 @@ from dask_dane.pipeline.run_setup import ensure_default_store, initial_weights, 
 L2, LR = 0.02, 0.05
 
 
-def _config(info, **settings) -> RunConfig:
+def _config(info, rounds: int = 1, **settings) -> RunConfig:
     # A batch of 64 covers each 30-row shard: every local step is a full-shard step.
     return RunConfig(
-        store=info.path, model="linear", dtype="float64", seed=3, batch_size=64, rounds=1,
-        local_lr=LR, momentum=0.0, **settings,
+        store=info.path, model="linear", dtype="float64", seed=3, batch_size=64,
+        rounds=rounds, local_lr=LR, momentum=0.0, **settings,
     ).validate()  # fmt: skip
 
 
@@ -137,3 +137,29 @@ def test_the_default_store_is_prepared_once_and_then_reused(tmp_path, monkeypatc
     assert second == first and marker.exists()
     assert {p: p.stat().st_mtime_ns for p in second.rglob("*") if p.is_file()} == written
     assert ensure_default_store(RunConfig(workers=3, seed=0)) != first  # one per layout
+
+
+def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
+    small_least_squares,
+):
+    # InexactDANE's rule with a loose theta: the solves stop after a few of their 40 steps,
+    # and the row reports how many (beside FedExP's step, which shares the metrics).
+    config = _config(small_least_squares, algorithm="dane", local_steps=40, local_theta=0.5,
+                     server_lr_rule="fedexp", rounds=2)  # fmt: skip
+
+    run = run_reference(prepare_run(config), rounds=2, num_workers=2)
+
+    steps = [row["local_steps"] for row in run.history]
+    assert all(1 <= s < 40 for s in steps), steps
+    assert all(row["server_lr"] >= 1.0 for row in run.history)
+
+
+def test_an_exact_solve_counts_every_pass_over_its_shard_as_images(small_least_squares):
+    # cg reads the whole 30-row shard once per value, gradient or Hessian product: a round's
+    # images are whole passes, and a solve to 1e-10 takes several.
+    config = _config(small_least_squares, algorithm="fedprox", mu=0.1, local_solver="cg")
+
+    run = run_reference(prepare_run(config), rounds=1, num_workers=2)
+
+    images = run.history[0]["images"]
+    assert images % 30 == 0 and images >= 3 * 3 * 30, images
