@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -100,17 +101,49 @@ def _run_child(pytest, root: str, args: list[str], connection: socket.socket) ->
 
 def run(path: str, args: list[str]) -> int:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    deadline = time.monotonic() + 120  # the server may still be importing torch and dask
+    deadline = time.monotonic() + 60  # the server may still be importing torch and dask
     while True:
         try:
             client.connect(path)
             break
         except (ConnectionRefusedError, FileNotFoundError):
             if time.monotonic() > deadline:
-                raise
+                return _verdict(_run_alone(args), args)
             time.sleep(0.5)
     client.sendall((json.dumps({"args": args}) + "\n").encode())
-    code = int(_receive_line(client).strip())
+    line = _receive_line(client).strip()
+    # No answer: the server died with this request; never a verdict the tests did not give.
+    return _verdict(int(line) if line else _run_alone(args), args)
+
+
+def _run_alone(args: list[str]) -> int:
+    """Without a server (it died, or never came up): the same tests in a process of their
+    own, slower but as valid."""
+    print("mutation server not answering: running the tests alone", file=sys.stderr)
+    basetemp = tempfile.mkdtemp(prefix="dane-mutant-")
+    command = [sys.executable, "-c", _ALONE, *MUTATED_MODULES, "--", *args]
+    command.append(f"--basetemp={basetemp}")
+    # The package is the folder mutmut runs in: import it from there, as the server does.
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.getcwd())}
+    try:
+        return subprocess.run(command, check=False, env=env).returncode
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
+
+
+# Import the mutated modules (a failure is a kill, as in the server), then run pytest.
+_ALONE = (
+    "import importlib, sys, pytest\n"
+    "split = sys.argv.index('--')\n"
+    "try:\n"
+    "    [importlib.import_module(m) for m in sys.argv[1:split]]\n"
+    "except BaseException:\n"
+    "    sys.exit(2)\n"
+    "sys.exit(int(pytest.main(sys.argv[split + 1:])))\n"
+)
+
+
+def _verdict(code: int, args: list[str]) -> int:
     if code in (4, 5):  # a wrong test id or none collected: the tooling's fault, not a kill
         print(
             f"pytest exit {code} for {args}: the map names tests that do not exist", file=sys.stderr
