@@ -174,16 +174,21 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_
     assert "10.213.7.1:8787" in driver_log
 
 
-@needs_netns
-@pytest.mark.cluster
-def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digits_stores, tmp_path):
+def _faulted(digits_stores, tmp_path, faults: tuple[str, ...], rounds: int) -> dict:
+    """DANE on 2 namespaced workers at 100 Mbit/s: undisturbed, then under each fault."""
     from dask_dane.bench.network.faults import run_faults
 
     spec = NetworkSpec(
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
-        methods=("dane",), rounds=20, local_steps=40, workdir=str(tmp_path / "net"),
+        methods=("dane",), rounds=rounds, local_steps=40, workdir=str(tmp_path / "net"),
     )  # fmt: skip
-    result = run_faults(spec, faults=("partition",), log=lambda line: None)
+    return run_faults(spec, faults=faults, log=lambda line: None)
+
+
+@needs_netns
+@pytest.mark.cluster
+def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digits_stores, tmp_path):
+    result = _faulted(digits_stores, tmp_path, ("partition",), rounds=20)
 
     undisturbed, partitioned = result["runs"]
     assert undisturbed["fault"] == "none" and undisturbed["exit_code"] == 0
@@ -204,13 +209,7 @@ def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digit
 @needs_netns
 @pytest.mark.cluster
 def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(digits_stores, tmp_path):
-    from dask_dane.bench.network.faults import run_faults
-
-    spec = NetworkSpec(
-        store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
-        methods=("dane",), rounds=12, local_steps=40, workdir=str(tmp_path / "net"),
-    )  # fmt: skip
-    result = run_faults(spec, faults=("flap", "collapse"), log=lambda line: None)
+    result = _faulted(digits_stores, tmp_path, ("flap", "collapse"), rounds=12)
 
     undisturbed, *faulted = result["runs"]
     assert undisturbed["fault"] == "none" and undisturbed["exit_code"] == 0
