@@ -66,11 +66,21 @@ def build_map(data_file: Path, root: Path, times: dict[str, float]) -> dict:
     return result
 
 
+def check_ids_collect(mapping: dict) -> None:
+    """Every test id in the map must collect on the unmutated tree: then a mutant's "no such
+    test" from pytest can only mean the mutant broke a test module's import (a kill)."""
+    ids = sorted({test for lines in mapping.values() for tests in lines.values() for test in tests})
+    command = [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *ids]
+    if subprocess.run(command, check=False, capture_output=True).returncode != 0:
+        raise SystemExit("some test ids of the map do not collect: rebuild it on a clean tree")
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     data_file, junit = out.with_suffix(".coverage"), out.with_suffix(".junit.xml")
     run_fast_tests(data_file, junit, sys.argv[2:])
     mapping = build_map(data_file, Path.cwd(), durations(junit))
+    check_ids_collect(mapping)
     out.write_text(json.dumps(mapping, indent=1, sort_keys=True))
     print(f"{out}: {len(mapping)} files")
 
