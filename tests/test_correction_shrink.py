@@ -171,3 +171,14 @@ def test_the_dask_run_shrinks_as_the_reference_does(digits_stores, cluster_clien
     expected = [[s["correction_factor"] for s in row["shards"]] for row in reference.history]
     np.testing.assert_allclose(factors, expected, rtol=1e-9)
     assert all(0.0 <= f < 1.0 for round_factors in factors for f in round_factors)
+
+
+def test_the_shrunk_term_keeps_the_global_part_of_the_correction_whole():
+    # alpha_i scales only g_i - g; with eta != 1 the (1 - eta) g part of the paper's term
+    # stays, and factor 1 is the paper's term itself.
+    own, mean = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.5, 1.0, -1.0])
+
+    shrunk = cr.shrunk_linear(own, mean, eta=0.7, factor=0.25)
+
+    torch.testing.assert_close(shrunk, 0.25 * (own - mean) + 0.3 * mean)
+    torch.testing.assert_close(cr.shrunk_linear(own, mean, eta=0.7, factor=1.0), own - 0.7 * mean)

@@ -148,3 +148,35 @@ def test_the_dask_run_takes_the_reference_fedexp_steps(digits_stores, cluster_cl
     steps = [row["server_lr"] for row in RunDir(tmp_path / "run").rows()]
     assert steps == pytest.approx([row["server_lr"] for row in reference.history], rel=1e-9)
     assert all(step >= 1.0 for step in steps)
+
+
+def test_the_local_lr_is_the_product_of_its_schedule_and_its_warm_up():
+    solver = LocalSolver(local_steps=1, local_lr=0.3, batch_size=4, lr_warmup=4, rounds=10,
+                         lr_schedule="step")  # fmt: skip
+
+    # Rounds 6 and 8 of 10: past the first milestone (5), the step schedule's 0.1.
+    assert solver.lr(2) == pytest.approx(0.3 * 0.5)
+    assert solver.lr(6) == pytest.approx(0.03) and solver.lr(8) == pytest.approx(0.003)
+
+
+def test_a_stop_rule_is_asked_from_the_second_step_on():
+    import torch
+
+    from dask_dane.pipeline.algorithms.local_solver import LocalProblem
+    from dask_dane.pipeline.algorithms.solvers import make_solver
+    from dask_dane.pipeline.objective import ShardObjective
+
+    solver = make_solver({"local_steps": 5, "local_lr": 0.1, "batch_size": 4})
+    assert isinstance(solver, LocalSolver)  # no local_solver given: K steps
+    model = torch.nn.Linear(2, 1, dtype=torch.float64)
+    x, y = torch.randn(8, 2, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    problem = LocalProblem(ShardObjective(model, x, y, "regression"))
+    start = torch.zeros(3, dtype=torch.float64)
+    asked = []
+
+    def always_solved(grad, v) -> bool:
+        asked.append(True)
+        return True
+
+    solution = solver.solve(problem, start, torch.Generator().manual_seed(0), stop=always_solved)
+    assert solution.steps == 1 and len(asked) == 1  # the first step always moves
