@@ -289,4 +289,10 @@ def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row
     apart. Bounded like every request of the driver's (a frozen scheduler raises OSError).
     """
     event = {"run": token, "run_dir": str(run_dir), **row}
-    client.sync(client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout)
+    try:
+        client.sync(
+            client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout
+        )
+    except OSError:  # a scheduler killed mid-request closes the comm (CommClosedError)
+        check_scheduler(client, timeout)  # ClusterLost where the scheduler is gone
+        raise
