@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dask_dane.cli import app
+from dask_dane.models.registry import ModelSpec, build_model
 
 pytestmark = pytest.mark.cluster
 
@@ -117,6 +118,18 @@ def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
         assert run["steps"] * run["global_batch"] == pytest.approx(local_images, rel=0.1)
         assert 0.1 < run["final_test_accuracy"] <= run["best_test_accuracy"] <= 1
     assert "DDP at m ranks" in done.output and "FedAvg, the same local settings" in done.output
+    # What `dane bench time-to-accuracy` projects from: each round's timing, one rank's step.
+    for run in result["runs"]:
+        timing = run["timing"]
+        assert timing["workers"] == min(run["shards"], 2) and timing["phases"] == 2
+        assert len(timing["round_compute_s"]) == len(timing["round_train_s"]) == 3
+        pairs = zip(timing["round_compute_s"], timing["round_train_s"], strict=True)
+        assert all(0 < compute <= train for compute, train in pairs)
+        assert all(b > 0 for b in timing["comm_bytes"])
+    small_cnn = build_model(ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10))
+    params = sum(p.numel() for p in small_cnn.parameters())
+    for run in ddp:
+        assert run["rank_step_s"] > 0 and run["grad_bytes"] == 4 * params
 
 
 def test_shards_bench_refuses_a_config_that_names_a_store(tmp_path):

@@ -68,4 +68,49 @@ def scaling(
     )
 
 
-COMMANDS = {"scaling": scaling}
+def time_to_accuracy(
+    shards_json: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="A `dane bench shards` JSON.")
+    ],
+    fixed_cost: Annotated[
+        Path,
+        typer.Option(
+            exists=True, dir_okay=False, help="A `dane bench scaling` JSON with fixed-cost rows."
+        ),
+    ],
+    target: Annotated[str, typer.Option(help="Test accuracies, comma-separated.")] = "0.88,0.91",
+    compute_speedup: Annotated[
+        str, typer.Option(help="Compute speed-ups to project at, comma-separated.")
+    ] = "1,10,100",
+    network: Networks = None,
+    json_out: JsonOut = None,
+    plot_out: PlotOut = None,
+) -> None:
+    """Each method's time to target on m workers, projected from a shards sweep."""
+    from .time_report import markdown_table, plot
+    from .time_to_accuracy import project_sweep
+
+    targets = parse_numbers(target, "--target", float)
+    speedups = parse_numbers(compute_speedup, "--compute-speedup", float)
+    if not all(0 < t <= 1 for t in targets) or not all(k > 0 for k in speedups):
+        raise ValueError("--target must lie in (0, 1] and --compute-speedup above 0")
+    result = project_sweep(
+        read_json(shards_json, "SHARDS_JSON"),
+        read_json(fixed_cost, "--fixed-cost"),
+        targets=targets,
+        networks=networks_or_standard(network),
+        speedups=speedups,
+    )
+    save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
+
+
+def read_json(path: Path, what: str) -> dict:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{what} {path} is not JSON ({error}); pass a bench result") from None
+
+
+COMMANDS = {"scaling": scaling, "time-to-accuracy": time_to_accuracy}

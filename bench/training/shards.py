@@ -113,6 +113,20 @@ def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[s
             for r in evaluated
         ],
         "seconds": seconds,
+        "timing": _timing(rows),
+    }
+
+
+def _timing(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per round, what bench/scaling/time_to_accuracy.py projects from: the slowest worker's
+    compute (its shards one after another, one thread), the round's wall time less its test
+    evaluation (training time, as DDP's rows count it) and the bytes the round moved."""
+    return {
+        "workers": max(r["num_workers"] for r in rows),  # workers that held shards
+        "phases": rows[0]["comm_rounds"],  # communication rounds per iteration
+        "round_compute_s": [r["max_worker_compute_s"] for r in rows],
+        "round_train_s": [r["wall_s"] - (r["eval_s"] or 0.0) for r in rows],
+        "comm_bytes": [r["comm_bytes"] for r in rows],
     }
 
 

@@ -1,0 +1,178 @@
+"""`dane bench time-to-accuracy`: each method's wall time to a target accuracy on m workers.
+
+From one `dane bench shards` run (the same data in m = 1, 2, 4... shards, the same budget of
+epochs for every m, DDP at m ranks beside) and one `dane bench scaling` run (its fixed-cost
+rows): for every m, one shard per worker,
+
+    time to target = iterations (or DDP steps) to the target, as the sweep measured them,
+                     x the time of one on m workers,
+
+and the time of one is bench/network/model.py's, with what the sweep measured:
+
+    DANE family:  C / k * W0 / m  +  F(m)  +  comm(net, m, the round's measured payloads)
+    DDP:          S / k  +  ring all-reduce(net, m, gradient bytes)
+
+  C: the slowest worker's compute per iteration, measured on W0 workers holding m / W0
+  shards each (their shards run one after another on one thread, so m workers each take
+  1 / m of the shards' work); S: one rank's step (batch B, one thread), timed by the sweep;
+  k: a compute speed-up (10x, 100x: GPU-class, where communication and F dominate);
+  F(m): the engine's fixed cost of a round, measured by `dane bench scaling` where its
+  worker count was, and beyond it one more dependent scheduling step per phase for every
+  level the reduction tree gains, at the measured cost of a step between workers.
+
+The iterations to target are taken as measured at m shards: the split itself is what the
+sweep ran, so only the placement (m workers instead of W0) is projected. Test evaluation is
+left out of every time, as DDP's rows leave it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ..network.model import Network, measure_loopback
+from .time_methods import (
+    DaskMethod,
+    FixedCost,
+    dask_methods,
+    ddp_methods,
+    fixed_cost_from,
+    to_target,
+)
+
+COMPUTE_SPEEDUPS = (1.0, 10.0, 100.0)
+TARGETS = (0.88, 0.91)
+CROSSOVER_LATENCY_MS = 0.05  # the 10 Gbit/s network's; the crossover varies the bandwidth
+CHECKED_SHARDS = (1, 2)  # where the sweep ran one shard per worker: projection vs measurement
+
+
+def project_sweep(
+    sweep: dict[str, Any],
+    scaling: dict[str, Any],
+    *,
+    targets: tuple[float, ...] = TARGETS,
+    networks: tuple[Network, ...],
+    speedups: tuple[float, ...] = COMPUTE_SPEEDUPS,
+) -> dict[str, Any]:
+    """Every method's projected time to each target on m workers, its speed-up T(1) / T(m),
+    the bandwidth where the DANE family and DDP trade places, and the check at m = 1, 2."""
+    fixed = fixed_cost_from(scaling)
+    family = sweep["runs"][0]["config"]["algorithm"]
+    methods: dict[str, list[Any]] = {family: dask_methods(sweep["runs"], family)}
+    if sweep.get("fedavg_runs"):
+        methods["fedavg"] = dask_methods(sweep["fedavg_runs"], "fedavg")
+    if ddp := ddp_methods(sweep.get("ddp_runs", [])):
+        methods["ddp"] = ddp
+    tables = [
+        {
+            "target": target,
+            "network": asdict(net),
+            "label": net.label,
+            "compute_speedup": speed,
+            "methods": {
+                name: _times(rows, target, net, speed, fixed) for name, rows in methods.items()
+            },
+        }
+        for target in targets
+        for net in networks
+        for speed in speedups
+    ]
+    crossovers = []
+    if "ddp" in methods:
+        crossovers = _crossovers(methods[family], methods["ddp"], targets, speedups, fixed)
+    return {
+        "fixed_cost": asdict(fixed),
+        "family": family,
+        "projections": tables,
+        "crossover": crossovers,
+        "loopback_check": loopback_check(sweep["runs"], methods[family], targets, fixed),
+    }
+
+
+def _times(methods: list[Any], target: float, net: Network, speed: float, fixed: FixedCost) -> list:
+    times = {m.shards: m.time_s(target, net, speed, fixed) for m in methods}
+    one = times.get(1)
+    return [
+        {"shards": m, "time_s": t, "speedup": one / t if one and t else None}
+        for m, t in times.items()
+    ]
+
+
+def _crossovers(family, ddp, targets, speedups, fixed) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """Per m, target and compute speed: where the DANE family and DDP reach the target at the
+    same time. Both times are a + k / B in the bandwidth B (latency held at
+    CROSSOVER_LATENCY_MS), so two bandwidths give a and k, and the crossing is exact."""
+    ranks = {m.shards: m for m in ddp}
+    rows = []
+    for method in family:
+        rival = ranks.get(method.shards)
+        for target in targets:
+            for speed in speedups:
+                if rival is None:
+                    continue
+                rows.append(
+                    {
+                        "shards": method.shards,
+                        "target": target,
+                        "compute_speedup": speed,
+                        **crossing(method, rival, target, speed, fixed),
+                    }
+                )
+    return rows
+
+
+def crossing(family: Any, ddp: Any, target: float, speed: float, fixed: FixedCost) -> dict:
+    """{"dane_first": "always" | "never" | "below" | "above" | None, "bandwidth_gbps": B}:
+    the family reaches `target` before DDP at every bandwidth, at none, or below / above B."""
+    lines = []
+    for method in (family, ddp):
+        slow, fast = (
+            method.time_s(
+                target, Network(bandwidth_gbps=b, latency_ms=CROSSOVER_LATENCY_MS), speed, fixed
+            )
+            for b in (1.0, 10.0)
+        )
+        if slow is None or fast is None:
+            return {"dane_first": "never" if method is family else "always", "bandwidth_gbps": None}
+        k = (slow - fast) / (1.0 - 0.1)  # seconds per (1 / Gbit/s)
+        lines.append((fast - 0.1 * k, k))
+    (a_family, k_family), (a_ddp, k_ddp) = lines
+    if k_family == k_ddp:
+        return {"dane_first": "always" if a_family < a_ddp else "never", "bandwidth_gbps": None}
+    x = (a_ddp - a_family) / (k_family - k_ddp)  # 1 / B where the two times are equal
+    if x <= 0:  # no crossing at a positive bandwidth: one side wins everywhere
+        first = "always" if a_family + k_family < a_ddp + k_ddp else "never"
+        return {"dane_first": first, "bandwidth_gbps": None}
+    return {"dane_first": "below" if k_family < k_ddp else "above", "bandwidth_gbps": 1.0 / x}
+
+
+def loopback_check(
+    runs: list[dict[str, Any]],
+    family: list[DaskMethod],
+    targets: tuple[float, ...],
+    fixed: FixedCost,
+) -> list[dict[str, Any]]:
+    """Where the sweep ran one shard per worker (m = 1, 2): the projected time to each target on
+    this machine's loopback against the measured training time to it."""
+    loopback = measure_loopback()
+    rows = []
+    for run, method in zip(runs, family, strict=True):
+        if method.shards not in CHECKED_SHARDS or method.workers != method.shards:
+            continue
+        for target in targets:
+            iterations = to_target(method.curve, "round", target)
+            if iterations is None:
+                continue
+            measured = sum(run["timing"]["round_train_s"][:iterations])
+            projected = method.time_s(target, loopback, 1.0, fixed)
+            rows.append(
+                {
+                    "shards": method.shards,
+                    "target": target,
+                    "iterations": iterations,
+                    "measured_s": measured,
+                    "projected_s": projected,
+                    "error_pct": 100 * (projected / measured - 1),
+                }
+            )
+    return rows

@@ -1,0 +1,184 @@
+"""`dane bench time-to-accuracy`: projections from a shards sweep, checked against the
+alpha-beta formulas written out by hand here (not through bench/network/model.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dask_dane.bench.network.model import Network
+from dask_dane.bench.scaling.time_methods import fixed_cost_from
+from dask_dane.bench.scaling.time_to_accuracy import crossing, project_sweep
+
+PAYLOAD = 2_000_000  # bytes of one model copy
+GRAD = 1_800_000  # DDP's all-reduced bytes
+COPIES = {1: 1, 2: 5}  # model copies a DANE round moves on 1 and 2 workers (comm.py)
+
+
+def _dane_run(m: int, accuracies: list[float], compute: float) -> dict:
+    workers = min(m, 2)
+    rounds = len(accuracies)
+    return {
+        "shards": m,
+        "config": {"algorithm": "dane"},
+        "curve": [{"round": r + 1, "test_accuracy": a} for r, a in enumerate(accuracies)],
+        "timing": {
+            "workers": workers,
+            "phases": 2,
+            "round_compute_s": [compute] * rounds,
+            "round_train_s": [compute + 0.2 + r for r in range(rounds)],
+            "comm_bytes": [PAYLOAD * COPIES[workers]] * rounds,
+        },
+    }
+
+
+def _ddp_run(m: int, steps_to_88: int | None) -> dict:
+    curve = [{"step": 0, "test_accuracy": 0.1}, {"step": 500, "test_accuracy": 0.85}]
+    if steps_to_88:
+        curve.append({"step": steps_to_88, "test_accuracy": 0.885})
+    return {"shards": m, "curve": curve, "rank_step_s": 0.01, "grad_bytes": GRAD}
+
+
+@pytest.fixture()
+def sweep() -> dict:
+    return {
+        "runs": [
+            _dane_run(1, [0.80, 0.87, 0.89, 0.92], compute=40.0),
+            _dane_run(2, [0.78, 0.86, 0.88, 0.90], compute=20.0),
+            _dane_run(4, [0.75, 0.85, 0.87, 0.881], compute=20.0),
+        ],
+        "ddp_runs": [_ddp_run(1, 2000), _ddp_run(2, 1200), _ddp_run(4, None)],
+    }
+
+
+def _fixed_row(workers: int, ms: float, steps: int, hop: dict) -> dict:
+    return {"workers": workers, "ms_per_round": ms, "dependent_steps": steps, "hop": hop}
+
+
+@pytest.fixture()
+def scaling() -> dict:
+    return {
+        "machine": {"cpu_count": 2},
+        "phases": 2,
+        "fixed_cost": [
+            _fixed_row(1, 100.0, 7, {"same_worker_ms": 6.0}),
+            _fixed_row(2, 120.0, 9, {"same_worker_ms": 6.0, "alternating_ms": 8.0}),
+            _fixed_row(4, 300.0, 11, {"same_worker_ms": 9.0, "alternating_ms": 30.0}),
+        ],
+    }
+
+
+NET = Network(bandwidth_gbps=10.0, latency_ms=0.05)
+
+
+def _by_hand_dane_round(m: int, compute_on_w0: float, w0: int, fixed: float) -> float:
+    """One DANE round on m workers: the driver's scatter and gather, then per phase the
+    reducing worker sends m - 1 copies (one latency) and the sums climb log2(m) levels."""
+    a, per_byte = 50e-6, 8 / 10e9
+    depth = {1: 0, 2: 1, 4: 2}[m]
+    per_phase = (a + (m - 1) * PAYLOAD * per_byte if m > 1 else 0.0) + depth * (
+        a + PAYLOAD * per_byte
+    )
+    comm = 2 * (a + PAYLOAD * per_byte) + 2 * per_phase
+    return compute_on_w0 * w0 / m + fixed + comm
+
+
+def test_fixed_cost_uses_the_measured_rows_and_adds_a_step_per_phase_per_tree_level(scaling):
+    fixed = fixed_cost_from(scaling)
+
+    # 4 workers on 2 cores were oversubscribed: left out, extrapolated from 2 instead.
+    assert fixed.measured_s == {1: 0.1, 2: 0.12}
+    assert fixed.steps_per_level == 2 and fixed.step_s == pytest.approx(0.008)
+    assert fixed.seconds(4) == pytest.approx(0.12 + 2 * 1 * 0.008)
+    assert fixed.seconds(32) == pytest.approx(0.12 + 2 * 4 * 0.008)
+    with pytest.raises(ValueError, match="no fixed_cost rows"):
+        fixed_cost_from({"fixed_cost": []})
+
+
+def test_projected_times_and_speedups_follow_the_formulas(sweep, scaling):
+    result = project_sweep(sweep, scaling, targets=(0.88,), networks=(NET,), speedups=(1.0, 100.0))
+
+    tables = {t["compute_speedup"]: t["methods"] for t in result["projections"]}
+    fixed = {1: 0.1, 2: 0.12, 4: 0.136}
+    w0 = {1: 1, 2: 2, 4: 2}
+    compute = {1: 40.0, 2: 20.0, 4: 20.0}
+    iterations = {1: 3, 2: 3, 4: 4}
+    for speed, methods in tables.items():
+        dane = {r["shards"]: r for r in methods["dane"]}
+        for m in (1, 2, 4):
+            round_s = _by_hand_dane_round(m, compute[m] / speed, w0[m], fixed[m])
+            assert dane[m]["time_s"] == pytest.approx(iterations[m] * round_s, rel=1e-9)
+            assert dane[m]["speedup"] == pytest.approx(dane[1]["time_s"] / dane[m]["time_s"])
+        ddp = {r["shards"]: r for r in methods["ddp"]}
+        ring = 2 * 1 * 50e-6 + 2 * 1 / 2 * GRAD * 8 / 10e9  # two ranks
+        assert ddp[1]["time_s"] == pytest.approx(2000 * 0.01 / speed)
+        assert ddp[2]["time_s"] == pytest.approx(1200 * (0.01 / speed + ring))
+        assert ddp[4]["time_s"] is None and ddp[4]["speedup"] is None  # never reached 88 %
+
+
+def test_the_crossover_is_where_both_times_are_equal_and_the_order_flips_there(sweep, scaling):
+    result = project_sweep(sweep, scaling, targets=(0.88,), networks=(NET,), speedups=(1.0,))
+    fixed = fixed_cost_from(scaling)
+    from dask_dane.bench.scaling.time_methods import dask_methods, ddp_methods
+
+    dane = {m.shards: m for m in dask_methods(sweep["runs"], "dane")}[2]
+    ddp = {m.shards: m for m in ddp_methods(sweep["ddp_runs"])}[2]
+    row = next(r for r in result["crossover"] if r["shards"] == 2)
+    assert row["dane_first"] in ("below", "above")
+    at = row["bandwidth_gbps"]
+
+    def gap(bandwidth: float) -> float:  # DANE's time less DDP's
+        net = Network(bandwidth_gbps=bandwidth, latency_ms=0.05)
+        return dane.time_s(0.88, net, 1.0, fixed) - ddp.time_s(0.88, net, 1.0, fixed)
+
+    assert gap(at) == pytest.approx(0.0, abs=1e-6 * dane.time_s(0.88, NET, 1.0, fixed))
+    below, above = gap(at / 2), gap(at * 2)
+    assert (below < 0 < above) if row["dane_first"] == "below" else (above < 0 < below)
+    # DDP never reaches 88 % at 4 ranks: DANE is first at every bandwidth.
+    four = next(r for r in result["crossover"] if r["shards"] == 4)
+    assert four == {**four, "dane_first": "always", "bandwidth_gbps": None}
+    assert crossing(dane, dane, 0.88, 1.0, fixed)["dane_first"] == "never"  # a tie is no win
+
+
+def test_the_loopback_check_sums_the_measured_rounds_where_each_worker_held_one_shard(
+    sweep, scaling
+):
+    result = project_sweep(sweep, scaling, targets=(0.88, 0.91), networks=(NET,))
+
+    checks = {(r["shards"], r["target"]): r for r in result["loopback_check"]}
+    # m = 4 ran on 2 workers (not one shard per worker); m = 2 never reached 91 %.
+    assert set(checks) == {(1, 0.88), (1, 0.91), (2, 0.88)}
+    one = checks[(1, 0.91)]
+    assert one["iterations"] == 4
+    assert one["measured_s"] == pytest.approx(sum(40.2 + r for r in range(4)))
+    assert one["error_pct"] == pytest.approx(100 * (one["projected_s"] / one["measured_s"] - 1))
+
+
+def test_the_command_writes_tables_and_a_figure_and_refuses_an_old_sweep(sweep, scaling, tmp_path):
+    shards, fixed = tmp_path / "shards.json", tmp_path / "scaling.json"
+    shards.write_text(json.dumps(sweep))
+    fixed.write_text(json.dumps(scaling))
+    out, png = tmp_path / "tta.json", tmp_path / "tta.png"
+
+    def dane(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "dask_dane.cli", "bench", "time-to-accuracy", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    done = dane(str(shards), "--fixed-cost", str(fixed), "--json", str(out), "--plot", str(png))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "Time to 88% on 10 Gbit/s" in done.stdout
+        and "reaches the target before DDP" in done.stdout
+    )
+    assert len(json.loads(out.read_text())["projections"]) == 2 * 2 * 3  # targets, nets, speeds
+    assert png.stat().st_size > 10_000
+
+    del sweep["runs"][0]["timing"]
+    shards.write_text(json.dumps(sweep))
+    refused = dane(str(shards), "--fixed-cost", str(fixed), "--json", str(tmp_path / "x.json"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0 and "per-round timing" in refused.stderr
+    assert not (tmp_path / "x.json").exists()
