@@ -23,7 +23,7 @@ def _dane_run(m: int, accuracies: list[float], compute: float) -> dict:
     rounds = len(accuracies)
     return {
         "shards": m,
-        "config": {"algorithm": "dane"},
+        "config": {"algorithm": "dane", "model": "compact-cnn", "batch_size": 64},
         "curve": [{"round": r + 1, "test_accuracy": a} for r, a in enumerate(accuracies)],
         "timing": {
             "workers": workers,
@@ -39,19 +39,28 @@ def _ddp_run(m: int, steps_to_88: int | None) -> dict:
     curve = [{"step": 0, "test_accuracy": 0.1}, {"step": 500, "test_accuracy": 0.85}]
     if steps_to_88:
         curve.append({"step": steps_to_88, "test_accuracy": 0.885})
-    return {"shards": m, "curve": curve, "rank_step_s": 0.01, "grad_bytes": GRAD}
+    return {"shards": m, "curve": curve, "grad_bytes": GRAD}
+
+
+# One rank's step, as `dane bench single --threads 1 --batch-size 64` reports it: 0.01 s.
+SINGLE = {"spec": {"model": "compact-cnn", "batch_size": 64}, "threads": 1, "steps": 200,
+          "train_wall_s": 2.0}  # fmt: skip
 
 
 @pytest.fixture()
 def sweep() -> dict:
-    return {
+    return {  # the DANE rows; DDP's in a second JSON, run apart (`--no-dane`)
         "runs": [
             _dane_run(1, [0.80, 0.87, 0.89, 0.92], compute=40.0),
             _dane_run(2, [0.78, 0.86, 0.88, 0.90], compute=20.0),
             _dane_run(4, [0.75, 0.85, 0.87, 0.881], compute=20.0),
         ],
-        "ddp_runs": [_ddp_run(1, 2000), _ddp_run(2, 1200), _ddp_run(4, None)],
     }
+
+
+@pytest.fixture()
+def ddp_sweep() -> dict:
+    return {"runs": [], "ddp_runs": [_ddp_run(1, 2000), _ddp_run(2, 1200), _ddp_run(4, None)]}
 
 
 def _fixed_row(workers: int, ms: float, steps: int, hop: dict) -> dict:
@@ -98,8 +107,12 @@ def test_fixed_cost_uses_the_measured_rows_and_adds_a_step_per_phase_per_tree_le
         fixed_cost_from({"fixed_cost": []})
 
 
-def test_projected_times_and_speedups_follow_the_formulas(sweep, scaling):
-    result = project_sweep(sweep, scaling, targets=(0.88,), networks=(NET,), speedups=(1.0, 100.0))
+def _project(sweep: dict, ddp_sweep: dict, scaling: dict, **options) -> dict:
+    return project_sweep([sweep, ddp_sweep], scaling, ddp_step=SINGLE, networks=(NET,), **options)
+
+
+def test_projected_times_and_speedups_follow_the_formulas(sweep, ddp_sweep, scaling):
+    result = _project(sweep, ddp_sweep, scaling, targets=(0.88,), speedups=(1.0, 100.0))
 
     tables = {t["compute_speedup"]: t["methods"] for t in result["projections"]}
     fixed = {1: 0.1, 2: 0.12, 4: 0.136}
@@ -119,13 +132,15 @@ def test_projected_times_and_speedups_follow_the_formulas(sweep, scaling):
         assert ddp[4]["time_s"] is None and ddp[4]["speedup"] is None  # never reached 88 %
 
 
-def test_the_crossover_is_where_both_times_are_equal_and_the_order_flips_there(sweep, scaling):
-    result = project_sweep(sweep, scaling, targets=(0.88,), networks=(NET,), speedups=(1.0,))
+def test_the_crossover_is_where_both_times_are_equal_and_the_order_flips_there(
+    sweep, ddp_sweep, scaling
+):
+    result = _project(sweep, ddp_sweep, scaling, targets=(0.88,), speedups=(1.0,))
     fixed = fixed_cost_from(scaling)
     from dask_dane.bench.scaling.time_methods import dask_methods, ddp_methods
 
     dane = {m.shards: m for m in dask_methods(sweep["runs"], "dane")}[2]
-    ddp = {m.shards: m for m in ddp_methods(sweep["ddp_runs"])}[2]
+    ddp = {m.shards: m for m in ddp_methods(ddp_sweep["ddp_runs"], 0.01)}[2]
     row = next(r for r in result["crossover"] if r["shards"] == 2)
     assert row["dane_first"] in ("below", "above")
     at = row["bandwidth_gbps"]
@@ -146,7 +161,7 @@ def test_the_crossover_is_where_both_times_are_equal_and_the_order_flips_there(s
 def test_the_loopback_check_sums_the_measured_rounds_where_each_worker_held_one_shard(
     sweep, scaling
 ):
-    result = project_sweep(sweep, scaling, targets=(0.88, 0.91), networks=(NET,))
+    result = project_sweep([sweep], scaling, targets=(0.88, 0.91), networks=(NET,))
 
     checks = {(r["shards"], r["target"]): r for r in result["loopback_check"]}
     # m = 4 ran on 2 workers (not one shard per worker); m = 2 never reached 91 %.
@@ -155,30 +170,46 @@ def test_the_loopback_check_sums_the_measured_rounds_where_each_worker_held_one_
     assert one["iterations"] == 4
     assert one["measured_s"] == pytest.approx(sum(40.2 + r for r in range(4)))
     assert one["error_pct"] == pytest.approx(100 * (one["projected_s"] / one["measured_s"] - 1))
+    assert result["crossover"] == []  # no DDP rows given
 
 
-def test_the_command_writes_tables_and_a_figure_and_refuses_an_old_sweep(sweep, scaling, tmp_path):
-    shards, fixed = tmp_path / "shards.json", tmp_path / "scaling.json"
-    shards.write_text(json.dumps(sweep))
-    fixed.write_text(json.dumps(scaling))
+def test_inputs_that_cannot_be_projected_are_refused_by_name(sweep, ddp_sweep, scaling):
+    with pytest.raises(ValueError, match="pass --ddp-step"):
+        project_sweep([sweep, ddp_sweep], scaling, networks=(NET,))
+    two_threads = {**SINGLE, "threads": 2}
+    with pytest.raises(ValueError, match="--threads 1 and --batch-size 64"):
+        project_sweep([sweep, ddp_sweep], scaling, ddp_step=two_threads, networks=(NET,))
+    with pytest.raises(ValueError, match="runs for the same m twice"):
+        project_sweep([sweep, sweep], scaling, networks=(NET,))
+    with pytest.raises(ValueError, match="configuration's own rows"):
+        project_sweep([ddp_sweep], scaling, ddp_step=SINGLE, networks=(NET,))
+
+
+def test_the_command_writes_tables_and_a_figure_and_refuses_an_old_sweep(
+    sweep, ddp_sweep, scaling, tmp_path
+):
+    shards, ddp, fixed = tmp_path / "shards.json", tmp_path / "ddp.json", tmp_path / "scaling.json"
+    single = tmp_path / "single.json"
+    for path, content in ((shards, sweep), (ddp, ddp_sweep), (fixed, scaling), (single, SINGLE)):
+        path.write_text(json.dumps(content))
     out, png = tmp_path / "tta.json", tmp_path / "tta.png"
 
     def dane(*args: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "dask_dane.cli", "bench", "time-to-accuracy", *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
-    done = dane(str(shards), "--fixed-cost", str(fixed), "--json", str(out), "--plot", str(png))
+    inputs = [str(shards), str(ddp), "--fixed-cost", str(fixed), "--ddp-step", str(single)]
+    done = dane(*inputs, "--json", str(out), "--plot", str(png))
     assert done.returncode == 0, done.stderr
     assert (
-        "Time to 88% on 10 Gbit/s" in done.stdout
-        and "reaches the target before DDP" in done.stdout
+        "Time to 88% on 10 Gbit/s" in done.stdout and "reaches the target before DDP" in done.stdout
     )
     assert len(json.loads(out.read_text())["projections"]) == 2 * 2 * 3  # targets, nets, speeds
     assert png.stat().st_size > 10_000
 
     del sweep["runs"][0]["timing"]
     shards.write_text(json.dumps(sweep))
-    refused = dane(str(shards), "--fixed-cost", str(fixed), "--json", str(tmp_path / "x.json"))
+    refused = dane(*inputs, "--json", str(tmp_path / "x.json"))
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0 and "per-round timing" in refused.stderr
     assert not (tmp_path / "x.json").exists()

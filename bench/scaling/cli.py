@@ -70,7 +70,10 @@ def scaling(
 
 def time_to_accuracy(
     shards_json: Annotated[
-        Path, typer.Argument(exists=True, dir_okay=False, help="A `dane bench shards` JSON.")
+        list[Path],
+        typer.Argument(
+            exists=True, dir_okay=False, help="`dane bench shards` JSONs (rows of each m once)."
+        ),
     ],
     fixed_cost: Annotated[
         Path,
@@ -78,6 +81,14 @@ def time_to_accuracy(
             exists=True, dir_okay=False, help="A `dane bench scaling` JSON with fixed-cost rows."
         ),
     ],
+    ddp_step: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="For DDP rows: a `dane bench single --threads 1` JSON at a rank's batch.",
+        ),
+    ] = None,
     target: Annotated[str, typer.Option(help="Test accuracies, comma-separated.")] = "0.88,0.91",
     compute_speedup: Annotated[
         str, typer.Option(help="Compute speed-ups to project at, comma-separated.")
@@ -95,8 +106,9 @@ def time_to_accuracy(
     if not all(0 < t <= 1 for t in targets) or not all(k > 0 for k in speedups):
         raise ValueError("--target must lie in (0, 1] and --compute-speedup above 0")
     result = project_sweep(
-        read_json(shards_json, "SHARDS_JSON"),
+        [read_json(path, "SHARDS_JSON") for path in shards_json],
         read_json(fixed_cost, "--fixed-cost"),
+        ddp_step=read_json(ddp_step, "--ddp-step") if ddp_step else None,
         targets=targets,
         networks=networks_or_standard(network),
         speedups=speedups,

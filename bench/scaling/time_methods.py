@@ -130,15 +130,31 @@ def dask_methods(runs: list[dict[str, Any]], name: str) -> list[DaskMethod]:
     ]
 
 
-def ddp_methods(runs: list[dict[str, Any]]) -> list[DdpMethod]:
+def rank_step_from(single: dict[str, Any], batch_size: int, model: str) -> float:
+    """One DDP rank's compute per step, from a `dane bench single --threads 1` run at the
+    rank's batch: its training clock (evaluation left out) over its steps."""
+    spec = single.get("spec", {})
+    if (
+        single.get("threads") != 1
+        or spec.get("batch_size") != batch_size
+        or spec.get("model") != model
+    ):
+        raise ValueError(
+            f"--ddp-step must be a `dane bench single` JSON of {model} with --threads 1 and "
+            f"--batch-size {batch_size} (a rank's batch), not threads {single.get('threads')}, "
+            f"batch {spec.get('batch_size')}, model {spec.get('model')}"
+        )
+    return single["train_wall_s"] / single["steps"]
+
+
+def ddp_methods(runs: list[dict[str, Any]], rank_step_s: float) -> list[DdpMethod]:
     return [
         DdpMethod(
             name="ddp",
             shards=run["shards"],
             curve=run["curve"],
-            rank_step_s=run["rank_step_s"],
+            rank_step_s=rank_step_s,
             grad_bytes=run["grad_bytes"],
         )
         for run in runs
-        if "rank_step_s" in run
     ]

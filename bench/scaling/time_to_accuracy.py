@@ -14,7 +14,10 @@ and the time of one is bench/network/model.py's, with what the sweep measured:
 
   C: the slowest worker's compute per iteration, measured on W0 workers holding m / W0
   shards each (their shards run one after another on one thread, so m workers each take
-  1 / m of the shards' work); S: one rank's step (batch B, one thread), timed by the sweep;
+  1 / m of the shards' work); S: one rank's step (batch B, one thread, as a worker runs),
+  from a `dane bench single --threads 1` run: the sweep's DDP rows take m*B rows a step on
+  every core, so their clocks are not a rank's (and their accuracy, unlike their time, does
+  not depend on the machine's load: they may run apart, in a second shards JSON);
   k: a compute speed-up (10x, 100x: GPU-class, where communication and F dominate);
   F(m): the engine's fixed cost of a round, measured by `dane bench scaling` where its
   worker count was, and beyond it one more dependent scheduling step per phase for every
@@ -37,6 +40,7 @@ from .time_methods import (
     dask_methods,
     ddp_methods,
     fixed_cost_from,
+    rank_step_from,
     to_target,
 )
 
@@ -46,23 +50,48 @@ CROSSOVER_LATENCY_MS = 0.05  # the 10 Gbit/s network's; the crossover varies the
 CHECKED_SHARDS = (1, 2)  # where the sweep ran one shard per worker: projection vs measurement
 
 
+def merged(sweeps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One sweep from several `dane bench shards` results (e.g. the DANE rows on a quiet
+    machine and the DDP rows, whose accuracy does not depend on the load, run apart)."""
+    merged: dict[str, Any] = {"runs": [], "ddp_runs": [], "fedavg_runs": []}
+    for sweep in sweeps:
+        for key, rows in merged.items():
+            rows.extend(sweep.get(key) or [])
+    for key, rows in merged.items():
+        shards = [row["shards"] for row in rows]
+        if len(set(shards)) != len(shards):
+            raise ValueError(
+                f"the shards JSONs hold {key} for the same m twice ({shards}); pass one each"
+            )
+    if not merged["runs"]:
+        raise ValueError("no shards JSON holds the configuration's own rows (runs); pass one")
+    return merged
+
+
 def project_sweep(
-    sweep: dict[str, Any],
+    sweeps: list[dict[str, Any]],
     scaling: dict[str, Any],
     *,
+    ddp_step: dict[str, Any] | None = None,
     targets: tuple[float, ...] = TARGETS,
     networks: tuple[Network, ...],
     speedups: tuple[float, ...] = COMPUTE_SPEEDUPS,
 ) -> dict[str, Any]:
     """Every method's projected time to each target on m workers, its speed-up T(1) / T(m),
-    the bandwidth where the DANE family and DDP trade places, and the check at m = 1, 2."""
+    the bandwidth where the DANE family and DDP trade places, and the check at m = 1, 2.
+    `ddp_step`: a `dane bench single --threads 1` result at the rank's batch (DDP's rows)."""
     fixed = fixed_cost_from(scaling)
-    family = sweep["runs"][0]["config"]["algorithm"]
+    sweep = merged(sweeps)
+    config = sweep["runs"][0]["config"]
+    family = config["algorithm"]
     methods: dict[str, list[Any]] = {family: dask_methods(sweep["runs"], family)}
-    if sweep.get("fedavg_runs"):
+    if sweep["fedavg_runs"]:
         methods["fedavg"] = dask_methods(sweep["fedavg_runs"], "fedavg")
-    if ddp := ddp_methods(sweep.get("ddp_runs", [])):
-        methods["ddp"] = ddp
+    if sweep["ddp_runs"]:
+        if ddp_step is None:
+            raise ValueError("the shards JSONs hold DDP rows: pass --ddp-step (one rank's step)")
+        rank_step = rank_step_from(ddp_step, config["batch_size"], config["model"])
+        methods["ddp"] = ddp_methods(sweep["ddp_runs"], rank_step)
     tables = [
         {
             "target": target,

@@ -75,6 +75,9 @@ def shards(
         bool, typer.Option(help="Also DDP at m ranks: one process, batch m*B, lr m*lr, warm-up.")
     ] = True,
     fedavg: Annotated[bool, typer.Option(help="Also FedAvg with the same local settings.")] = False,
+    dane: Annotated[
+        bool, typer.Option(help="The configuration's own rows (--no-dane: DDP / FedAvg alone).")
+    ] = True,
     workdir: Workdir = Path("bench-out/shards"),
     json_out: JsonOut = None,
     plot_out: PlotOut = None,

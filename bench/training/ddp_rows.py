@@ -10,20 +10,16 @@ first `WARMUP_EPOCHS` (their 5 of 90 epochs; 1 of our 10, the same share of a sh
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ...pipeline import RunConfig, prepare_run
-from ..ddp.plain_torch import epoch_batches, initial_model, load_rows, minibatch_loss, rank_seed
+from ...pipeline import RunConfig
 from ..ddp.single import SingleSpec, run_single
 
 WARMUP_EPOCHS = 1.0
 EVALUATIONS = 20  # test evaluations along a DDP row's run
-TIMED_STEPS = 30  # a rank's steps timed for the projections, after as many untimed
 
 
 def ddp_spec(config: RunConfig, ranks: int, epochs: float, rows: int) -> SingleSpec:
@@ -74,37 +70,11 @@ def ddp_row(
         "steps_to_target": hit["step"] if hit else None,
         "images_to_target": hit["images"] if hit else None,
         "train_wall_s": result["train_wall_s"],
-        # What one rank computes per step (batch B, one thread, as a dask-dane worker runs),
-        # and the gradient bytes DDP all-reduces per step: bench/scaling/time_to_accuracy.py.
-        "rank_step_s": rank_step_seconds(spec, config.batch_size),
+        # The bytes DDP all-reduces per step, for bench/scaling/time_to_accuracy.py (which
+        # times one rank's step apart: this row runs on every core, a rank on one).
         "grad_bytes": result["model_params"] * torch.finfo(getattr(torch, spec.dtype)).bits // 8,
         "curve": [
             {"step": p["step"], "test_accuracy": p["test_accuracy"], "images": p["images"]}
             for p in result["curve"]
         ],
     }
-
-
-def rank_step_seconds(spec: SingleSpec, rank_batch: int, steps: int = TIMED_STEPS) -> float:
-    """Median seconds of one DDP rank's step (forward, backward, SGD update) on `rank_batch`
-    rows and one thread, as a dask-dane worker runs; the one-process row itself runs on
-    every core, so its clock is not a rank's. The first `steps` steps are not timed."""
-    setup = prepare_run(spec.run_config())
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        data = load_rows(setup, [0], 0, torch.device("cpu"))
-        model = initial_model(setup.spec, spec.seed, torch.device("cpu"))
-        optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
-        per_epoch = max(1, len(data.y) // rank_batch)
-        batches = epoch_batches(len(data.y), rank_batch, per_epoch, rank_seed(spec.seed, 0))
-        seconds = []
-        for _, rows in zip(range(2 * steps), batches, strict=False):
-            started = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            minibatch_loss(model, data, rows, setup.spec.l2).backward()
-            optimizer.step()
-            seconds.append(time.perf_counter() - started)
-    finally:
-        torch.set_num_threads(threads)
-    return statistics.median(seconds[steps:])

@@ -40,11 +40,16 @@ class ShardsSpec:
     # lr scaling and warm-up) and FedAvg with the same local settings, at the same budget.
     ddp: bool = True
     fedavg: bool = False
+    # The configuration's own rows; off to run the DDP (or FedAvg) rows alone, e.g. on a
+    # machine busy with other work: their accuracy does not depend on the machine's load.
+    dane: bool = True
     workdir: str = "bench-out/shards"
 
     def validate(self) -> ShardsSpec:
         if not self.shards or min(self.shards) < 1:
             raise ValueError(f"--shards must list counts of at least 1 (got {self.shards})")
+        if not (self.dane or self.ddp or self.fedavg):
+            raise ValueError("--no-dane with --no-ddp and no --fedavg leaves nothing to run")
         if not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
         if self.local_epochs is not None and not self.local_epochs > 0:
@@ -66,26 +71,32 @@ class ShardsSpec:
 
 def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every shard count on one cluster, one after another; returns the JSON-able result."""
+    from contextlib import nullcontext
+
     from ...pipeline import make_client
     from ...pipeline import run_training as train
 
     spec = spec.validate()
     stores = Path(spec.workdir) / "stores"
     runs, ddp_runs, fedavg_runs = [], [], []
-    with make_client(spec.run_config(1, "unused")) as client:
+    needs_cluster = spec.dane or spec.fedavg  # DDP's rows run in this process
+    cluster = make_client(spec.run_config(1, "unused")) if needs_cluster else nullcontext()
+    with cluster as client:
         for m in spec.shards:
             store = stores / f"{spec.source}-iid-{m}.zarr"
             prepare_store(spec.source, store, shards=m, seed=spec.seed)
             rows = open_store(store).num_train
             config = spec.run_config(m, str(store), rows=rows)
             log(f"m = {m} ...")
-            runs.append(_train_and_sum_up(train, client, config, m, spec.target))
+            if spec.dane:
+                runs.append(_train_and_sum_up(train, client, config, m, spec.target))
             if spec.fedavg:
                 fedavg = replace(config, algorithm="fedavg", out=f"{config.out}-fedavg")
                 fedavg_runs.append(_train_and_sum_up(train, client, fedavg, m, spec.target))
             if spec.ddp:
                 ddp_runs.append(ddp_row(config, m, rows, spec.target, log))
-    result = {"spec": asdict(spec), "config": runs[0]["config"], "runs": runs}
+    first = (runs or fedavg_runs or [{"config": config.as_dict()}])[0]
+    result = {"spec": asdict(spec), "config": first["config"], "runs": runs}
     return {**result, "ddp_runs": ddp_runs, "fedavg_runs": fedavg_runs}
 
 
