@@ -181,11 +181,13 @@ def test_shards_bench_runs_the_ddp_rows_alone_without_a_cluster(tmp_path):
     common = ["bench", "shards", "--config", str(config), "--source", "digits", "--shards", "1,2"]
     common += ["--workdir", str(tmp_path / "work")]
 
-    done = CliRunner().invoke(app, [*common, "--no-dane", "--json", str(tmp_path / "ddp.json")])
+    ddp_alone = [*common, "--no-dane", "--ddp-threads", "1", "--json", str(tmp_path / "ddp.json")]
+    done = CliRunner().invoke(app, ddp_alone)
 
     assert done.exit_code == 0, done.output
     result = json.loads((tmp_path / "ddp.json").read_text())
     assert result["runs"] == [] and [r["shards"] for r in result["ddp_runs"]] == [1, 2]
+    assert [r["threads"] for r in result["ddp_runs"]] == [1, 1]
     assert not (tmp_path / "work" / "runs").exists()  # no dask-dane run was started
     nothing = CliRunner().invoke(app, [*common, "--no-dane", "--no-ddp"])
     assert nothing.exit_code != 0 and "leaves nothing to run" in str(nothing.exception)

@@ -78,6 +78,9 @@ def shards(
     dane: Annotated[
         bool, typer.Option(help="The configuration's own rows (--no-dane: DDP / FedAvg alone).")
     ] = True,
+    ddp_threads: Annotated[
+        int, typer.Option(help="Torch threads of the DDP rows' process; 0: every core.")
+    ] = 0,
     workdir: Workdir = Path("bench-out/shards"),
     json_out: JsonOut = None,
     plot_out: PlotOut = None,

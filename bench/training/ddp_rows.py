@@ -22,7 +22,9 @@ WARMUP_EPOCHS = 1.0
 EVALUATIONS = 20  # test evaluations along a DDP row's run
 
 
-def ddp_spec(config: RunConfig, ranks: int, epochs: float, rows: int) -> SingleSpec:
+def ddp_spec(
+    config: RunConfig, ranks: int, epochs: float, rows: int, threads: int = 0
+) -> SingleSpec:
     """The one-process equivalent of `ranks` DDP ranks of the run's batch and lr."""
     batch = ranks * config.batch_size
     steps = max(1, round(epochs * (rows // batch)))
@@ -41,6 +43,7 @@ def ddp_spec(config: RunConfig, ranks: int, epochs: float, rows: int) -> SingleS
         dtype=config.dtype,
         l2=config.l2,
         augment=config.augment,
+        threads=threads,
     )
 
 
@@ -50,10 +53,15 @@ def epoch_budget(config: RunConfig, shards: int, rows: int) -> float:
 
 
 def ddp_row(
-    config: RunConfig, ranks: int, rows: int, target: float, log: Callable[[str], None]
+    config: RunConfig,
+    ranks: int,
+    rows: int,
+    target: float,
+    log: Callable[[str], None],
+    threads: int = 0,
 ) -> dict[str, Any]:
     """Train the DDP equivalent of `ranks` ranks at the DANE run's epoch budget."""
-    spec = ddp_spec(config, ranks, epoch_budget(config, ranks, rows), rows)
+    spec = ddp_spec(config, ranks, epoch_budget(config, ranks, rows), rows, threads)
     result = run_single(spec, log=lambda line: None)
     hit = next((p for p in result["curve"] if (p["test_accuracy"] or 0) >= target), None)
     log(f"  DDP at {ranks} ranks: final test accuracy {result['final_test_accuracy']:.4f}")
@@ -70,6 +78,7 @@ def ddp_row(
         "steps_to_target": hit["step"] if hit else None,
         "images_to_target": hit["images"] if hit else None,
         "train_wall_s": result["train_wall_s"],
+        "threads": result["threads"],
         # The bytes DDP all-reduces per step, for bench/scaling/time_to_accuracy.py (which
         # times one rank's step apart: this row runs on every core, a rank on one).
         "grad_bytes": result["model_params"] * torch.finfo(getattr(torch, spec.dtype)).bits // 8,

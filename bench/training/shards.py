@@ -43,6 +43,7 @@ class ShardsSpec:
     # The configuration's own rows; off to run the DDP (or FedAvg) rows alone, e.g. on a
     # machine busy with other work: their accuracy does not depend on the machine's load.
     dane: bool = True
+    ddp_threads: int = 0  # torch threads of the DDP rows' one process; 0: every core
     workdir: str = "bench-out/shards"
 
     def validate(self) -> ShardsSpec:
@@ -50,6 +51,10 @@ class ShardsSpec:
             raise ValueError(f"--shards must list counts of at least 1 (got {self.shards})")
         if not (self.dane or self.ddp or self.fedavg):
             raise ValueError("--no-dane with --no-ddp and no --fedavg leaves nothing to run")
+        if self.ddp_threads < 0:
+            raise ValueError(
+                f"--ddp-threads must be 0 (every core) or more (got {self.ddp_threads})"
+            )
         if not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
         if self.local_epochs is not None and not self.local_epochs > 0:
@@ -94,7 +99,7 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
                 fedavg = replace(config, algorithm="fedavg", out=f"{config.out}-fedavg")
                 fedavg_runs.append(_train_and_sum_up(train, client, fedavg, m, spec.target))
             if spec.ddp:
-                ddp_runs.append(ddp_row(config, m, rows, spec.target, log))
+                ddp_runs.append(ddp_row(config, m, rows, spec.target, log, spec.ddp_threads))
     first = (runs or fedavg_runs or [{"config": config.as_dict()}])[0]
     result = {"spec": asdict(spec), "config": first["config"], "runs": runs}
     return {**result, "ddp_runs": ddp_runs, "fedavg_runs": fedavg_runs}
