@@ -50,6 +50,7 @@ SINGLE = {"spec": {"model": "compact-cnn", "batch_size": 64}, "threads": 1, "ste
 @pytest.fixture()
 def sweep() -> dict:
     return {  # the DANE rows; DDP's in a second JSON, run apart (`--no-dane`)
+        "spec": {},
         "runs": [
             _dane_run(1, [0.80, 0.87, 0.89, 0.92], compute=40.0),
             _dane_run(2, [0.78, 0.86, 0.88, 0.90], compute=20.0),
@@ -60,7 +61,11 @@ def sweep() -> dict:
 
 @pytest.fixture()
 def ddp_sweep() -> dict:
-    return {"runs": [], "ddp_runs": [_ddp_run(1, 2000), _ddp_run(2, 1200), _ddp_run(4, None)]}
+    return {
+        "spec": {},
+        "runs": [],
+        "ddp_runs": [_ddp_run(1, 2000), _ddp_run(2, 1200), _ddp_run(4, None)],
+    }
 
 
 def _fixed_row(workers: int, ms: float, steps: int, hop: dict) -> dict:
@@ -181,6 +186,8 @@ def test_inputs_that_cannot_be_projected_are_refused_by_name(sweep, ddp_sweep, s
         project_sweep([sweep, ddp_sweep], scaling, ddp_step=two_threads, networks=(NET,))
     with pytest.raises(ValueError, match="runs for the same m twice"):
         project_sweep([sweep, sweep], scaling, networks=(NET,))
+    with pytest.raises(ValueError, match="not a `dane bench shards` result"):
+        project_sweep([scaling], scaling, networks=(NET,))
     with pytest.raises(ValueError, match="configuration's own rows"):
         project_sweep([ddp_sweep], scaling, ddp_step=SINGLE, networks=(NET,))
 

@@ -55,6 +55,8 @@ def merged(sweeps: list[dict[str, Any]]) -> dict[str, Any]:
     machine and the DDP rows, whose accuracy does not depend on the load, run apart)."""
     merged: dict[str, Any] = {"runs": [], "ddp_runs": [], "fedavg_runs": []}
     for sweep in sweeps:
+        if "spec" not in sweep or not all("shards" in row for row in sweep.get("runs") or []):
+            raise ValueError("a SHARDS_JSON is not a `dane bench shards` result; pass one")
         for key, rows in merged.items():
             rows.extend(sweep.get(key) or [])
     for key, rows in merged.items():
