@@ -128,3 +128,57 @@ def tree_reduce(parts: list[Partial]) -> Partial:
             for g in reduction_groups(len(parts))
         ]
     return parts[0]
+
+
+# The pairwise tree as nodes: node (level, j) sums leaves [j * 2^level, (j + 1) * 2^level),
+# clipped to the shard count; a level's odd last node passes its only child through. The
+# all-gather round (worker_round.py) sums each worker's whole subtrees where they live and
+# completes the tree from those nodes on every worker: the same additions in the same order
+# as tree_reduce, so the result is the same to the last bit for any placement.
+TreeNode = tuple[int, int]
+
+
+def tree_levels(count: int) -> int:
+    """The root's level: the number of pairwise levels above `count` leaves."""
+    level, width = 0, count
+    while width > 1:
+        width, level = (width + 1) // 2, level + 1
+    return level
+
+
+def owned_nodes(placement: list[str], worker: str) -> list[TreeNode]:
+    """The largest subtrees whose leaves (shards) all live on `worker`, in shard order."""
+    count, top = len(placement), tree_levels(len(placement))
+
+    def on_worker(level: int, j: int) -> bool:
+        return all(w == worker for w in placement[j << level : (j + 1) << level])
+
+    found: list[TreeNode] = []
+
+    def visit(level: int, j: int) -> None:
+        if on_worker(level, j):
+            found.append((level, j))
+        elif level > 0:
+            for child in (2 * j, 2 * j + 1):
+                if child << (level - 1) < count:
+                    visit(level - 1, child)
+
+    visit(top, 0)
+    return found
+
+
+def node_sum(node: TreeNode, known: dict[TreeNode, Partial], count: int) -> Partial:
+    """The sum of a node's leaves from the nodes already summed (`known`), pairwise, in
+    tree_reduce's order: a known node is taken as it is, others merge their two children."""
+    if node in known:
+        return known[node]
+    level, j = node
+    assert level > 0, f"leaf {j} is in no known node"
+    left, right = (level - 1, 2 * j), (level - 1, 2 * j + 1)
+    if right[1] << (level - 1) >= count:  # the odd last node of its level: passed through
+        return node_sum(left, known, count)
+    return merge(node_sum(left, known, count), node_sum(right, known, count))
+
+
+def tree_root(count: int) -> TreeNode:
+    return (tree_levels(count), 0)

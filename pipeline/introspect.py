@@ -7,24 +7,46 @@ first read, it asks through these, so the engine stays free to change its intern
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .aggregate import shard_placement
+from .chain_graph import ChainLink, build_chained_round
 from .comm import layout
-from .graph import build_round, placeholder_plan
+from .graph import build_round, placeholder_plan, use_tree
 from .run_setup import RunSetup
+from .run_state import round_static
 from .shards import load_shard
 from .tasks import RoundInput
 
 
-def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class RoundShape:
+    """What a benchmark needs of a round's keys: the one that ends it, and whether the
+    driver scatters the weights before each round (the tree form) or once (chained rounds)."""
+
+    result: str
+    scatters_each_round: bool
+
+
+def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, RoundShape]:
     """One round's graph (evaluation excluded) as the driver builds it for `workers`:
-    (graph, keys), with placeholders for the weights so that nothing is computed."""
+    (graph, shape), with placeholders for the weights so that nothing is computed."""
     placement = shard_placement(setup.store.num_shards, workers)
+    if not use_tree(setup.config.broadcast, placement):
+        static = round_static(setup, 1, layout(placement))
+        carry = [f"carry{k}" for k in range(len(set(placement)))]  # not keys of this graph
+        shards = [f"shard{i}" for i in range(len(placement))]
+        graph, keys = build_chained_round(
+            static, shards=shards, placement=placement, link=ChainLink(carry=carry), token="count"
+        )
+        return graph, RoundShape(result=keys.updates[0], scatters_each_round=False)
     round_input = RoundInput(
         strategy=setup.strategy, spec=setup.spec, seed=0, index=1, layout=layout(placement)
     )
-    return build_round(placeholder_plan(round_input, placement, token="count", evaluate=False))
+    plan = placeholder_plan(round_input, placement, token="count", evaluate=False)
+    graph, keys = build_round(plan)
+    return graph, RoundShape(result=keys.result, scatters_each_round=True)
 
 
 def read_first_rows(load_args: dict[str, Any], rows: int = 2) -> None:

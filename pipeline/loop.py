@@ -37,8 +37,9 @@ from .cluster import (
 )
 from .config import RunConfig
 from .errors import ClusterLost, TrainingDiverged
-from .graph import RoundPlan, ShardSet, build_round
+from .graph import RoundPlan, ShardSet, build_round, use_tree
 from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
+from .pipelined import run_chained
 from .run_setup import RunSetup, prepare_run
 from .run_state import RunState
 from .rundir import RunDir
@@ -163,6 +164,19 @@ def _run_rounds(
     callbacks: Callbacks,
 ) -> None:
     config = setup.config
+    if not use_tree(config.broadcast, data.placement):  # the all-gather form: rounds chained
+        run_chained(
+            client,
+            setup,
+            run_dir,
+            state,
+            data,
+            callbacks,
+            lost=WORKER_LOST,
+            max_attempts=MAX_ROUND_ATTEMPTS,
+            current_placement=_current_placement,
+        )
+        return
     for t in range(state.round + 1, config.rounds + 1):
         started = time.perf_counter()
         try:

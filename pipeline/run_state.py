@@ -25,6 +25,7 @@ from .metrics import RoundTotals, keep_rounds_up_to
 from .run_setup import RunSetup, initial_state
 from .rundir import RunDir
 from .tasks import RoundInput, RoundResult
+from .worker_round import RoundStatic, open_round
 
 
 @dataclass
@@ -114,20 +115,22 @@ def round_start(
     setup: RunSetup, state: RunState, layout: comm.Layout
 ) -> tuple[RoundInput, Broadcast | None]:
     """The next round's input, and its opening as phase 0 receives it (None if the strategy
-    sends none besides the weights): made here alone, so that the Dask driver and the
-    reference start a round from the same objects, and the opening is computed once."""
-    opening = setup.strategy.opening(state.state)
-    round_input = RoundInput(
+    sends none besides the weights): made by worker_round.open_round, as every worker of an
+    all-gather round makes it, so that the Dask run and the reference start a round from
+    the same objects."""
+    return open_round(round_static(setup, state.round + 1, layout), state)
+
+
+def round_static(setup: RunSetup, index: int, layout: comm.Layout) -> RoundStatic:
+    """What round `index` is given besides the weights and state: the same in every task."""
+    return RoundStatic(
         strategy=setup.strategy,
         spec=setup.spec,
         seed=setup.config.seed,
-        index=state.round + 1,
+        index=index,
         layout=layout,
-        round_data=setup.strategy.round_data(state.state),
-        opening_bytes=comm.tensor_bytes(opening),
-        buffers=state.buffers,
+        num_shards=setup.store.num_shards,
     )
-    return round_input, Broadcast(tensors=opening) if opening else None
 
 
 def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:

@@ -20,6 +20,7 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/cluster.py",
     "pipeline/graph.py",
     "pipeline/loop.py",
+    "pipeline/pipelined.py",  # the driver of chained rounds
     "pipeline/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
 }
 TYPER_IMPORTERS = {"cli.py", "cli_options.py", "bench/app.py", "bench/common/options.py"}

@@ -58,12 +58,18 @@ def fixed_cost(
         workdir=str(workdir / "tiny"),
     )
     tiny_setup = prepare_run(tiny.config(1))
+    # A hop is counted passing the benchmark's own model (not the tiny one): a round's unit.
+    hop_bytes = sizeof(initial_weights(prepare_run(spec.config(1)).spec, spec.seed))
     model_bytes = sizeof(initial_weights(tiny_setup.spec, spec.seed))
     tasks = tasks_per_round(tiny_setup)
     results = []
     for workers in spec.workers:
-        run = run_workers(tiny, workers, model_bytes, profile_round=tiny.rounds // 2)
+        run = run_workers(
+            tiny, workers, model_bytes, profile_round=tiny.rounds // 2, hop_bytes=hop_bytes
+        )
         median = run["median"]
+        hop = run["profile"]["hop"]
+        hop_ms = hop.get("alternating_payload_ms", hop["same_worker_ms"])
         results.append(
             {
                 "workers": workers,
@@ -75,6 +81,9 @@ def fixed_cost(
                 "driver_ms": median["driver_s"] * 1e3,
                 "overhead_ms": median["overhead_s"] * 1e3,
                 "dependent_steps": dependent_steps(tiny_setup, workers),
+                # The round's fixed cost in hops of this machine, measured in the same run.
+                "hop_ms": hop_ms,
+                "fixed_cost_hops": median["wall_s"] * 1e3 / hop_ms,
                 **run["profile"],
             }
         )

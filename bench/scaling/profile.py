@@ -21,7 +21,9 @@ import statistics
 import time
 from typing import Any
 
+import torch
 from dask.utils import key_split
+from distributed import wait
 
 from ...pipeline import round_graph
 
@@ -30,25 +32,42 @@ def _increment(value: int) -> int:
     return value + 1
 
 
-def hop_latency(client: Any, hops: int = 20, repeats: int = 3) -> dict[str, float]:
-    """Milliseconds per dependent step of a chain of pinned one-line tasks (median of repeats)."""
+def _relay(value: Any) -> Any:
+    return value
+
+
+def hop_latency(
+    client: Any, hops: int = 20, repeats: int = 3, *, payload_bytes: int = 0
+) -> dict[str, float]:
+    """Milliseconds per dependent step of a chain of pinned one-line tasks (median of repeats).
+
+    With `payload_bytes`, also a chain of identity tasks alternating between two workers that
+    passes a tensor of that size (the model's bytes): one hop of a round, the unit its fixed
+    cost is counted in (`alternating_payload_ms`).
+    """
     workers = sorted(client.scheduler_info()["workers"])
-    result = {"same_worker_ms": _chain_ms(client, [workers[0]] * hops, repeats)}
+    result = {"same_worker_ms": _chain_ms(client, [workers[0]] * hops, repeats, _increment, 0)}
     if len(workers) > 1:
         alternating = [workers[i % 2] for i in range(hops)]
-        result["alternating_ms"] = _chain_ms(client, alternating, repeats)
+        result["alternating_ms"] = _chain_ms(client, alternating, repeats, _increment, 0)
+        if payload_bytes:
+            payload = torch.zeros(payload_bytes, dtype=torch.uint8)
+            result["alternating_payload_ms"] = _chain_ms(
+                client, alternating, repeats, _relay, payload
+            )
+            result["payload_bytes"] = payload_bytes
     return result
 
 
-def _chain_ms(client: Any, path: list[str], repeats: int) -> float:
+def _chain_ms(client: Any, path: list[str], repeats: int, step: Any, start: Any) -> float:
     per_step = []
     for _ in range(repeats):
-        value = client.submit(_increment, 0, workers=[path[0]], pure=False)
+        value = client.submit(step, start, workers=[path[0]], pure=False)
         value.result()  # the chain starts from data already on its first worker
         started = time.perf_counter()
         for worker in path:
-            value = client.submit(_increment, value, workers=[worker], pure=False)
-        value.result()
+            value = client.submit(step, value, workers=[worker], pure=False)
+        wait([value])  # done on its worker: the last hop's result is not fetched
         per_step.append((time.perf_counter() - started) / len(path) * 1e3)
         del value
     return statistics.median(per_step)
@@ -119,9 +138,10 @@ def tasks_per_round(setup: Any) -> int:
 
 
 def dependent_steps(setup: Any, workers: int) -> int:
-    """Tasks on a round's longest dependency chain with `workers` workers (+1: the scatter).
-
-    Up to the update: the weights and evaluate tasks after it run only in evaluated rounds.
-    """
-    graph, keys = round_graph(setup, [f"w{j}" for j in range(workers)])
-    return critical_path(dict(graph.dependencies), keys.result) + 1
+    """Tasks on a round's longest dependency chain with `workers` workers, up to the update
+    (the evaluation after it runs only in evaluated rounds), +1 where the driver scatters
+    the weights before each round (the tree form); chained rounds start from the update of
+    the round before, on the cluster."""
+    graph, shape = round_graph(setup, [f"w{j}" for j in range(workers)])
+    steps = critical_path(dict(graph.dependencies), shape.result)
+    return steps + 1 if shape.scatters_each_round else steps

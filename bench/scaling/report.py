@@ -92,9 +92,19 @@ def _fixed_cost_explained(fixed: dict[str, Any]) -> str:
     alternating = ""
     if "alternating_ms" in hop:
         alternating = f", {hop['alternating_ms']:.1f} ms alternating between two"
+    if "alternating_payload_ms" in hop:
+        alternating += (
+            f", {hop['alternating_payload_ms']:.1f} ms passing the model's "
+            f"{hop['payload_bytes']} bytes"
+        )
     timeline = fixed.get("timeline") or {}
+    in_hops = ""
+    if "fixed_cost_hops" in fixed:
+        in_hops = (
+            f"; the round costs {fixed['fixed_cost_hops']:.1f} hops of {fixed['hop_ms']:.1f} ms"
+        )
     return (
-        f"{steps} dependent steps; one step of a chain of trivial tasks costs "
+        f"{steps} dependent steps{in_hops}; one step of a chain of trivial tasks costs "
         f"{hop['same_worker_ms']:.1f} ms on one worker{alternating}: {steps} x "
         f"{hop['same_worker_ms']:.1f} = {steps * hop['same_worker_ms']:.0f} ms; round "
         f"{timeline.get('round', '-')}: some worker computing {timeline.get('busy_ms', 0):.0f} of "

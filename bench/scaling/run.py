@@ -184,12 +184,18 @@ def _machine() -> dict[str, Any]:
 
 
 def run_workers(
-    spec: ScalingSpec, workers: int, model_bytes: int, *, profile_round: int | None = None
+    spec: ScalingSpec,
+    workers: int,
+    model_bytes: int,
+    *,
+    profile_round: int | None = None,
+    hop_bytes: int = 0,
 ) -> dict[str, Any]:
     """Train on a fresh cluster of `workers` workers; medians after the warm-up round.
 
     With `profile_round`, also that round's task timeline and the cluster's cost of one
-    dependent scheduling step (round_profile.py), under "profile".
+    dependent scheduling step (round_profile.py), under "profile"; `hop_bytes`: the hop
+    passing that many bytes too (the benchmark's model).
     """
     from ...pipeline import Callbacks
     from ...pipeline import run_training as train
@@ -224,7 +230,7 @@ def run_workers(
         if profile_round:  # Dask's task stream: each task's start and stop since `started`
             stream = client.get_task_stream(start=started)
             profile = {
-                "hop": round_profile.hop_latency(client),
+                "hop": round_profile.hop_latency(client, payload_bytes=hop_bytes),
                 "timeline": round_profile.round_timeline(stream, profile_round),
             }
     rounds = [

@@ -1,0 +1,276 @@
+"""The driver of all-gather rounds: rounds chained on the cluster, the driver off their path.
+
+The driver sends the weights once, when the chain starts; from then on round t + 1's tasks
+take round t's result on the worker that made it (chain_graph.py), and the driver keeps up to
+ROUNDS_IN_FLIGHT rounds submitted ahead of the one it records. It fetches each round's result
+as the round ends (the rows, the checkpoint), while the cluster is already computing the next
+ones. `who_has` is asked only after a worker is lost.
+
+What needs a round's outcome on the driver acts one round late, at most ROUNDS_IN_FLIGHT - 1
+rounds of work thrown away, never a round recorded twice or out of order:
+- divergence (run_state.check_finite) and `--stop-at-accuracy` read the round's row: the
+  rounds already in flight behind it are dropped unrecorded;
+- the safeguard, the line search, the skew fixes and the server step run inside the update
+  task, on every worker, so they pipeline as the rest of the round does.
+A lost worker (an error from a round, or a round computed by other workers than it was placed
+on) drops the rounds in flight and restarts the chain from the last recorded round's state,
+which the driver holds: the same weights and seeds, so the same results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from distributed import Client, Future
+
+from . import comm, run_state
+from .chain_graph import ChainedKeys, ChainLink, build_chained_round
+from .cluster import bounded, check_scheduler, publish_round, wait_for
+from .errors import ClusterLost
+from .graph import ShardSet
+from .metrics import append_metrics, reached_target, round_row
+from .run_setup import RunSetup
+from .run_state import RunState
+from .rundir import RunDir
+from .worker_round import Carry
+
+# Rounds submitted ahead of the one being recorded: 2 hides the driver's work of one round
+# (gather, metrics, checkpoint) behind the next round's compute.
+ROUNDS_IN_FLIGHT = 2
+
+
+@dataclass
+class _Submitted:
+    """A round on the cluster: its output keys and the futures that hold them."""
+
+    index: int
+    keys: ChainedKeys
+    futures: dict[str, Future]
+    submit_s: float
+
+
+@dataclass
+class _Chain:
+    """The chain as the driver sees it: where it starts and which attempt it is."""
+
+    link: ChainLink | None = None  # None: (re)start from the driver's state
+    attempt: int = 0
+    scatter_s: float = 0.0
+    workers_seen: frozenset[str] | None = None  # worker ids of the chain's first round
+    in_flight: deque[_Submitted] = field(default_factory=deque)
+
+    def drop(self) -> None:
+        """Release every round in flight (their tasks are cancelled) and restart later."""
+        self.in_flight.clear()
+        self.link = None
+
+
+def run_chained(
+    client: Client,
+    setup: RunSetup,
+    run_dir: RunDir,
+    state: RunState,
+    data: ShardSet,
+    callbacks: Any,
+    *,
+    lost: tuple[type[BaseException], ...],
+    max_attempts: int,
+    current_placement: Any,
+) -> None:
+    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract)."""
+    try:
+        _run(client, setup, run_dir, state, data, callbacks, lost, max_attempts, current_placement)
+    except ClusterLost as err:
+        t = state.round + 1
+        raise ClusterLost(run_state.lost_message(setup.config, run_dir, t, str(err))) from None
+
+
+def _run(
+    client: Client,
+    setup: RunSetup,
+    run_dir: RunDir,
+    state: RunState,
+    data: ShardSet,
+    callbacks: Any,
+    lost: tuple[type[BaseException], ...],
+    max_attempts: int,
+    current_placement: Any,
+) -> None:
+    config = setup.config
+    chain, failures = _Chain(), dict[int, int]()
+    last_row_at = time.perf_counter()
+    reloaded = 0
+    while state.round < config.rounds:
+        t = state.round + 1
+        try:
+            _fill(client, setup, state, data, chain)
+            head = chain.in_flight[0]
+            waited = time.perf_counter()
+            values = _collect(client, head, config.timeout)
+            wait_s = time.perf_counter() - waited
+        except lost as err:
+            check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
+            failures[t] = failures.get(t, 1) + 1
+            _give_up_after(max_attempts, t, failures[t], err)
+            chain.drop()
+            data, moved_now = _replace_shards(data, current_placement(client, data, config.timeout))
+            reloaded += moved_now
+            continue
+        chain.in_flight.popleft()
+        result, evaluation = values
+        run_state.check_finite(result, t, run_dir)  # before the state takes the round
+        moved = _workers_changed(chain, result.compute_by_worker)
+        if moved:  # a worker was lost and Dask ran its tasks elsewhere: results still exact
+            chain.drop()
+            data, moved_now = _replace_shards(data, current_placement(client, data, config.timeout))
+            reloaded += moved_now
+        now = time.perf_counter()
+        driver = {
+            "attempts": failures.get(t, 1),
+            "scatter_s": chain.scatter_s,
+            "submit_s": head.submit_s,
+            "wait_s": wait_s,
+            "gather_s": 0.0,
+            "shards_reloaded": reloaded,
+        }
+        row = _record(
+            client, setup, run_dir, state, data, result, evaluation, driver, now - last_row_at
+        )
+        last_row_at, chain.scatter_s, reloaded = now, 0.0, 0
+        callbacks.on_round(row)
+        callbacks.on_weights(t, state.weights)
+        if reached_target(config.stop_at_accuracy, row):
+            break
+    chain.drop()
+
+
+def _give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:
+    """ClusterLost once round t has failed `max_attempts` times as workers were lost."""
+    if attempts > max_attempts:
+        raise ClusterLost(
+            f"round {t} failed {max_attempts} times as workers were lost "
+            f"({type(err).__name__}: {err})"
+        ) from None
+
+
+def _record(
+    client: Client,
+    setup: RunSetup,
+    run_dir: RunDir,
+    state: RunState,
+    data: ShardSet,
+    result: Any,
+    evaluation: dict[str, float] | None,
+    driver: dict[str, Any],
+    wall_s: float,
+) -> dict[str, Any]:
+    """The round's row, written, published and checkpointed, as loop.py records a round."""
+    row = round_row(
+        round_index=state.round + 1,
+        algorithm=setup.strategy.name,
+        result=result,
+        evaluation=evaluation,
+        wall_s=wall_s,  # from the previous row: the round as a user waits for it
+        totals=state.advance(result, evaluation),
+        driver=driver,
+    )
+    state.rows.append(row)
+    append_metrics(run_dir.metrics, row)
+    config = setup.config
+    publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
+    run_state.save_run(run_dir, state, setup, improved=row["is_best"])
+    return row
+
+
+def _replace_shards(data: ShardSet, placement: list[str]) -> tuple[ShardSet, int]:
+    """The run's data with the shards' new placement, and how many shards moved."""
+    moved = sum(a != b for a, b in zip(data.placement, placement, strict=True))
+    return replace(data, placement=placement), moved
+
+
+def _workers_changed(chain: _Chain, compute_by_worker: dict[str, float]) -> bool:
+    """Whether a round ran on other worker processes than the chain's first round did."""
+    seen = frozenset(compute_by_worker)
+    if chain.workers_seen is None:
+        chain.workers_seen = seen
+        return False
+    return seen != chain.workers_seen
+
+
+def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
+    """Submit rounds until ROUNDS_IN_FLIGHT are on the cluster (or the run's last round)."""
+    config = setup.config
+    if chain.link is None:
+        _start(client, setup, state, data, chain)
+    workers = list(dict.fromkeys(data.placement))
+    with_states = setup.strategy.shard_state_type is not None
+    last = chain.in_flight[-1].index if chain.in_flight else state.round
+    while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
+        started = time.perf_counter()
+        t = last + 1
+        layout = comm.layout(data.placement)
+        evaluate = t % config.eval_every == 0 or t == config.rounds
+        graph, keys = build_chained_round(
+            run_state.round_static(setup, t, layout),
+            shards=data.shards,
+            placement=data.placement,
+            link=chain.link,
+            token=f"{data.token}a{chain.attempt}",
+            evaluate=(data.test, data.test_worker) if evaluate else None,
+        )
+        wanted = [*keys.updates, *(keys.last_phase if with_states else [])]
+        wanted += [keys.evaluation] if keys.evaluation else []
+        futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
+        chain.link = ChainLink(
+            carry=[futures[k] for k in keys.updates],
+            before=[futures[k] for k in keys.last_phase] if with_states else None,
+        )
+        chain.in_flight.append(
+            _Submitted(index=t, keys=keys, futures=futures, submit_s=time.perf_counter() - started)
+        )
+        last = t
+    assert len(chain.link.carry) == len(workers)
+
+
+def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
+    """(Re)start the chain: the driver's state, sent once, replicated on every worker."""
+    started = time.perf_counter()
+    chain.attempt += 1
+    chain.workers_seen = None
+    carry = Carry(
+        weights=state.weights,
+        state=state.state,
+        buffers=state.buffers,
+        shard_states=state.shard_states,
+    )
+    try:
+        (future,) = bounded(
+            client, setup.config.timeout, client.scatter, [carry], hash=False, broadcast=True
+        )
+    except KeyError as err:
+        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
+    workers = list(dict.fromkeys(data.placement))
+    chain.link = ChainLink(carry=[future] * len(workers))
+    chain.scatter_s += time.perf_counter() - started
+
+
+def _collect(client: Client, head: _Submitted, timeout: float) -> tuple[Any, Any]:
+    """Round `head`'s result (with its shards' states, if any) and evaluation, once done."""
+    keys = head.keys
+    wanted = [head.futures[keys.updates[0]]]
+    if keys.evaluation:
+        wanted.append(head.futures[keys.evaluation])
+    states = [head.futures[k] for k in keys.last_phase if k in head.futures]
+    wait_for(client, [*wanted, *states], timeout)
+    values = bounded(client, timeout, client.gather, [*wanted, *states])
+    result, evaluation = values[0], values[1] if keys.evaluation else None
+    outputs = values[len(wanted) :]
+    if outputs:
+        merged: dict[int, Any] = {}
+        for output in outputs:
+            merged.update(output.shard_states or {})
+        result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
+    return result, evaluation
