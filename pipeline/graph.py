@@ -19,7 +19,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from . import tasks
 from .aggregate import reduction_groups
-from .topology import TREE_FROM_WORKERS, fan_out_plan, use_tree  # noqa: F401  (re-exported)
+from .topology import TREE_FROM_WORKERS, chains_rounds, fan_out_plan, use_tree  # noqa: F401
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any
 from .aggregate import shard_placement
 from .chain_graph import ChainLink, build_chained_round
 from .comm import layout
-from .graph import build_round, placeholder_plan, use_tree
+from .graph import build_round, chains_rounds, placeholder_plan
 from .run_setup import RunSetup
 from .run_state import round_static
 from .shards import load_shard
@@ -33,7 +33,7 @@ def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, RoundShape]:
     """One round's graph (evaluation excluded) as the driver builds it for `workers`:
     (graph, shape), with placeholders for the weights so that nothing is computed."""
     placement = shard_placement(setup.store.num_shards, workers)
-    if not use_tree(setup.config.broadcast, placement):
+    if chains_rounds(setup.config.broadcast):
         static = round_static(setup, 1, layout(placement))
         carry = [f"carry{k}" for k in range(len(set(placement)))]  # not keys of this graph
         shards = [f"shard{i}" for i in range(len(placement))]

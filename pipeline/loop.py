@@ -1,7 +1,9 @@
 """The driver: for each round, build its graph, compute it, record metrics, checkpoint.
 
-Per round the client sends the current weights (and strategy state) once, receives the new
-weights and the round's metrics, and releases the round's futures. Shards are loaded once per
+With --broadcast allgather rounds are chained on the cluster and pipelined
+(pipelined.py); what follows is every other form. Per round the client sends the current
+weights (and strategy state) once, receives the new weights and the round's metrics, and
+releases the round's futures. Shards are loaded once per
 run by tasks pinned to their workers and stay there; only weights, gradients and metrics move.
 
 Where the run stands between rounds (checkpoints, the summary) is run_state.py; the driver's
@@ -37,8 +39,9 @@ from .cluster import (
 )
 from .config import RunConfig
 from .errors import ClusterLost, TrainingDiverged
-from .graph import RoundPlan, ShardSet, build_round, use_tree
+from .graph import RoundPlan, ShardSet, build_round, chains_rounds
 from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
+from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
 from .run_setup import RunSetup, prepare_run
 from .run_state import RunState
@@ -135,26 +138,6 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
     )
 
 
-def _current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
-    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
-
-    A shard stays with its previous worker while that worker still holds it; otherwise it is
-    placed on a worker that does, so that local tasks never fetch a shard over the network.
-    """
-    try:
-        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
-        keys = [future.key for future in data.shards]
-        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
-    except OSError:
-        check_scheduler(client, timeout)  # ClusterLost if it is the scheduler that went
-        raise
-    placement = []
-    for future, previous in zip(data.shards, data.placement, strict=True):
-        where = sorted(holders.get(future.key, ()))
-        placement.append(previous if previous in where or not where else where[0])
-    return placement
-
-
 def _run_rounds(
     client: Client,
     setup: RunSetup,
@@ -164,18 +147,21 @@ def _run_rounds(
     callbacks: Callbacks,
 ) -> None:
     config = setup.config
-    if not use_tree(config.broadcast, data.placement):  # the all-gather form: rounds chained
-        run_chained(
-            client,
-            setup,
-            run_dir,
-            state,
-            data,
-            callbacks,
-            lost=WORKER_LOST,
-            max_attempts=MAX_ROUND_ATTEMPTS,
-            current_placement=_current_placement,
-        )
+    if chains_rounds(config.broadcast):  # the all-gather form: rounds chained on the cluster
+        try:
+            run_chained(
+                client,
+                setup,
+                run_dir,
+                state,
+                data,
+                callbacks,
+                lost=WORKER_LOST,
+                max_attempts=MAX_ROUND_ATTEMPTS,
+            )
+        except ClusterLost as err:
+            t = state.round + 1  # the first round not recorded
+            raise ClusterLost(run_state.lost_message(config, run_dir, t, str(err))) from None
         return
     for t in range(state.round + 1, config.rounds + 1):
         started = time.perf_counter()

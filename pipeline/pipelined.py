@@ -75,30 +75,11 @@ def run_chained(
     state: RunState,
     data: ShardSet,
     callbacks: Any,
-    *,
     lost: tuple[type[BaseException], ...],
     max_attempts: int,
-    current_placement: Any,
 ) -> None:
-    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract)."""
-    try:
-        _run(client, setup, run_dir, state, data, callbacks, lost, max_attempts, current_placement)
-    except ClusterLost as err:
-        t = state.round + 1
-        raise ClusterLost(run_state.lost_message(setup.config, run_dir, t, str(err))) from None
-
-
-def _run(
-    client: Client,
-    setup: RunSetup,
-    run_dir: RunDir,
-    state: RunState,
-    data: ShardSet,
-    callbacks: Any,
-    lost: tuple[type[BaseException], ...],
-    max_attempts: int,
-    current_placement: Any,
-) -> None:
+    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract);
+    ClusterLost if the scheduler goes or a round fails `max_attempts` times."""
     config = setup.config
     chain, failures = _Chain(), dict[int, int]()
     last_row_at = time.perf_counter()
@@ -145,6 +126,26 @@ def _run(
         if reached_target(config.stop_at_accuracy, row):
             break
     chain.drop()
+
+
+def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
+    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
+
+    A shard stays with its previous worker while that worker still holds it; otherwise it is
+    placed on a worker that does, so that local tasks never fetch a shard over the network.
+    """
+    try:
+        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
+        keys = [future.key for future in data.shards]
+        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
+    except OSError:
+        check_scheduler(client, timeout)  # ClusterLost if it is the scheduler that went
+        raise
+    placement = []
+    for future, previous in zip(data.shards, data.placement, strict=True):
+        where = sorted(holders.get(future.key, ()))
+        placement.append(previous if previous in where or not where else where[0])
+    return placement
 
 
 def _give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:

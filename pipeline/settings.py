@@ -20,7 +20,7 @@ from .augment import parse_augment
 DTYPES = ("float32", "float64")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
 DEVICES = ("auto", "cpu", "cuda")
-BROADCASTS = ("auto", "direct", "tree")
+BROADCASTS = ("auto", "direct", "tree", "allgather")
 
 
 @dataclass(frozen=True, kw_only=True)

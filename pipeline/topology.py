@@ -11,6 +11,11 @@ from __future__ import annotations
 TREE_FROM_WORKERS = 8
 
 
+def chains_rounds(broadcast: str) -> bool:
+    """Whether rounds run in the all-gather form, chained on the cluster (pipelined.py)."""
+    return broadcast == "allgather"
+
+
 def use_tree(broadcast: str, placement: list[str]) -> bool:
     """Whether a phase's input goes down a relay tree (`auto`: from TREE_FROM_WORKERS on)."""
     workers = len(set(placement))
