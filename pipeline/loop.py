@@ -1,10 +1,10 @@
 """The driver: for each round, build its graph, compute it, record metrics, checkpoint.
 
-With --broadcast allgather rounds are chained on the cluster and pipelined
-(pipelined.py); what follows is every other form. Per round the client sends the current
-weights (and strategy state) once, receives the new weights and the round's metrics, and
-releases the round's futures. Shards are loaded once per
-run by tasks pinned to their workers and stay there; only weights, gradients and metrics move.
+With --broadcast allgather rounds are chained on the cluster and pipelined (pipelined.py);
+what follows is every other form. Per round the client sends the current weights (and
+strategy state) once, receives the new weights and the round's metrics, and releases the
+round's futures. Shards are loaded once per run by tasks pinned to their workers and stay
+there; only weights, gradients and metrics move.
 
 Where the run stands between rounds (checkpoints, the summary) is run_state.py; the driver's
 requests to the cluster, each bounded so that none waits forever, are in cluster.py.

@@ -31,7 +31,7 @@ from .chain_graph import ChainedKeys, ChainLink, build_chained_round
 from .cluster import bounded, check_scheduler, publish_round, wait_for
 from .errors import ClusterLost
 from .graph import ShardSet
-from .metrics import append_metrics, reached_target, round_row
+from .metrics import Laps, append_metrics, reached_target, round_row
 from .run_setup import RunSetup
 from .run_state import RunState
 from .rundir import RunDir
@@ -89,32 +89,26 @@ def run_chained(
         try:
             _fill(client, setup, state, data, chain)
             head = chain.in_flight[0]
-            waited = time.perf_counter()
-            values = _collect(client, head, config.timeout)
-            wait_s = time.perf_counter() - waited
+            result, evaluation, laps = _collect(client, head, config.timeout)
         except lost as err:
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
             failures[t] = failures.get(t, 1) + 1
             _give_up_after(max_attempts, t, failures[t], err)
-            chain.drop()
-            data, moved_now = _replace_shards(data, current_placement(client, data, config.timeout))
-            reloaded += moved_now
+            data, moved = _restart(client, data, chain, config.timeout)
+            reloaded += moved
             continue
         chain.in_flight.popleft()
-        result, evaluation = values
         run_state.check_finite(result, t, run_dir)  # before the state takes the round
-        moved = _workers_changed(chain, result.compute_by_worker)
-        if moved:  # a worker was lost and Dask ran its tasks elsewhere: results still exact
-            chain.drop()
-            data, moved_now = _replace_shards(data, current_placement(client, data, config.timeout))
-            reloaded += moved_now
+        if _workers_changed(chain, result.compute_by_worker):
+            # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
+            data, moved = _restart(client, data, chain, config.timeout)
+            reloaded += moved
         now = time.perf_counter()
         driver = {
             "attempts": failures.get(t, 1),
             "scatter_s": chain.scatter_s,
             "submit_s": head.submit_s,
-            "wait_s": wait_s,
-            "gather_s": 0.0,
+            **laps,
             "shards_reloaded": reloaded,
         }
         row = _record(
@@ -186,8 +180,11 @@ def _record(
     return row
 
 
-def _replace_shards(data: ShardSet, placement: list[str]) -> tuple[ShardSet, int]:
-    """The run's data with the shards' new placement, and how many shards moved."""
+def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> tuple[ShardSet, int]:
+    """After a lost worker: drop the rounds in flight (the chain restarts from the driver's
+    state) and take where the shards live now; returns the run's data and the shards moved."""
+    chain.drop()
+    placement = current_placement(client, data, timeout)
     moved = sum(a != b for a, b in zip(data.placement, placement, strict=True))
     return replace(data, placement=placement), moved
 
@@ -206,7 +203,6 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
     config = setup.config
     if chain.link is None:
         _start(client, setup, state, data, chain)
-    workers = list(dict.fromkeys(data.placement))
     with_states = setup.strategy.shard_state_type is not None
     last = chain.in_flight[-1].index if chain.in_flight else state.round
     while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
@@ -233,7 +229,6 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
             _Submitted(index=t, keys=keys, futures=futures, submit_s=time.perf_counter() - started)
         )
         last = t
-    assert len(chain.link.carry) == len(workers)
 
 
 def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
@@ -258,15 +253,21 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
     chain.scatter_s += time.perf_counter() - started
 
 
-def _collect(client: Client, head: _Submitted, timeout: float) -> tuple[Any, Any]:
-    """Round `head`'s result (with its shards' states, if any) and evaluation, once done."""
+def _collect(
+    client: Client, head: _Submitted, timeout: float
+) -> tuple[Any, dict[str, float] | None, dict[str, float]]:
+    """Round `head`'s result (with its shards' states, if any) and evaluation, once done,
+    and the driver's time waiting for them and fetching them."""
+    clock = Laps()
     keys = head.keys
     wanted = [head.futures[keys.updates[0]]]
     if keys.evaluation:
         wanted.append(head.futures[keys.evaluation])
     states = [head.futures[k] for k in keys.last_phase if k in head.futures]
     wait_for(client, [*wanted, *states], timeout)
+    clock.lap("wait_s")
     values = bounded(client, timeout, client.gather, [*wanted, *states])
+    clock.lap("gather_s")
     result, evaluation = values[0], values[1] if keys.evaluation else None
     outputs = values[len(wanted) :]
     if outputs:
@@ -274,4 +275,4 @@ def _collect(client: Client, head: _Submitted, timeout: float) -> tuple[Any, Any
         for output in outputs:
             merged.update(output.shard_states or {})
         result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
-    return result, evaluation
+    return result, evaluation, clock.laps
