@@ -218,9 +218,11 @@ def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(digits_stor
         assert run["exit_code"] == 0 or run["resumed"], run
         assert run["weights_equal"], run
         assert run["fault_landed_s"] is not None and run["fault_after_rounds"] >= 1, run
-        # A link down 1 s in 4, or every link at 1 Mbit/s, for the rest of the run: each
-        # later round moves its weights more slowly than the undisturbed run did.
-        assert run["cost_s"] > 0, run
+        # A link down 1 s in 4, or every link at 1 Mbit/s, for the rest of the run: the
+        # rounds after it landed move their weights more slowly than the same rounds
+        # undisturbed. Counted on the rounds alone: the whole process's wall time also holds
+        # a cluster's start, whose noise (measured -1.9 s once) can exceed a flap's cost.
+        assert run["rounds_cost_s"] is not None and run["rounds_cost_s"] > 0, run
     assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
 
 

@@ -58,10 +58,22 @@ def run_faults(
     for run in runs:
         run["weights_equal"] = torch.equal(run.pop("weights"), baseline["weights_ref"])
         run["cost_s"] = run["process_wall_s"] - baseline["process_wall_s"]
+        run["rounds_cost_s"] = _rounds_cost(run, baseline)
         log(f"  {run['fault']}: exit {run['exit_code']}, resumed {run['resumed']}, weights equal "
             f"{run['weights_equal']}, cost {run['cost_s']:+.1f} s")  # fmt: skip
     baseline.pop("weights_ref")
+    for run in runs:
+        run.pop("round_walls")
     return {"bandwidth": rate, "method": method, "worker_ttl_s": WORKER_TTL_S, "runs": runs}
+
+
+def _rounds_cost(run: dict[str, Any], baseline: dict[str, Any]) -> float | None:
+    """Seconds the rounds after the fault landed took beyond the same rounds undisturbed;
+    None when the fault never landed or a resume renumbered nothing comparable."""
+    after = run["fault_after_rounds"]
+    if after is None or len(run["round_walls"]) != len(baseline["round_walls"]):
+        return None
+    return sum(run["round_walls"][after:]) - sum(baseline["round_walls"][after:])
 
 
 def _faulted_run(
@@ -96,6 +108,7 @@ def _faulted_run(
         "attempts": sum(r.get("attempts", 1) for r in rows),
         "shards_reloaded": sum(r.get("shards_reloaded", 0) for r in rows),
         "process_wall_s": wall,
+        "round_walls": [row["wall_s"] for row in rows],
         # When the fault landed (s after the run started; None: the run ended first) and
         # how many rounds had ended then: proof that the run met it.
         "fault_landed_s": landed["at"] - started if "at" in landed else None,

@@ -43,16 +43,21 @@ def faults_table(result: dict[str, Any]) -> str:
         f"faults at {result['bandwidth']} ({result['method']}, worker TTL "
         f"{result['worker_ttl_s']:g} s):",
         "| fault | exit | resumed | rounds | attempts | shards reloaded | wall s | cost s | "
-        "weights equal |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+        "rounds cost s | weights equal |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for run in result["runs"]:
         lines.append(
             f"| {run['fault']} | {run['exit_code']} | {run['resumed']} | {run['rounds']} | "
             f"{run['attempts']} | {run['shards_reloaded']} | {run['process_wall_s']:.1f} | "
-            f"{run['cost_s']:+.1f} | {run['weights_equal']} |"
+            f"{run['cost_s']:+.1f} | {_seconds(run.get('rounds_cost_s'))} | "
+            f"{run['weights_equal']} |"
         )
     return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f}"
 
 
 def _name(run: dict[str, Any]) -> str:
