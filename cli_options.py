@@ -66,6 +66,8 @@ TRAIN_HELP: dict[str, str] = {
     "flip,crop=P (pad P, crop back).",
     "seed": "Seed of init and sampling.",
     "dtype": "float32 | float64.",
+    "precision": "fp32 | bf16: bf16 computes the layers in bfloat16 (torch.autocast, on GPUs and "
+    "on CPU) with float32 weights, gradients and sums; needs --dtype float32.",
     "device": "auto (a GPU where a worker sees one) | cpu | cuda.",
     "eval_every": "Evaluate every N rounds.",
     "stop_at_accuracy": "Stop once test accuracy reaches this; 0: never.",

@@ -42,6 +42,8 @@ class ModelSpec:
     train_batch: int = 0
     # Random flips / crops of each local step's minibatch (pipeline/augment.py); "" for none.
     augment: str = ""
+    # fp32, or bf16: forward and backward under torch.autocast, weights and gradients in dtype.
+    precision: str = "fp32"
 
     @property
     def is_user_model(self) -> bool:

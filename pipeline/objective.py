@@ -110,6 +110,7 @@ class ShardObjective:
         train_batch: int = 0,
         augmentation: Augmentation | None = None,
         seed: int = 0,
+        precision: str = "fp32",
     ) -> None:
         self.model = model
         self.x = x
@@ -121,6 +122,7 @@ class ShardObjective:
         self.train_batch = train_batch
         self.augmentation = augmentation or Augmentation()
         self.seed = seed
+        self.precision = precision
         self.batch_dependent, self.stochastic = mode_dependent(model)
         # Local steps' dropout masks and augmentations, in step order.
         self.step_rng = torch.Generator().manual_seed(derived_seed(seed, 1))
@@ -147,8 +149,20 @@ class ShardObjective:
     def _forward(
         self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool = True, at: int = 0
     ) -> torch.Tensor:
-        """The model's output at w. `step`: a local step (updates the running statistics,
-        draws from step_rng); else a full pass at row `at` (fixed draws, statistics kept)."""
+        """The model's output at w, in w's dtype. `step`: a local step (updates the running
+        statistics, draws from step_rng); else a full pass at row `at` (fixed draws,
+        statistics kept). With precision bf16 the layers autocast compute in bfloat16 (on
+        CPU too); w, its gradient and the loss stay in float32, as mixed precision keeps
+        its master weights."""
+        if self.precision == "fp32":
+            return self._forward_in_dtype(w, x, step=step, train=train, at=at)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            out = self._forward_in_dtype(w, x, step=step, train=train, at=at)
+        return out.to(w.dtype)
+
+    def _forward_in_dtype(
+        self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool, at: int
+    ) -> torch.Tensor:
         if self.plain:
             return forward_flat(self.model, w, x)
         rng = self.step_rng if step else torch.Generator().manual_seed(derived_seed(self.seed, at))
@@ -211,6 +225,7 @@ class ShardObjective:
             train_batch=self.train_batch,
             augmentation=self.augmentation,
             seed=self.seed,
+            precision=self.precision,
         )
 
     @torch.no_grad()

@@ -57,6 +57,8 @@ def run_label(settings: dict[str, Any]) -> str:
     label = config.strategy().label()
     if config.augment:  # the objective's own setting: runs differing only by it must differ
         label += f" augment={config.augment}"
+    if config.precision != "fp32":
+        label += f" precision={config.precision}"
     return f"{label} [{Path(config.store).stem}]" if config.store else label
 
 

@@ -151,6 +151,7 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         builder=_builder_bytes(config.model, builder),
         train_batch=config.batch_size,
         augment=config.augment,
+        precision=config.precision,
     )
     setup = RunSetup(config=config, store=store, spec=spec, strategy=config.strategy())
     check_model_runs(

@@ -18,6 +18,9 @@ from .algorithms.setting_error import SettingError, setting
 from .augment import parse_augment
 
 DTYPES = ("float32", "float64")
+# What the forward and backward passes compute in: fp32, or bf16 under torch.autocast with the
+# weights, their gradients and every reduction kept in float32 (objective.py).
+PRECISIONS = ("fp32", "bf16")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
 DEVICES = ("auto", "cpu", "cuda")
 BROADCASTS = ("auto", "direct", "tree", "allgather")
@@ -35,9 +38,16 @@ class ModelSettings:
     l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
     # Random flips and crops of every local step's minibatch: flip, crop=P, or flip,crop=P.
     augment: str = ""
+    precision: str = "fp32"  # fp32 | bf16 (autocast; weights stay in dtype)
 
     def check_model(self) -> None:
         one_of(*DTYPES)("dtype", self.dtype)
+        one_of(*PRECISIONS)("precision", self.precision)
+        if self.precision == "bf16" and self.dtype != "float32":
+            raise SettingError(
+                f"{setting('precision')} bf16 keeps float32 master weights, and "
+                f"{setting('dtype')} is {self.dtype}; use --dtype float32"
+            )
         parse_augment(self.augment)
         if self.l2 is not None:
             non_negative("l2", self.l2)

@@ -127,6 +127,7 @@ def make_objective(
         train_batch=spec.train_batch,
         augmentation=parse_augment(spec.augment),
         seed=seed,
+        precision=spec.precision,
     )
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One short check of a GPU machine (or any machine): correctness on the GPU against the CPU
 # reference, strong scaling on the CPU cores (1, 2, 4, 8 workers, capped at the cores there
-# are) and on the GPUs (LocalCUDACluster, one worker per GPU). Installs nothing from the
-# network; prints a table last; finishes within 8 minutes on one H200 with 16 cores.
+# are) and on the GPUs (LocalCUDACluster, one worker per GPU), and one process's step in fp32
+# and bf16. Installs nothing from the network; prints a table last; finishes within 8 minutes
+# on one H200 with 16 cores.
 #
 #   bash bench/scripts/gpu-check.sh [OUT_DIR]        (default: bench-out/gpu-check)
 #
@@ -41,20 +42,27 @@ if [ "$GPUS" -gt 0 ]; then
     || echo "GPU correctness check failed (exit $?)"
 fi
 
-# 2. Strong scaling on the CPU cores: workers 1, 2, 4, 8 (at most the cores), one thread each.
+# 2. One process's local step in fp32 and in bf16 (--precision bf16: autocast, float32 weights).
+DEVICE=cpu; [ "$GPUS" -gt 0 ] && DEVICE=cuda
+timeout 60 "${DANE[@]}" bench precision --store "$STORE" --model lenet --device "$DEVICE" \
+  --steps 100 --json "$OUT/precision.json" > "$OUT/precision.txt" 2> "$OUT/precision.err" \
+  || echo "precision timing failed (exit $?): see $OUT/precision.err"
+
+# 3. Strong scaling on the CPU cores: workers 1, 2, 4, 8 (at most the cores), one thread each.
 WORKERS=$(python3 -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $CORES))")
-timeout 240 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
+timeout 200 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
   --workers "$WORKERS" --rounds 2 --local-steps 5 --grad-sample 256 --device cpu \
   --workdir "$OUT/cpu" --json "$OUT/scaling-cpu.json" --plot "$OUT/scaling-cpu.png" \
   --network 1,0.5 --network 10,0.05 > "$OUT/scaling-cpu.txt" 2> "$OUT/scaling-cpu.err" \
   || echo "CPU scaling failed (exit $?): see $OUT/scaling-cpu.err"
 
-# 3. The GPUs: one worker per GPU, model and shards on the GPU.
+# 4. The GPUs: one worker per GPU, model and shards on the GPU; the fixed cost of a tiny round
+#    (in hops of this machine) with one GPU worker.
 if [ "$GPUS" -gt 0 ]; then
   GPU_WORKERS=$(python3 -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $GPUS))")
   timeout 120 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
     --workers "$GPU_WORKERS" --rounds 3 --local-steps 50 --device cuda --no-reference \
-    --no-fixed-cost --workdir "$OUT/gpu" --json "$OUT/scaling-gpu.json" \
+    --workdir "$OUT/gpu" --json "$OUT/scaling-gpu.json" \
     --plot "$OUT/scaling-gpu.png" > "$OUT/scaling-gpu.txt" 2> "$OUT/scaling-gpu.err" \
     || echo "GPU scaling failed (exit $?): see $OUT/scaling-gpu.err"
 fi
@@ -63,5 +71,6 @@ echo
 if [ -f "$OUT/correctness.json" ]; then
   python3 -c "import json; r = json.load(open('$OUT/correctness.json')); print('GPU correctness:', r['verdict'], r['detail'])"
 fi
+if [ -f "$OUT/precision.txt" ]; then echo "== fp32 against bf16, one process =="; cat "$OUT/precision.txt"; fi
 echo "== CPU cores =="; cat "$OUT/scaling-cpu.txt"
 if [ -f "$OUT/scaling-gpu.txt" ]; then echo "== GPUs =="; cat "$OUT/scaling-gpu.txt"; fi

@@ -1,0 +1,114 @@
+"""`dane bench precision`: one process's time per local step in fp32 and in bf16.
+
+A local step as the workers take it (pipeline/objective.py): a minibatch of one shard, the
+loss and its gradient at the weights, an SGD update of the float32 weights. Both precisions
+start from the same weights and draw the same minibatches; the first steps warm the kernels
+up and are not timed. It answers whether `--precision bf16` pays on this device: on a GPU
+with bfloat16 tensor cores it should; on a CPU without bfloat16 units it may cost time.
+
+    dane bench precision --store S --model lenet --device cuda --json precision.json
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+WARMUP_STEPS = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionSpec:
+    store: str
+    model: str = "lenet"
+    device: str = "auto"
+    steps: int = 50
+    batch_size: int = 64
+    repeats: int = 3
+    local_lr: float = 0.05
+    seed: int = 0
+
+    def validate(self) -> PrecisionSpec:
+        for name in ("steps", "batch_size", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        return self
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) -> dict[str, Any]:
+    """Median seconds a step over `repeats` runs of `steps` steps; the loss reached."""
+    rng = torch.Generator().manual_seed(spec.seed)
+    w = weights.to(objective.x.device)
+
+    def step(w: torch.Tensor) -> tuple[torch.Tensor, float]:
+        w = w.detach().requires_grad_(True)
+        loss = objective.batch_loss(w, objective.sample_rows(spec.batch_size, rng))
+        (grad,) = torch.autograd.grad(loss, w)
+        return (w - spec.local_lr * grad).detach(), float(loss.detach())
+
+    for _ in range(WARMUP_STEPS):
+        w, loss = step(w)
+    runs = []
+    for _ in range(spec.repeats):
+        _sync(w.device)
+        started = time.perf_counter()
+        for _ in range(spec.steps):
+            w, loss = step(w)
+        _sync(w.device)
+        runs.append((time.perf_counter() - started) / spec.steps)
+    return {"step_s": statistics.median(runs), "runs_step_s": runs, "final_batch_loss": loss}
+
+
+def run_precision(spec: PrecisionSpec) -> dict[str, Any]:
+    """fp32 then bf16 on shard 0 of the store, in this process; JSON-able."""
+    from ...pipeline import RunConfig, initial_weights, prepare_run
+
+    spec = spec.validate()
+    rows: dict[str, Any] = {}
+    for precision in ("fp32", "bf16"):
+        config = RunConfig(
+            store=spec.store, model=spec.model, device=spec.device, precision=precision,
+            batch_size=spec.batch_size, seed=spec.seed,
+        ).validate()  # fmt: skip
+        setup = prepare_run(config)
+        objective = setup.objectives()[0]
+        weights = initial_weights(setup.spec, spec.seed)
+        rows[precision] = _time_steps(objective, weights, spec)
+        rows[precision]["device"] = str(objective.x.device)
+    ratio = rows["bf16"]["step_s"] / rows["fp32"]["step_s"]
+    return {"spec": asdict(spec), "precisions": rows, "bf16_over_fp32": ratio}
+
+
+def precision_table(result: dict[str, Any]) -> str:
+    rows = result["precisions"]
+    lines = ["| precision | device | ms a step | last batch loss |", "|---|---|---:|---:|"]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['device']} | {row['step_s'] * 1e3:.2f} | "
+            f"{row['final_batch_loss']:.4f} |"
+        )
+    lines.append(f"bf16 / fp32 time a step: {result['bf16_over_fp32']:.2f}")
+    return "\n".join(lines)
+
+
+def precision_plot(result: dict[str, Any], path: Any) -> None:
+    from ...pipeline import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    names = list(result["precisions"])
+    times = [result["precisions"][n]["step_s"] * 1e3 for n in names]
+    ax.bar(names, times, color=["tab:blue", "tab:orange"])
+    spec = result["spec"]
+    ax.set_ylabel("ms a local step")
+    ax.set_title(f"{spec['model']}, batch {spec['batch_size']}, {spec['device']}")
+    save_figure(fig, path)
