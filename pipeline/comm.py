@@ -7,9 +7,12 @@ estimate by the algorithm). Per phase:
   the reducing worker, so every other worker receives one copy): `inputs_moved`;
 - the partial sums of its output cross between workers in the pairwise reduction tree:
   `cross_worker_merges`.
-graph.py places the tasks so that these are the only transfers; tasks.py counts each phase
-with `phase_bytes` when it finishes, and reference.py does the same for the layout the Dask
-run would have; `dane bench scaling` checks the count against Dask's own transfer logs.
+In the all-gather form (worker_round.py, chosen by topology.chains_rounds) no input moves and
+each worker's subtree sums go to every other worker (`layout(..., gathered=True)`).
+graph.py and chain_graph.py place the tasks so that these are the only transfers; tasks.py
+counts each phase with `phase_bytes` when it finishes, and reference.py does the same for the
+layout the Dask run would have; `dane bench scaling` checks the count against Dask's own
+transfer logs.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .aggregate import reduction_groups
+from .aggregate import owned_nodes, reduction_groups
 
 
 def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
@@ -33,11 +36,20 @@ class Layout:
 
     receivers: int  # workers that hold shards
     partials_moved: int  # partial sums crossing between workers in one reduction
+    # The all-gather form (worker_round.py): every worker forms each phase's input itself
+    # from the sums it received, and starts the round from its own copy of the last update.
+    gathered: bool = False
 
 
-def layout(placement: list[str]) -> Layout:
-    """The layout of shards placed on these workers (one entry per shard)."""
-    return Layout(receivers=len(set(placement)), partials_moved=cross_worker_merges(placement))
+def layout(placement: list[str], *, gathered: bool = False) -> Layout:
+    """The layout of shards placed on these workers (one entry per shard); `gathered`: in
+    the all-gather form, where each worker sends the sums of its whole subtrees
+    (aggregate.owned_nodes) to each of the others."""
+    workers = list(dict.fromkeys(placement))
+    if not gathered:
+        return Layout(receivers=len(workers), partials_moved=cross_worker_merges(placement))
+    sent = sum(len(owned_nodes(placement, worker)) for worker in workers)
+    return Layout(receivers=len(workers), partials_moved=sent * (len(workers) - 1), gathered=True)
 
 
 def inputs_moved(phase: int, receivers: int) -> int:
@@ -47,8 +59,11 @@ def inputs_moved(phase: int, receivers: int) -> int:
 
 def phase_bytes(phase: int, *, incoming: int, outgoing: int, layout: Layout) -> int:
     """Bytes phase `phase` moves: its input (`incoming` bytes a copy) to the workers, and its
-    partial sums (`outgoing` bytes each) across workers."""
-    return incoming * inputs_moved(phase, layout.receivers) + outgoing * layout.partials_moved
+    partial sums (`outgoing` bytes each) across workers. In the all-gather form no input
+    moves: the weights are where the last round left them, a later phase's input is formed
+    on each worker from the sums."""
+    copies = 0 if layout.gathered else inputs_moved(phase, layout.receivers)
+    return incoming * copies + outgoing * layout.partials_moved
 
 
 def cross_worker_merges(placement: list[str]) -> int:

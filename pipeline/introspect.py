@@ -13,9 +13,9 @@ from typing import Any
 from .aggregate import shard_placement
 from .chain_graph import ChainLink, build_chained_round
 from .comm import layout
-from .graph import build_round, chains_rounds, placeholder_plan
-from .run_setup import RunSetup
-from .run_state import round_static
+from .graph import build_round, placeholder_plan
+from .run_setup import RunSetup, initial_weights
+from .run_state import round_static, runs_chained
 from .shards import load_shard
 from .tasks import RoundInput
 
@@ -33,8 +33,8 @@ def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, RoundShape]:
     """One round's graph (evaluation excluded) as the driver builds it for `workers`:
     (graph, shape), with placeholders for the weights so that nothing is computed."""
     placement = shard_placement(setup.store.num_shards, workers)
-    if chains_rounds(setup.config.broadcast):
-        static = round_static(setup, 1, layout(placement))
+    if runs_chained(setup, len(set(placement)), initial_weights(setup.spec, 0)):
+        static = round_static(setup, 1, layout(placement, gathered=True))
         carry = [f"carry{k}" for k in range(len(set(placement)))]  # not keys of this graph
         shards = [f"shard{i}" for i in range(len(placement))]
         graph, keys = build_chained_round(

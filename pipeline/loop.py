@@ -1,7 +1,9 @@
 """The driver: for each round, build its graph, compute it, record metrics, checkpoint.
 
-With --broadcast allgather rounds are chained on the cluster and pipelined (pipelined.py);
-what follows is every other form. Per round the client sends the current weights (and
+Where the all-gather form pays (topology.chains_rounds: --broadcast allgather, or auto on
+few workers or a small model) rounds are chained on the cluster and pipelined
+(pipelined.py); what follows is the per-round form (--broadcast direct or tree, or auto on
+many workers with a large model). Per round the client sends the current weights (and
 strategy state) once, receives the new weights and the round's metrics, and releases the
 round's futures. Shards are loaded once per run by tasks pinned to their workers and stay
 there; only weights, gradients and metrics move.
@@ -39,13 +41,14 @@ from .cluster import (
 )
 from .config import RunConfig
 from .errors import ClusterLost, TrainingDiverged
-from .graph import RoundPlan, ShardSet, build_round, chains_rounds
+from .graph import RoundPlan, ShardSet, build_round
 from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
 from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
 from .run_setup import RunSetup, prepare_run
 from .run_state import RunState
 from .rundir import RunDir
+from .topology import round_form
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -147,7 +150,8 @@ def _run_rounds(
     callbacks: Callbacks,
 ) -> None:
     config = setup.config
-    if chains_rounds(config.broadcast):  # the all-gather form: rounds chained on the cluster
+    workers = len(set(data.placement))
+    if run_state.runs_chained(setup, workers, state.weights):  # rounds chained on the cluster
         try:
             run_chained(
                 client,
@@ -178,7 +182,7 @@ def _run_rounds(
             evaluation=outcome.evaluation,
             wall_s=time.perf_counter() - started,
             totals=state.advance(result, outcome.evaluation),
-            driver=outcome.driver,
+            driver={**outcome.driver, "round_form": round_form(config.broadcast, data.placement)},
         )
         state.rows.append(row)
         append_metrics(run_dir.metrics, row)

@@ -59,6 +59,7 @@ class _Chain:
     link: ChainLink | None = None  # None: (re)start from the driver's state
     attempt: int = 0
     scatter_s: float = 0.0
+    scatter_bytes: int = 0  # the carry's tensors, one copy to each worker, at a (re)start
     workers_seen: frozenset[str] | None = None  # worker ids of the chain's first round
     in_flight: deque[_Submitted] = field(default_factory=deque)
 
@@ -110,11 +111,16 @@ def run_chained(
             "submit_s": head.submit_s,
             **laps,
             "shards_reloaded": reloaded,
+            # What the driver moved for this round: its fetch of the result (the weights,
+            # the strategy's state, the shards' states) and, where the chain (re)started,
+            # the carry sent to every worker; never the weights out each round.
+            "driver_bytes": laps.pop("fetched_bytes") + chain.scatter_bytes,
+            "round_form": "allgather",
         }
         row = _record(
             client, setup, run_dir, state, data, result, evaluation, driver, now - last_row_at
         )
-        last_row_at, chain.scatter_s, reloaded = now, 0.0, 0
+        last_row_at, chain.scatter_s, chain.scatter_bytes, reloaded = now, 0.0, 0, 0
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
         if reached_target(config.stop_at_accuracy, row):
@@ -208,7 +214,7 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
     while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
-        layout = comm.layout(data.placement)
+        layout = comm.layout(data.placement, gathered=True)
         evaluate = t % config.eval_every == 0 or t == config.rounds
         graph, keys = build_chained_round(
             run_state.round_static(setup, t, layout),
@@ -251,13 +257,14 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
     workers = list(dict.fromkeys(data.placement))
     chain.link = ChainLink(carry=[future] * len(workers))
     chain.scatter_s += time.perf_counter() - started
+    chain.scatter_bytes += comm.payload_bytes(carry) * len(workers)
 
 
 def _collect(
     client: Client, head: _Submitted, timeout: float
 ) -> tuple[Any, dict[str, float] | None, dict[str, float]]:
     """Round `head`'s result (with its shards' states, if any) and evaluation, once done,
-    and the driver's time waiting for them and fetching them."""
+    the driver's time waiting for them and fetching them, and the tensor bytes fetched."""
     clock = Laps()
     keys = head.keys
     wanted = [head.futures[keys.updates[0]]]
@@ -268,6 +275,7 @@ def _collect(
     clock.lap("wait_s")
     values = bounded(client, timeout, client.gather, [*wanted, *states])
     clock.lap("gather_s")
+    fetched = comm.payload_bytes(values)
     result, evaluation = values[0], values[1] if keys.evaluation else None
     outputs = values[len(wanted) :]
     if outputs:
@@ -275,4 +283,4 @@ def _collect(
         for output in outputs:
             merged.update(output.shard_states or {})
         result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
-    return result, evaluation, clock.laps
+    return result, evaluation, {**clock.laps, "fetched_bytes": fetched}

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from . import comm, tasks
+from . import tasks
 from .aggregate import shard_placement, to_partial, tree_reduce
 from .algorithms import Broadcast
 from .metrics import round_row
 from .run_setup import RunSetup
-from .run_state import RunState, round_start
+from .run_state import RunState, placement_layout, round_start
 from .shards import ShardData
 
 
@@ -53,8 +53,9 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
     shards = [setup.load_train(i) for i in range(setup.store.num_shards)]
     test = setup.load_test()
     # Only for the communication count: where the Dask run would place the shards.
-    layout = comm.layout(shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)]))
+    placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
     reference = ReferenceRun(run=RunState.fresh(setup))
+    layout = placement_layout(setup, placement, reference.run.weights)
     for t in range(1, rounds + 1):
         started = time.perf_counter()
         state = reference.run

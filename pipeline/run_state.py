@@ -25,6 +25,7 @@ from .metrics import RoundTotals, keep_rounds_up_to
 from .run_setup import RunSetup, initial_state
 from .rundir import RunDir
 from .tasks import RoundInput, RoundResult
+from .topology import chains_rounds
 from .worker_round import RoundStatic, open_round
 
 
@@ -228,3 +229,15 @@ def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str
         f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
         f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
     )
+
+
+def runs_chained(setup: RunSetup, workers: int, weights: torch.Tensor) -> bool:
+    """Whether this run's rounds take the all-gather form on `workers` workers
+    (topology.chains_rounds, from --broadcast and the model's bytes)."""
+    return chains_rounds(setup.config.broadcast, workers, weights.numel() * weights.element_size())
+
+
+def placement_layout(setup: RunSetup, placement: list[str], weights: torch.Tensor) -> comm.Layout:
+    """The byte count's layout of shards so placed, in the form the run's rounds take."""
+    gathered = runs_chained(setup, len(set(placement)), weights)
+    return comm.layout(placement, gathered=gathered)

@@ -122,25 +122,62 @@ def test_groups_and_placement_as_documented():
     assert shard_placement(2, ["x", "y", "z"]) == ["x", "y"]
 
 
-# Model-sized copies a round, 4 shards on 2 workers (blocks: one crossing merge a phase):
-# DANE sends the weights to both workers (2) and its gradient's partial sum across (1), the
-# averaged gradient to the other worker (1) and the solutions' partial sum across (1);
-# FedAvg the weights (2) and one partial sum (1).
-COPIES = {"dane": 5, "fedavg": 3}
+# Model-sized copies a round, 4 shards on 2 workers (blocks: one crossing merge a phase).
+# The per-round form (--broadcast direct): DANE sends the weights to both workers (2) and its
+# gradient's partial sum across (1), the averaged gradient to the other worker (1) and the
+# solutions' partial sum across (1); FedAvg the weights (2) and one partial sum (1).
+# The all-gather form (auto on 2 workers): no input moves; each worker sends its one subtree
+# sum to the other in each phase (2 a phase).
+COPIES = {
+    ("dane", "direct"): 5, ("fedavg", "direct"): 3,
+    ("dane", "auto"): 4, ("fedavg", "auto"): 2, ("dane", "allgather"): 4,
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("algorithm", COPIES)
-def test_the_reference_counts_the_copies_an_algorithm_moves(algorithm, digits_stores):
+@pytest.mark.parametrize(("algorithm", "broadcast"), COPIES)
+def test_the_reference_counts_the_copies_an_algorithm_moves(algorithm, broadcast, digits_stores):
     config = RunConfig(
         store=str(digits_stores[4]), model="small-cnn", dtype="float64", rounds=2,
-        local_steps=2, batch_size=16, seed=3, algorithm=algorithm,
+        local_steps=2, batch_size=16, seed=3, algorithm=algorithm, broadcast=broadcast,
     ).validate()  # fmt: skip
     setup = prepare_run(config)
     model_bytes = initial_weights(setup.spec, 0).numel() * 8
+    copies = COPIES[algorithm, broadcast]
 
     rows = run_reference(setup, rounds=2, num_workers=2).history
 
-    assert [r["comm_bytes"] for r in rows] == [COPIES[algorithm] * model_bytes] * 2
-    assert [r["cum_comm_bytes"] for r in rows] == [c * COPIES[algorithm] * model_bytes
+    assert [r["comm_bytes"] for r in rows] == [copies * model_bytes] * 2
+    assert [r["cum_comm_bytes"] for r in rows] == [c * copies * model_bytes
                                                    for c in (1, 2)]  # fmt: skip
     assert [r["driver_bytes"] for r in rows] == [model_bytes] * 2  # no driver state
+
+
+@pytest.mark.parametrize(
+    ("placement", "sent"),
+    [
+        (["a", "a", "b", "b"], 2),  # one subtree each, to the one other worker
+        (["a", "a", "a", "b"], 3),  # a: (1, 0) and (0, 2); b: (0, 3)
+        (["a", "b", "c"], 6),  # one leaf each, to two others
+        (["a"] * 8, 0),  # one worker sends nothing
+    ],
+)
+def test_the_allgather_form_sends_each_subtree_sum_to_every_other_worker(placement, sent):
+    gathered = comm.layout(placement, gathered=True)
+
+    assert gathered.partials_moved == sent
+    # No input moves, in any phase: each worker starts from its own copy of the update.
+    assert comm.phase_bytes(0, incoming=100, outgoing=10, layout=gathered) == 10 * sent
+    assert comm.phase_bytes(1, incoming=100, outgoing=10, layout=gathered) == 10 * sent
+
+
+def test_auto_takes_the_allgather_form_while_it_costs_less_than_the_tree():
+    from dask_dane.pipeline.topology import allgather_pays, chains_rounds
+
+    mb = 2**20
+    assert all(allgather_pays(w, 10_000 * mb) for w in (1, 2, 4))  # any model
+    assert allgather_pays(8, 50 * mb) and not allgather_pays(8, 80 * mb)
+    assert allgather_pays(16, 10 * mb) and not allgather_pays(16, 15 * mb)
+    assert allgather_pays(32, 4 * mb) and not allgather_pays(32, 6 * mb)
+    assert chains_rounds("auto", 2, mb) and chains_rounds("allgather", 64, 1000 * mb)
+    assert not chains_rounds("direct", 2, mb) and not chains_rounds("tree", 2, mb)
+    assert not chains_rounds("auto", 32, 6 * mb)

@@ -63,19 +63,29 @@ def test_dask_run_equals_reference(
 
 
 @pytest.mark.parametrize(("algorithm", "phases"), [("dane", 2), ("sgd", 1), ("fedavg", 1)])
-def test_comm_bytes_are_the_exact_count(algorithm, phases, digits_stores, cluster_client, tmp_path):
-    # 4 shards on 2 workers, shards 0-1 on the first and 2-3 on the second: the driver
-    # scatters the weights to the first worker and the second fetches them (2 copies); each
-    # worker sums its own two shards and one partial sum crosses to the first worker (1
-    # copy). DANE's second phase sends the global gradient to the second worker (1 copy)
-    # and again gathers one partial sum (1 copy).
-    config = _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2)
+@pytest.mark.parametrize("broadcast", ["direct", "auto"])
+def test_comm_bytes_are_the_exact_count(
+    algorithm, phases, broadcast, digits_stores, cluster_client, tmp_path
+):
+    # 4 shards on 2 workers, shards 0-1 on the first and 2-3 on the second.
+    # The per-round form (direct): the driver scatters the weights to the first worker and
+    # the second fetches them (2 copies); each worker sums its own two shards and one partial
+    # sum crosses to the first worker (1 copy). DANE's second phase sends the global gradient
+    # to the second worker (1 copy) and again gathers one partial sum (1 copy).
+    # The all-gather form (auto on 2 workers): each worker sends its sum of its two shards to
+    # the other, in every phase (2 copies a phase); the weights stay where the update made them.
+    config = replace(
+        _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2),
+        broadcast=broadcast,
+    )
     num_params = initial_weights(prepare_run(config).spec, 0).numel()
 
     train(config, client=cluster_client)
 
     model_bytes = num_params * 4
     per_round = (2 + 1) * model_bytes + (phases - 1) * (1 + 1) * model_bytes
+    if broadcast == "auto":
+        per_round = phases * 2 * model_bytes
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["comm_bytes"] for r in rows] == [per_round, per_round]
     assert [r["cum_comm_bytes"] for r in rows] == [per_round, 2 * per_round]

@@ -417,6 +417,7 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
             assert driver.poll() is None, driver.communicate()[1]
             assert time.monotonic() < deadline, "round 3 never ran"
         stderr, stopped_after = _stopped_within_limit(driver, time.monotonic())
+        saved = load_checkpoint(out / "checkpoints" / "latest.pt")["round"]
         os.kill(scheduler.pid, signal.SIGCONT)  # thawed: the same cluster takes the run back
         resumed = subprocess.run(
             _dane("train", "--out", str(out), "--resume", "--rounds", "3"),
@@ -432,7 +433,9 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
         _stop(procs)
 
     _assert_cluster_lost(driver, stderr, address, out)
-    assert "in round 3: " in stderr
+    # The driver records round 3 while the cluster may already run round 4 (rounds are
+    # pipelined, pipelined.py): the line names the first round not saved, 3 or the one before.
+    assert saved in (1, 2) and f"in round {saved + 1}: " in stderr
     assert FROZEN_TIMEOUT_S <= stopped_after < FROZEN_LIMIT_S
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 3
@@ -470,9 +473,8 @@ main()
 @pytest.mark.parametrize(
     "request_name",
     [
-        "scatter",  # the round's weights and state
-        "gather",  # the round's result, once its futures are done
-        "_current_placement",  # who_has: where the shards live after the round
+        "get",  # a round's graph; the 3rd is round 3's, sent once round 1 is saved
+        "gather",  # the round's result, once its futures are done: round 3's
     ],
 )
 def test_scheduler_frozen_during_a_request_stops_within_timeout_and_resumes_to_the_same_weights(
@@ -507,7 +509,9 @@ def test_scheduler_frozen_during_a_request_stops_within_timeout_and_resumes_to_t
 
     _assert_cluster_lost(driver, stderr, address, out)
     assert FROZEN_TIMEOUT_S <= stopped_after < FROZEN_LIMIT_S
-    assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == 2
+    # Rounds are pipelined (pipelined.py): round 3 is submitted once round 1 is saved.
+    saved = {"get": 1, "gather": 2}[request_name]
+    assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == saved
     # Resumed on another cluster for round 3: the same training as one never interrupted.
     config = replace(
         RunConfig(**RunDir(out).saved_config()), scheduler=None, timeout=60.0, rounds=3

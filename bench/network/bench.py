@@ -24,19 +24,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...pipeline import RunDir, use_tree
+from ...pipeline import RunDir
 from ..ddp.compare import dask_curve, ddp_method, targets_reached
 from ..ddp.projection import model_copies
 from . import probe as allreduce_probe
-from .model import Network, project_dask_round_s, ring_allreduce_s
+from .model import Network, project_allgather_round_s, project_dask_round_s, ring_allreduce_s
 from .netns import NetnsCluster, check_can_run, rate_bytes_per_s
 from .runs import RunFailed, idle_control_rate, run_dask, run_ddp_ranks
 from .spec import NetworkSpec
 
 # A run's first rounds pay for connections and first calls: the median is taken after them.
 CALIBRATION_ROUNDS, CALIBRATION_WARMUP = 10, 2
-ROUND_FIGURES = ("wall_s", "eval_s", "max_worker_compute_s", "comm_bytes", "driver_bytes",
-                 "comm_rounds")  # fmt: skip
+ROUND_FIGURES = ("round_form", "wall_s", "eval_s", "max_worker_compute_s", "comm_bytes",
+                 "driver_bytes", "comm_rounds")  # fmt: skip
 # Headers of a full TCP/IPv4 frame at MTU 1500: 14 Ethernet + 20 IP + 32 TCP (timestamps) bytes
 # around 1448 of payload. The qdisc counts them; preamble, gap and checksum it does not.
 FRAME_OVERHEAD = (14 + 20 + 32) / 1448
@@ -137,8 +137,7 @@ def _one_run(
             config = replace(config, out=f"{config.out}-{mode}")
         shutil.rmtree(config.out, ignore_errors=True)
         run = run_dask(cluster, config, logs, timeout=spec.timeout)
-        tree = use_tree(config.broadcast, [str(i) for i in range(spec.workers)])
-        row = _dask_row(run, Path(config.out), spec, net, fixed_s, tree)
+        row = _dask_row(run, Path(config.out), spec, net, fixed_s)
     row = {"method": method, "bandwidth": rate, **row}
     counted = row["comm_bytes"] + row["driver_bytes"]
     row["overhead_fraction"] = (
@@ -156,9 +155,11 @@ def _one_run(
 
 
 def _dask_row(
-    run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float, tree: bool
+    run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float
 ) -> dict[str, Any]:
     rows = RunDir(out).rows()
+    # The form the run's rounds took, as its rows say (topology.chains_rounds chose it).
+    form = rows[0].get("round_form", "direct") if rows else "direct"
     curve = dask_curve(rows)
     targets = targets_reached(curve, (spec.target or 1.0,))
     return {
@@ -167,9 +168,9 @@ def _dask_row(
         "process_wall_s": run["process_wall_s"],
         "rounds": len(rows),
         "measured_s": curve[-1]["train_wall_s"] if curve else 0.0,
-        "projected_s": _project_dask(rows, spec.workers, net, fixed_s, tree),
-        "broadcast": "tree" if tree else "direct",
-        # Equal across --broadcast modes: the tree changes where bytes go, not one bit.
+        "projected_s": _project_dask(rows, spec.workers, net, fixed_s, form),
+        "broadcast": form,
+        # Equal across --broadcast modes: the form changes where bytes go, not one bit.
         "weights_sha256": _weights_hash(out) if rows else None,
         "wire_bytes": run["wire"]["bytes"],
         "wire_by_node": run["wire"]["by_node"],
@@ -191,18 +192,25 @@ def _weights_hash(out: Path) -> str:
 
 
 def _project_dask(
-    rows: list[dict[str, Any]], workers: int, net: Network, fixed_s: float, tree: bool
+    rows: list[dict[str, Any]], workers: int, net: Network, fixed_s: float, form: str
 ) -> float:
     """network.py's round time, summed over the run's rounds, from each round's own measured
-    compute and bytes and the method's calibrated fixed cost."""
+    compute and bytes and the method's calibrated fixed cost, in the run's form."""
     total, before = 0.0, 0
     for r in rows:
         phases, before = r["comm_rounds"] - before, r["comm_rounds"]  # the row's is cumulative
+        if form == "allgather":  # one subtree sum a worker (a shard a worker, or blocks)
+            payload = r["comm_bytes"] / max(1, phases * workers * (workers - 1))
+            total += project_allgather_round_s(
+                net, compute_s=r["max_worker_compute_s"], fixed_s=fixed_s, workers=workers,
+                phase_outputs=[payload] * phases, driver_bytes=r.get("driver_bytes", 0),
+            )  # fmt: skip
+            continue
         payload = r["comm_bytes"] / model_copies(phases, workers)
         total += project_dask_round_s(
             net, workers=workers, measured_workers=workers, compute_s=r["max_worker_compute_s"],
             fixed_s=fixed_s, phase_inputs=[payload] * phases, phase_outputs=[payload] * phases,
-            driver_extra=max(0, int(r.get("driver_bytes", 0) - payload)), tree=tree,
+            driver_extra=max(0, int(r.get("driver_bytes", 0) - payload)), tree=form == "tree",
         )  # fmt: skip
     return total
 

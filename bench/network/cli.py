@@ -21,7 +21,7 @@ from ..common.options import (
 Bandwidth = Annotated[str, typer.Option(help="Link rates to measure, comma-separated tc rates.")]
 Methods = Annotated[str, typer.Option(help="Comma-separated, of dane, ddp, sgd, fedavg.")]
 Broadcast = Annotated[
-    str, typer.Option(help="dask-dane runs once per mode given: auto, direct, tree.")
+    str, typer.Option(help="dask-dane runs once per mode given: auto, direct, tree, allgather.")
 ]
 Target = Annotated[
     float | None, typer.Option(help="Test accuracy: report the time to it, stop there.")

@@ -24,6 +24,15 @@ Q_k = bytes of one shard's output in phase k, d = ceil(log2 W) levels of the red
   the phase input from the one worker that made it, so its uplink carries W - 1 copies: an
   upper bound that a broadcast tree would cut to d * t(P_k).
 
+dask-dane in the all-gather form (rounds chained on the cluster, the driver off their path):
+
+    round = C  +  O  +  sum_k [ a + (W - 1) * Q_k / B ]    (each worker sends its sums to the
+                                                              W - 1 others, all links at once)
+            + D' / B                                        (the driver's fetch of the result
+                                                              and, at a start, the scatter)
+
+  D': the round's driver_bytes as the pipelined driver counts them.
+
 PyTorch DDP, per step (ring all-reduce of the G gradient bytes, as NCCL and gloo do):
 
     step = S * W0 / W  +  2 (W - 1) * a  +  2 (W - 1) / W * G / B
@@ -140,6 +149,23 @@ def project_dask_round_s(
     compute = compute_s * measured_workers / workers
     comm = dask_round_comm_s(net, workers, phase_inputs, phase_outputs, driver_extra, tree)
     return compute + fixed_s + comm
+
+
+def project_allgather_round_s(
+    net: Network,
+    *,
+    workers: int,
+    compute_s: float,
+    fixed_s: float,
+    phase_outputs: list[float],
+    driver_bytes: int = 0,
+) -> float:
+    """One round of the all-gather form (pipelined.py): per phase one latency and the W - 1
+    copies of its sum each worker sends over its own link (all at once); the driver's fetch
+    of the result shares a worker's link (its bytes / B, an upper bound: it overlaps the
+    next round)."""
+    comm = sum(net.latency_s + (workers - 1) * q / net.bytes_per_s for q in phase_outputs)
+    return compute_s + fixed_s + comm + driver_bytes / net.bytes_per_s
 
 
 def ring_allreduce_s(net: Network, workers: int, nbytes: int) -> float:

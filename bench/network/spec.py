@@ -62,9 +62,9 @@ class NetworkSpec:
             raise ValueError(f"--rounds must be at least 1 (got {self.rounds})")
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
-        if not self.broadcasts or set(self.broadcasts) - {"auto", "direct", "tree"}:
+        if not self.broadcasts or set(self.broadcasts) - {"auto", "direct", "tree", "allgather"}:
             raise ValueError(
-                f"--broadcast takes a comma-separated list of auto, direct, tree "
+                f"--broadcast takes a comma-separated list of auto, direct, tree, allgather "
                 f"(got {','.join(self.broadcasts) or 'none'})"
             )
         if self.timeout <= 0:

@@ -290,7 +290,9 @@ def _breakdown(
     compute = row["max_worker_compute_s"]
     moved = transfer["max_worker_s"]
     waited = row["wait_s"]
-    scattered = model_bytes  # the weights; DANE without a safeguard has no state to send
+    # The weights, in the per-round form (DANE without a safeguard has no state to send);
+    # the all-gather form scatters only where its chain starts, the warm-up round.
+    scattered = 0 if row.get("round_form") == "allgather" else model_bytes
     return {
         "wall_s": period,
         "compute_s": compute,
