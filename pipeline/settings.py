@@ -93,8 +93,9 @@ class ClusterSettings:
     scheduler_file: str | None = None  # what `dask scheduler --scheduler-file` wrote (HPC)
     host: str = "127.0.0.1"
     dashboard_address: str = "127.0.0.1:8787"
-    # How a phase's input reaches the workers: direct (all from one), tree (relayed), or auto
-    # (tree from graph.TREE_FROM_WORKERS workers on). Results are the same bit for bit.
+    # The round's shape: allgather (rounds chained on the cluster), direct or tree (each round
+    # from the driver, a phase's input sent from one worker or relayed), or auto
+    # (topology.chains_rounds). Results are the same bit for bit.
     broadcast: str = "auto"
     timeout: float = 60.0
     # TLS for `scheduler` (tls://...); None: Dask's own config (distributed.comm.tls.*).
