@@ -77,6 +77,8 @@ TRAIN_HELP: dict[str, str] = {
     "broadcast": "allgather (one task per worker and phase, rounds chained on the cluster, "
     "the driver off their path) | direct | tree (each round from the driver) | auto "
     f"(allgather where it pays on a 10 Gbit/s link, else tree from {TREE_FROM_WORKERS} workers).",
+    "transport": "float32 | bfloat16: how the workers' sums travel in the all-gather form; "
+    "bfloat16 sends the local solutions as their change from w, half the bytes, summed in float32.",
     "dashboard_address": "Dashboard address.",
     "timeout": "Seconds to wait for a cluster, or a silent scheduler, before stopping.",
     "tls_ca_file": "--scheduler tls://...: CA certificate (PEM).",

@@ -39,9 +39,10 @@ class Layout:
     # The all-gather form (worker_round.py): every worker forms each phase's input itself
     # from the sums it received, and starts the round from its own copy of the last update.
     gathered: bool = False
+    transport: str = "float32"  # the subtree sums' encoding on the wire (transport.py)
 
 
-def layout(placement: list[str], *, gathered: bool = False) -> Layout:
+def layout(placement: list[str], *, gathered: bool = False, transport: str = "float32") -> Layout:
     """The layout of shards placed on these workers (one entry per shard); `gathered`: in
     the all-gather form, where each worker sends the sums of its whole subtrees
     (aggregate.owned_nodes) to each of the others."""
@@ -49,7 +50,8 @@ def layout(placement: list[str], *, gathered: bool = False) -> Layout:
     if not gathered:
         return Layout(receivers=len(workers), partials_moved=cross_worker_merges(placement))
     sent = sum(len(owned_nodes(placement, worker)) for worker in workers)
-    return Layout(receivers=len(workers), partials_moved=sent * (len(workers) - 1), gathered=True)
+    moved = sent * (len(workers) - 1)
+    return Layout(receivers=len(workers), partials_moved=moved, gathered=True, transport=transport)
 
 
 def inputs_moved(phase: int, receivers: int) -> int:

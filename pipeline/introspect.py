@@ -34,7 +34,8 @@ def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, RoundShape]:
     (graph, shape), with placeholders for the weights so that nothing is computed."""
     placement = shard_placement(setup.store.num_shards, workers)
     if runs_chained(setup, len(set(placement)), initial_weights(setup.spec, 0)):
-        static = round_static(setup, 1, layout(placement, gathered=True))
+        gathered = layout(placement, gathered=True, transport=setup.config.transport)
+        static = round_static(setup, 1, gathered)
         carry = [f"carry{k}" for k in range(len(set(placement)))]  # not keys of this graph
         shards = [f"shard{i}" for i in range(len(placement))]
         graph, keys = build_chained_round(

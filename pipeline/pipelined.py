@@ -214,7 +214,7 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
     while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
-        layout = comm.layout(data.placement, gathered=True)
+        layout = comm.layout(data.placement, gathered=True, transport=config.transport)
         evaluate = t % config.eval_every == 0 or t == config.rounds
         graph, keys = build_chained_round(
             run_state.round_static(setup, t, layout),

@@ -13,13 +13,14 @@ from typing import Any
 
 import torch
 
-from . import tasks
-from .aggregate import shard_placement, to_partial, tree_reduce
+from . import comm, tasks, transport
+from .aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
 from .algorithms import Broadcast
 from .metrics import round_row
 from .run_setup import RunSetup
 from .run_state import RunState, placement_layout, round_start
 from .shards import ShardData
+from .worker_round import WorkerPhase, phase_total
 
 
 @dataclass
@@ -60,7 +61,7 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
         started = time.perf_counter()
         state = reference.run
         round_input, opening = round_start(setup, state, layout)
-        result = _round(round_input, shards, state, opening)
+        result = _round(round_input, shards, state, opening, placement)
         evaluation = None
         if t % config.eval_every == 0 or t == rounds:
             evaluation = tasks.evaluate(setup.spec, test, result.weights, result.buffers)
@@ -81,10 +82,12 @@ def _round(
     shards: list[ShardData],
     state: RunState,
     opening: Broadcast | None,
+    placement: list[str],
 ) -> tasks.RoundResult:
     """One round: every phase's local work, pairwise sums and end, then the update.
 
-    `opening` is what phase 0 receives (run_state.round_start), as the Dask run's does.
+    `opening` is what phase 0 receives (run_state.round_start), as the Dask run's does;
+    `placement` where the Dask run's shards are (for a lossy --transport: what travels).
     """
     ended: list[tasks.PhaseEnd] = []
     previous: list[Any] = [None] * len(shards)
@@ -104,7 +107,7 @@ def _round(
             )
             for i, shard in enumerate(shards)
         ]
-        total = tree_reduce([to_partial(r) for r in reports])
+        total = _phase_sum(round_input.layout, reports, placement, state.weights)
         previous = reports
         if phase < len(strategy.phases) - 1:
             ended.append(tasks.finish_phase(round_input, phase, total, previous_end, state.weights))
@@ -112,3 +115,25 @@ def _round(
     if state.shard_states is not None:
         next_states = [tasks.shard_state_of(report) for report in previous]
     return tasks.update_round(round_input, state.weights, state.state, ended, total, next_states)
+
+
+def _phase_sum(
+    layout: comm.Layout, reports: list[Any], placement: list[str], weights: torch.Tensor
+) -> Any:
+    """The phase's sum over all shards. With a lossy transport, as the all-gather round forms
+    it: each worker's subtree sums encoded, then the tree completed from them decoded
+    (worker_round.phase_total); else the pairwise tree of the shards' outputs."""
+    leaves = [to_partial(r) for r in reports]
+    if transport.is_lossless(layout.transport):
+        return tree_reduce(leaves)
+    by_leaf = {(0, i): leaf for i, leaf in enumerate(leaves)}
+
+    def sent_by(worker: str) -> WorkerPhase:
+        nodes = owned_nodes(placement, worker)
+        sums = {node: node_sum(node, by_leaf, len(leaves)) for node in nodes}
+        return WorkerPhase(
+            nodes={n: transport.encode(p, weights, layout.transport) for n, p in sums.items()}
+        )
+
+    sent = [sent_by(worker) for worker in dict.fromkeys(placement)]
+    return phase_total(sent, len(leaves), weights, layout.transport)

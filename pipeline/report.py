@@ -59,6 +59,8 @@ def run_label(settings: dict[str, Any]) -> str:
         label += f" augment={config.augment}"
     if config.precision != "fp32":
         label += f" precision={config.precision}"
+    if config.transport != "float32":
+        label += f" transport={config.transport}"
     return f"{label} [{Path(config.store).stem}]" if config.store else label
 
 

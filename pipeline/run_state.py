@@ -233,11 +233,14 @@ def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str
 
 def runs_chained(setup: RunSetup, workers: int, weights: torch.Tensor) -> bool:
     """Whether this run's rounds take the all-gather form on `workers` workers
-    (topology.chains_rounds, from --broadcast and the model's bytes)."""
+    (topology.chains_rounds, from --broadcast and the model's bytes; an encoded --transport
+    travels in that form alone)."""
+    if setup.config.transport != "float32":
+        return True  # settings.py refuses it with --broadcast direct or tree
     return chains_rounds(setup.config.broadcast, workers, weights.numel() * weights.element_size())
 
 
 def placement_layout(setup: RunSetup, placement: list[str], weights: torch.Tensor) -> comm.Layout:
     """The byte count's layout of shards so placed, in the form the run's rounds take."""
     gathered = runs_chained(setup, len(set(placement)), weights)
-    return comm.layout(placement, gathered=gathered)
+    return comm.layout(placement, gathered=gathered, transport=setup.config.transport)

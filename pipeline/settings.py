@@ -16,6 +16,7 @@ from pathlib import Path
 from .algorithms.checks import at_least_one, non_negative, one_of, positive
 from .algorithms.setting_error import SettingError, setting
 from .augment import parse_augment
+from .transport import TRANSPORTS
 
 DTYPES = ("float32", "float64")
 # What the forward and backward passes compute in: fp32, or bf16 under torch.autocast with the
@@ -97,6 +98,8 @@ class ClusterSettings:
     # from the driver, a phase's input sent from one worker or relayed), or auto
     # (topology.chains_rounds). Results are the same bit for bit.
     broadcast: str = "auto"
+    # How the all-gather form's sums travel: float32 as computed, or bfloat16 (transport.py).
+    transport: str = "float32"
     timeout: float = 60.0
     # TLS for `scheduler` (tls://...); None: Dask's own config (distributed.comm.tls.*).
     tls_ca_file: str | None = None
@@ -106,6 +109,12 @@ class ClusterSettings:
     def check_cluster(self) -> None:
         one_of(*DEVICES)("device", self.device)
         one_of(*BROADCASTS)("broadcast", self.broadcast)
+        one_of(*TRANSPORTS)("transport", self.transport)
+        if self.transport != "float32" and self.broadcast in ("direct", "tree"):
+            raise SettingError(
+                f"{setting('transport')} {self.transport} encodes the all-gather form's sums, "
+                f"and {setting('broadcast')} is {self.broadcast}; use --broadcast allgather or auto"
+            )
         at_least_one("workers", self.workers)
         at_least_one("threads_per_worker", self.threads_per_worker)
         positive("timeout", self.timeout)

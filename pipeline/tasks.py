@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..models.registry import ModelSpec
-from . import comm
+from . import comm, transport
 from .aggregate import (
     Partial,
     ShardReport,
@@ -192,7 +192,9 @@ def _phase_end(
         + round_input.opening_bytes
         + comm.tensor_bytes(round_input.buffers)
     )
-    outgoing = comm.tensor_bytes(total.tensor_sums) + comm.tensor_bytes(total.buffer_sums)
+    # The sums as they travel (transport.py: bfloat16 halves them); buffers go as they are.
+    sums = transport.sent_bytes(total.tensor_sums, round_input.layout.transport)
+    outgoing = sums + comm.tensor_bytes(total.buffer_sums)
     return PhaseEnd(
         buffers=buffer_mean(total),
         broadcast=broadcast,

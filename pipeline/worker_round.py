@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..models.registry import ModelSpec
-from . import comm
+from . import comm, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
 from .algorithms import Broadcast, Strategy
 from .shards import ShardData
@@ -94,11 +94,14 @@ def open_round(static: RoundStatic, carry: Carry | RoundResult) -> tuple[RoundIn
     return round_input, Broadcast(tensors=opening) if opening else None
 
 
-def phase_total(outputs: list[WorkerPhase], num_shards: int) -> Partial:
-    """The phase's sum over all shards, from every worker's subtree sums."""
+def phase_total(
+    outputs: list[WorkerPhase], num_shards: int, weights: torch.Tensor, encoding: str
+) -> Partial:
+    """The phase's sum over all shards, from every worker's subtree sums as they travelled
+    (decoded the same way on every worker: transport.py)."""
     known: dict[TreeNode, Partial] = {}
     for output in outputs:
-        known.update(output.nodes)
+        known.update({n: transport.decode(p, weights, encoding) for n, p in output.nodes.items()})
     return node_sum(tree_root(num_shards), known, num_shards)
 
 
@@ -107,8 +110,9 @@ def phase_ends(
 ) -> list[PhaseEnd]:
     """The ends of the phases in `gathered` (each finished by finish_phase, in order)."""
     ends: list[PhaseEnd] = []
+    encoding = round_input.layout.transport
     for phase, outputs in enumerate(gathered):
-        total = phase_total(outputs, num_shards)
+        total = phase_total(outputs, num_shards, weights, encoding)
         ends.append(finish_phase(round_input, phase, total, ends[-1] if ends else None, weights))
     return ends
 
@@ -151,8 +155,14 @@ def run_worker_phase(
     last = phase == len(static.strategy.phases) - 1
     keeps_states = last and static.strategy.shard_state_type is not None
     states_after = {i: r.output.shard_state for i, r in reports.items()}
+    encoding = static.layout.transport
     return WorkerPhase(
-        nodes={node: node_sum(node, leaves, static.num_shards) for node in nodes},
+        nodes={
+            node: transport.encode(
+                node_sum(node, leaves, static.num_shards), carry.weights, encoding
+            )
+            for node in nodes
+        },
         reports=None if last else reports,
         shard_states=states_after if keeps_states else None,
     )
@@ -171,7 +181,7 @@ def update_on_worker(
     Shard states are not in it: each stays with its worker's last phase output."""
     round_input, _ = open_round(static, carry)
     ends = phase_ends(round_input, gathered[:-1], static.num_shards, carry.weights)
-    last = phase_total(gathered[-1], static.num_shards)
+    last = phase_total(gathered[-1], static.num_shards, carry.weights, static.layout.transport)
     return update_round(round_input, carry.weights, carry.state, ends, last, None)
 
 

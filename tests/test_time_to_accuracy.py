@@ -137,6 +137,30 @@ def test_projected_times_and_speedups_follow_the_formulas(sweep, ddp_sweep, scal
         assert ddp[4]["time_s"] is None and ddp[4]["speedup"] is None  # never reached 88 %
 
 
+def test_the_allgather_form_keeps_its_fixed_cost_and_sends_w_minus_1_copies_a_phase(
+    sweep, ddp_sweep, scaling
+):
+    # A fixed-cost JSON of the all-gather form (rounds chained on the cluster): its
+    # dependent steps do not grow with W; each worker sends its sum to the W - 1 others.
+    for row in scaling["fixed_cost"]:
+        row["round_form"] = "allgather"
+    fixed = fixed_cost_from(scaling)
+    assert fixed.form == "allgather"
+    assert fixed.seconds(4) == fixed.seconds(32) == pytest.approx(0.12)
+
+    result = _project(sweep, ddp_sweep, scaling, targets=(0.88,), speedups=(1.0,))
+
+    (table,) = result["projections"]
+    dane = {r["shards"]: r for r in table["methods"]["dane"]}
+    a, per_byte = 50e-6, 8 / 10e9
+    for m, (compute, w0, fixed_s, iterations) in {
+        1: (40.0, 1, 0.1, 3), 2: (20.0, 2, 0.12, 3), 4: (20.0, 2, 0.12, 4)
+    }.items():  # fmt: skip
+        per_phase = a + (m - 1) * PAYLOAD * per_byte if m > 1 else 0.0
+        round_s = compute * w0 / m + fixed_s + 2 * per_phase  # no scatter, no tree levels
+        assert dane[m]["time_s"] == pytest.approx(iterations * round_s, rel=1e-9)
+
+
 def test_the_crossover_is_where_both_times_are_equal_and_the_order_flips_there(
     sweep, ddp_sweep, scaling
 ):

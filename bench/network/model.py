@@ -164,8 +164,16 @@ def project_allgather_round_s(
     copies of its sum each worker sends over its own link (all at once); the driver's fetch
     of the result shares a worker's link (its bytes / B, an upper bound: it overlaps the
     next round)."""
-    comm = sum(net.latency_s + (workers - 1) * q / net.bytes_per_s for q in phase_outputs)
+    comm = allgather_round_comm_s(net, workers, phase_outputs)
     return compute_s + fixed_s + comm + driver_bytes / net.bytes_per_s
+
+
+def allgather_round_comm_s(net: Network, workers: int, phase_outputs: list[float]) -> float:
+    """The all-gather form's communication a round: per phase one latency and the W - 1
+    copies of its sum that each worker sends over its own link, all links at once."""
+    if workers < 2:
+        return 0.0
+    return sum(net.latency_s + (workers - 1) * q / net.bytes_per_s for q in phase_outputs)
 
 
 def ring_allreduce_s(net: Network, workers: int, nbytes: int) -> float:

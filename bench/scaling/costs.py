@@ -81,6 +81,7 @@ def fixed_cost(
                 "driver_ms": median["driver_s"] * 1e3,
                 "overhead_ms": median["overhead_s"] * 1e3,
                 "dependent_steps": dependent_steps(tiny_setup, workers),
+                "round_form": run["round_form"],
                 # The round's fixed cost in hops of this machine, measured in the same run.
                 "hop_ms": hop_ms,
                 "fixed_cost_hops": median["wall_s"] * 1e3 / hop_ms,

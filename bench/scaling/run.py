@@ -241,6 +241,7 @@ def run_workers(
     ][1:-1]  # warm-up and the evaluated last round left out (validate: rounds >= 2)
     return {
         "workers": workers,
+        "round_form": roundlog.rows[-1].get("round_form", "direct"),
         "oversubscribed": workers * config.threads_per_worker > (os.cpu_count() or 1),
         "rounds": rounds,
         "median": {k: statistics.median(r[k] for r in rounds) for k in rounds[0]},

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ddp.projection import model_copies
-from ..network.model import Network, ring_allreduce_s, tree_depth
+from ..network.model import Network, allgather_round_comm_s, ring_allreduce_s, tree_depth
 from ..network.model import dask_round_comm_s as comm_s
 
 
@@ -19,13 +19,24 @@ class FixedCost:
     measured_s: dict[int, float]  # workers -> seconds per round
     step_s: float  # one dependent scheduling step between workers
     steps_per_level: int  # dependent steps a round gains per level of the reduction tree
+    # The measured rounds' form: the all-gather form's dependent steps do not grow with W
+    # (its bytes do, in the network term); the per-round form's grow per tree level.
+    form: str = "tree"
 
     def seconds(self, workers: int) -> float:
         if workers in self.measured_s:
             return self.measured_s[workers]
         base = max((w for w in self.measured_s if w < workers), default=min(self.measured_s))
+        if self.form == "allgather":
+            return self.measured_s[base]
         levels = tree_depth(workers) - tree_depth(base)
         return self.measured_s[base] + self.steps_per_level * levels * self.step_s
+
+    def comm_s(self, net: Network, workers: int, payloads: list[float]) -> float:
+        """The bytes' time on `net` a round, in the measured form."""
+        if self.form == "allgather":
+            return allgather_round_comm_s(net, workers, payloads)
+        return comm_s(net, workers, payloads, payloads)
 
 
 def fixed_cost_from(scaling: dict[str, Any]) -> FixedCost:
@@ -49,6 +60,7 @@ def fixed_cost_from(scaling: dict[str, Any]) -> FixedCost:
         measured_s={r["workers"]: r["ms_per_round"] / 1e3 for r in rows},
         step_s=max(hops) / 1e3,
         steps_per_level=per_level,
+        form=rows[-1].get("round_form", "tree"),  # JSONs before issue 32: the per-round form
     )
 
 
@@ -73,7 +85,7 @@ class DaskMethod:
     def iteration_s(self, net: Network, workers: int, speedup: float, fixed: FixedCost) -> float:
         payloads = [self.payload_bytes] * self.phases
         compute = self.compute_s / speedup * self.workers / workers
-        return compute + fixed.seconds(workers) + comm_s(net, workers, payloads, payloads)
+        return compute + fixed.seconds(workers) + fixed.comm_s(net, workers, payloads)
 
     def time_s(self, target: float, net: Network, speedup: float, fixed: FixedCost) -> float | None:
         iterations = to_target(self.curve, "round", target)

@@ -1,0 +1,73 @@
+"""What travels between workers, and in what encoding: `--transport float32 | bfloat16`.
+
+In the all-gather form (worker_round.py) each worker sends the sums of its whole subtrees to
+every other worker. With `bfloat16` those sums travel in bfloat16: the tensors an algorithm
+averages as weights (its `weights` output, the local solutions v_i) as their change from the
+round's weights, sum_i n_i (v_i - w), the others (gradients, control variates) as they are.
+Every worker, the sender too, decodes the same bytes back into the weights' dtype and
+completes the pairwise tree from them, so all workers hold the same sums and the reduction
+accumulates in float32 (or float64); only what crosses is rounded. BatchNorm's buffers and
+the metrics are a few floats and travel as they are. reference.py encodes the same subtree
+sums for the placement the Dask run has, so Dask = reference holds in every mode.
+
+Why deltas: bfloat16 keeps 8 bits of mantissa, a relative error of 2^-9 of what it encodes.
+Of v_i itself that is about 0.2 % of each weight; of v_i - w it is 0.2 % of the round's step,
+which is what the average is made of (DiLoCo's pseudo-gradients travel so). No error feedback
+is kept: at this precision the error is unbiased rounding of a small step, and a residual
+kept per worker would make a round's result depend on state outside the run's checkpoint.
+`float32` sends the sums as computed, bit for bit as before this setting existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .aggregate import Partial
+
+TRANSPORTS = ("float32", "bfloat16")
+# An algorithm's outputs that it averages as weights (algorithms/*.py name them so): they
+# travel as their change from the round's weights.
+DELTA_TENSORS = frozenset({"weights"})
+_WIDTH = {"bfloat16": torch.bfloat16}
+
+
+def is_lossless(transport: str) -> bool:
+    return transport == "float32"
+
+
+def encode(total: Partial, weights: torch.Tensor, transport: str) -> Partial:
+    """A subtree's sum as it travels: its tensors in `transport`'s encoding."""
+    if is_lossless(transport):
+        return total
+    width = _WIDTH[transport]
+    tensors = {name: _shift(name, total, weights, -1.0).to(width) for name in total.tensor_sums}
+    return replace(total, tensor_sums=tensors)
+
+
+def decode(sent: Partial, weights: torch.Tensor, transport: str) -> Partial:
+    """encode's inverse up to its rounding, in the weights' dtype: every worker decodes the
+    same bytes to the same numbers."""
+    if is_lossless(transport):
+        return sent
+    wide = {name: t.to(weights.dtype) for name, t in sent.tensor_sums.items()}
+    widened = replace(sent, tensor_sums=wide)
+    tensors = {name: _shift(name, widened, weights, 1.0) for name in widened.tensor_sums}
+    return replace(sent, tensor_sums=tensors)
+
+
+def _shift(name: str, total: Partial, weights: torch.Tensor, sign: float) -> torch.Tensor:
+    """A weights-like sum moved by sign * n w (n: its rows), others as they are."""
+    tensor = total.tensor_sums[name]
+    if name not in DELTA_TENSORS:
+        return tensor
+    return tensor + sign * (total.num_samples * weights.to(tensor.dtype))
+
+
+def sent_bytes(tensors: dict[str, torch.Tensor], transport: str) -> int:
+    """Bytes of these tensors on the wire in `transport`'s encoding."""
+    if is_lossless(transport):
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+    width = torch.tensor([], dtype=_WIDTH[transport]).element_size()
+    return sum(t.numel() * width for t in tensors.values())
