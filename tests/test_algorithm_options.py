@@ -120,22 +120,53 @@ CASES = {
     "sdane-adaptive": dict(algorithm="sdane-adaptive", mu=2.0),
     "sgd-step": dict(algorithm="sgd", lr_schedule="step", local_lr=0.1),
 }
-# Model-sized copies per round, 4 shards on 2 workers: the weights to 2 workers and a partial
-# sum back per phase; SCAFFOLD's control variate travels with the weights and its control
-# update with the solutions; S-DANE's solve phase sends x_i and grad f_i(x_i); its adaptive
-# variant adds a phase that broadcasts x and gathers grad f_i(x_i).
+# Model-sized copies per round, 4 shards on 2 workers, in the all-gather form (the default
+# on 2 workers): each worker sends the sum of its 2 shards' outputs to the other, per phase
+# and per model-sized tensor; nothing is broadcast (every worker forms a phase's input
+# itself). SCAFFOLD's solutions travel with its control update; S-DANE's solve phase sends
+# x_i and grad f_i(x_i); DANE's line search sends only scalar losses.
 COPIES = {
+    "dane-fast": 4,
+    "fedavgm": 2,
+    "dane-trust": 4,
+    "feddyn": 2,  # the tilt a_i stays on its shard
+    "feddyn-clip": 2,
+    "dane-line-search": 4,
+    "scaffold": 4,
+    "sdane": 6,
+    "sdane-adaptive": 6,  # + a phase whose input (x) each worker forms, gathering grad f_i(x)
+    "sgd-step": 2,
+}
+# The same in the per-round form (--broadcast direct): the weights to 2 workers and a partial
+# sum back per phase; SCAFFOLD's control variate travels with the weights and its control
+# update with the solutions; S-DANE's adaptive variant broadcasts x and gathers grad f_i(x_i);
+# the line search sends its proposal to the other worker.
+PER_ROUND_COPIES = {
     "dane-fast": 5,
     "fedavgm": 3,
     "dane-trust": 5,
-    "feddyn": 3,  # the tilt a_i stays on its shard
+    "feddyn": 3,
     "feddyn-clip": 3,
-    "dane-line-search": 6,  # DANE's 5 and the proposal to the other worker; losses are scalars
+    "dane-line-search": 6,
     "scaffold": 6,
     "sdane": 6,
     "sdane-adaptive": 7,
     "sgd-step": 3,
 }
+
+
+@pytest.mark.parametrize("case", PER_ROUND_COPIES)
+def test_the_per_round_form_counts_its_broadcasts_and_partial_sums(case, digits_stores):
+    config = RunConfig(
+        store=str(digits_stores[4]), model="small-cnn", dtype="float64", rounds=2,
+        local_steps=8, batch_size=16, seed=11, broadcast="direct", **CASES[case],
+    ).validate()  # fmt: skip
+    setup = prepare_run(config)
+    num_params = initial_weights(setup.spec, 0).numel()
+
+    rows = run_reference(setup, rounds=2, num_workers=2).history
+
+    assert [r["comm_bytes"] for r in rows] == [PER_ROUND_COPIES[case] * num_params * 8] * 2
 
 
 @pytest.mark.cluster
