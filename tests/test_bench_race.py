@@ -65,8 +65,9 @@ def test_the_race_runs_ddp_one_process_and_every_listed_run(digits_stores, tmp_p
     assert dane["config"]["local_lr"] == 0.05 and dane["config"]["batch_size"] == 16  # DDP's
     assert [p["comm_rounds"] for p in dane["curve"]] == [2, 4, 6]
     scaffold = result["methods"]["scaffold"]
-    # SCAFFOLD moves twice FedAvg's bytes: 2 x (2 copies out + 1 partial sum back).
-    assert scaffold["bytes_per_round"] == 2 * 3 * result["ddp_raw"]["model_bytes"]
+    # SCAFFOLD moves twice FedAvg's bytes. The all-gather form (2 workers): each worker
+    # sends its solution and its control update to the other, 2 x 2 copies.
+    assert scaffold["bytes_per_round"] == 2 * 2 * result["ddp_raw"]["model_bytes"]
     for method in result["methods"].values():
         reached = method["to_target"]
         if reached["0.3"] and reached["0.6"]:
@@ -123,9 +124,13 @@ def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
         timing = run["timing"]
         assert timing["workers"] == min(run["shards"], 2) and timing["phases"] == 2
         assert len(timing["round_compute_s"]) == len(timing["round_train_s"]) == 3
-        pairs = zip(timing["round_compute_s"], timing["round_train_s"], strict=True)
-        assert all(0 < compute <= train for compute, train in pairs)
-        assert all(b > 0 for b in timing["comm_bytes"])
+        # Rounds are pipelined (2 in flight), so a round's row-to-row time can be shorter
+        # than its compute; over the run, each worker computes one task at a time.
+        assert all(compute > 0 for compute in timing["round_compute_s"])
+        assert sum(timing["round_train_s"]) > 0
+        # The all-gather form: one worker moves nothing, two send their sums both ways.
+        assert timing["round_form"] == "allgather"
+        assert all((b > 0) == (timing["workers"] > 1) for b in timing["comm_bytes"])
     small_cnn = build_model(ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10))
     params = sum(p.numel() for p in small_cnn.parameters())
     for run in ddp:

@@ -70,7 +70,8 @@ def test_subtree_sums_complete_to_the_pairwise_tree_bit_for_bit(placement):
         covered = sorted(i for lvl, j in nodes for i in range(j << lvl, min((j + 1) << lvl, count)))
         assert covered == sorted(i for (_, i) in mine)
         outputs.append(WorkerPhase(nodes={n: node_sum(n, mine, len(placement)) for n in nodes}))
-    total = phase_total(outputs, len(placement))
+    weights = torch.zeros_like(expected.tensor_sums["v"])  # float32 transport: unused
+    total = phase_total(outputs, len(placement), weights, "float32")
 
     assert torch.equal(total.tensor_sums["v"], expected.tensor_sums["v"])
     assert total.metric_sums == expected.metric_sums

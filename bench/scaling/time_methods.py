@@ -124,9 +124,7 @@ def dask_methods(runs: list[dict[str, Any]], name: str) -> list[DaskMethod]:
     if not spread:
         raise ValueError("the shards JSON has no run on 2 or more workers to size the payloads")
     payload = statistics.median(
-        statistics.median(run["timing"]["comm_bytes"])
-        / model_copies(run["timing"]["phases"], run["timing"]["workers"])
-        for run in spread
+        statistics.median(run["timing"]["comm_bytes"]) / _copies(run["timing"]) for run in spread
     )
     return [
         DaskMethod(
@@ -140,6 +138,15 @@ def dask_methods(runs: list[dict[str, Any]], name: str) -> list[DaskMethod]:
         )
         for run in runs
     ]
+
+
+def _copies(timing: dict[str, Any]) -> int:
+    """Model-sized copies a measured round moved: the all-gather form's W - 1 per worker and
+    phase (blocks of shards: one subtree a worker), else the per-round form's (comm.py)."""
+    phases, workers = timing["phases"], timing["workers"]
+    if timing.get("round_form") == "allgather":
+        return phases * workers * (workers - 1)
+    return model_copies(phases, workers)
 
 
 def rank_step_from(single: dict[str, Any], batch_size: int, model: str) -> float:

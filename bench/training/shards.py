@@ -139,6 +139,7 @@ def _timing(rows: list[dict[str, Any]]) -> dict[str, Any]:
     evaluation (training time, as DDP's rows count it) and the bytes the round moved."""
     return {
         "workers": max(r["num_workers"] for r in rows),  # workers that held shards
+        "round_form": rows[0].get("round_form", "direct"),  # how the bytes moved
         "phases": rows[0]["comm_rounds"],  # communication rounds per iteration
         "round_compute_s": [r["max_worker_compute_s"] for r in rows],
         "round_train_s": [r["wall_s"] - (r["eval_s"] or 0.0) for r in rows],
