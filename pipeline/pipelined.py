@@ -180,9 +180,11 @@ def _record(
     )
     state.rows.append(row)
     append_metrics(run_dir.metrics, row)
+    # The checkpoint before the event: a scheduler lost while the event is published then
+    # leaves the round both written and saved, so the lost-run line names the next round.
+    run_state.save_run(run_dir, state, setup, improved=row["is_best"])
     config = setup.config
     publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
-    run_state.save_run(run_dir, state, setup, improved=row["is_best"])
     return row
 
 
