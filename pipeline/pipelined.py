@@ -98,7 +98,12 @@ def run_chained(
             data, moved = _restart(client, data, chain, config.timeout)
             reloaded += moved
             continue
-        chain.in_flight.popleft()
+        # Round t's results are on the driver now: release its keys (the next round, already
+        # submitted, keeps what it reads), or each worker holds one model copy more while
+        # the round is recorded.
+        chain.in_flight.popleft().futures.clear()
+        if t == config.rounds:
+            chain.drop()  # nothing follows: the carry need not outlive the run's last round
         run_state.check_finite(result, t, run_dir)  # before the state takes the round
         if _workers_changed(chain, result.compute_by_worker):
             # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.

@@ -169,10 +169,11 @@ def test_safeguarded_dask_run_equals_reference_and_counts_each_backtrack(
     rejected = [r["safeguard_rejected"] for r in rows]
     assert rejected == [h["safeguard_rejected"] for h in reference.history]
     assert rejected[3:5] == [1.0, 1.0]
-    # A full round: the weights to 2 workers + 1 gradient crossing to the reducing worker,
-    # then g to the other worker + 1 solution back. A rejected one: only the gradient phase
-    # at the backtracked weights.
-    full, backtrack = 5 * num_params * 4, 3 * num_params * 4
+    # The all-gather form (the default on 2 workers, pipeline/topology.py): the weights are
+    # already on both workers, and each phase sends each worker's partial sum to the other.
+    # A full round: 2 gradient copies + 2 solution copies. A rejected one: only the gradient
+    # phase at the backtracked weights.
+    full, backtrack = 4 * num_params * 4, 2 * num_params * 4
     assert [r["comm_bytes"] for r in rows] == [backtrack if x else full for x in rejected]
     expected_rounds = [sum(1 if x else 2 for x in rejected[: i + 1]) for i in range(len(rows))]
     assert [r["comm_rounds"] for r in rows] == expected_rounds

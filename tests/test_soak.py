@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dask_dane.bench.common.output import write_json
-from dask_dane.bench.soak.run import LIMIT_DRIFT, SoakSpec, markdown_table, run_soak
+from dask_dane.bench.soak.run import LIMIT_DRIFT, SoakSpec, census, markdown_table, run_soak
 
 pytestmark = pytest.mark.cluster
 
@@ -22,10 +22,13 @@ def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
 
     summary = result["summary"]
     assert [s["round"] for s in result["samples"]] == list(range(1, 71))
-    # Between rounds the scheduler holds exactly the shards and the test split, nothing else.
+    # Between rounds the scheduler holds exactly the shards and the test split, nothing of a
+    # round already recorded, and the one round the pipelined driver keeps ahead (none after
+    # the last).
     assert summary["max_leftover_tasks"] == 0, result["samples"]
     assert summary["max_extra_futures"] == 0
     assert all(s["scheduler_tasks"] == 3 for s in result["samples"])
+    assert [s["rounds_ahead"] for s in result["samples"]] == [1] * 69 + [0]
     assert abs(summary["driver_growth_pct"]) < 5
     assert abs(summary["worker_growth_pct"]) < 5
     # Per-round slopes (Theil-Sen): the workers' measured 0.0 and 0.3 KiB a round (300 and 50
@@ -53,3 +56,17 @@ def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
 def test_soak_spec_rejects_too_few_rounds_after_warm_up():
     with pytest.raises(ValueError, match="--warmup"):
         SoakSpec(rounds=20, warmup=15).validate()
+
+
+def test_census_tells_data_from_recorded_rounds_and_rounds_in_flight():
+    keys = [
+        "load_shard-0-5f3a9c01",  # a shard: its index is not a round
+        "load_shard-1-5f3a9c01",
+        "load_test-5f3a9c01",
+        "update-4-0-5f3a9c01a1",  # a recorded round's carry, still held: a leak
+        "update-5-0-5f3a9c01a1",  # the round in flight
+        "broadcast_grad-5-5f3a9c01",
+        "evaluate-6-5f3a9c01",
+    ]
+    assert census(keys, recorded=4) == {"other": 3, "stale": 1, "ahead": 2}
+    assert census(keys, recorded=6) == {"other": 3, "stale": 4, "ahead": 0}

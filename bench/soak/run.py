@@ -3,7 +3,9 @@
 After every round it records the driver's and the workers' resident memory, the tasks left on
 the scheduler and the futures the client holds (once the round's release messages have been
 processed), and the round's wall time. A healthy run holds exactly one future per shard plus
-the test split between rounds, and its memory and round times stay flat after warm-up.
+the test split between rounds, no task of a round already recorded, and at most the rounds the
+driver has submitted ahead (pipelined.py keeps one ahead of the one it records); its memory
+and round times stay flat after warm-up.
 
 The cluster runs with distributed's fixed-length logs shortened (SOAK_DASK_CONFIG), so that
 they are full before the warm-up ends and the growth measured after it is growth that would
@@ -84,8 +86,27 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def _num_tasks(dask_scheduler) -> int:  # type: ignore[no-untyped-def]
-    return len(dask_scheduler.tasks)
+def _task_keys(dask_scheduler) -> list[str]:  # type: ignore[no-untyped-def]
+    return [str(key) for key in dask_scheduler.tasks]
+
+
+def _round_of(key: str) -> int | None:
+    """The round a task belongs to: the engine's round keys read `<name>-<round>-...`
+    (pipeline/graph.py, chain_graph.py); None for the run's data (`load_...`) and any other."""
+    name, _, rest = key.partition("-")
+    index = rest.split("-", 1)[0]
+    return int(index) if index.isdigit() and not name.startswith("load_") else None
+
+
+def census(keys: list[str], recorded: int) -> dict[str, int]:
+    """Keys held after round `recorded`: the rest (data), those of rounds already recorded
+    (stale: a leak), and how many later rounds are in flight."""
+    rounds = [_round_of(key) for key in keys]
+    return {
+        "other": sum(r is None for r in rounds),
+        "stale": sum(r is not None and r <= recorded for r in rounds),
+        "ahead": len({r for r in rounds if r is not None and r > recorded}),
+    }
 
 
 def _log_fill(dask_worker) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
@@ -142,19 +163,25 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
         pids = list(client.run(os.getpid).values())
 
         def on_round(row: dict[str, Any]) -> None:
-            started = time.perf_counter()
-            tasks = client.run_on_scheduler(_num_tasks)
-            while tasks > expected and time.perf_counter() - started < SETTLE_S:
+            started, t = time.perf_counter(), row["round"]
+            tasks = census(client.run_on_scheduler(_task_keys), t)
+            while (tasks["other"] > expected or tasks["stale"]) and (
+                time.perf_counter() - started < SETTLE_S
+            ):
                 time.sleep(0.01)
-                tasks = client.run_on_scheduler(_num_tasks)
+                tasks = census(client.run_on_scheduler(_task_keys), t)
+            futures = census([str(key) for key in client.futures], t)
             samples.append(
                 {
-                    "round": row["round"],
+                    "round": t,
                     "wall_s": row["wall_s"],
                     "driver_rss": _rss(),
                     "worker_rss": _workers_rss(pids),
-                    "scheduler_tasks": tasks,
-                    "client_futures": len(client.futures),
+                    "scheduler_tasks": tasks["other"],
+                    "stale_tasks": tasks["stale"],
+                    "rounds_ahead": tasks["ahead"],
+                    "client_futures": futures["other"],
+                    "stale_futures": futures["stale"],
                     "settle_s": time.perf_counter() - started,
                 }
             )
@@ -196,8 +223,8 @@ def summarize(samples: list[dict[str, Any]], *, warmup: int, expected: int) -> d
 
     first_wall = statistics.median(s["wall_s"] for s in first)
     last_wall = statistics.median(s["wall_s"] for s in last)
-    leftover = [s["scheduler_tasks"] - expected for s in samples]
-    extra_futures = [s["client_futures"] - expected for s in samples]
+    leftover = [s["scheduler_tasks"] - expected + s["stale_tasks"] for s in samples]
+    extra_futures = [s["client_futures"] - expected + s["stale_futures"] for s in samples]
     result = {
         "driver_rss_mib": [_mib(first, "driver_rss"), _mib(last, "driver_rss")],
         "worker_rss_mib": [_mib(first, "worker_rss"), _mib(last, "worker_rss")],
@@ -210,6 +237,7 @@ def summarize(samples: list[dict[str, Any]], *, warmup: int, expected: int) -> d
         "max_leftover_tasks": max(leftover),
         "rounds_with_leftover_tasks": sum(n > 0 for n in leftover),
         "max_extra_futures": max(extra_futures),
+        "max_rounds_ahead": max(s["rounds_ahead"] for s in samples),
     }
     result["ok"] = (
         result["driver_growth_pct"] < LIMIT_GROWTH_PCT
