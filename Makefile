@@ -32,7 +32,7 @@ train: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest --cov --cov-report=term
+	$(PY) -m pytest --cov --cov-report=term --durations=40
 
 # The development loop: every test that starts no process (no cluster, no subprocess).
 test-fast: $(STAMP)

@@ -1,11 +1,11 @@
-"""The zarr v3 store: one group with train/{x,y}, test/{x,y} and attributes (DESIGN.md 3).
+"""The zarr v3 store: one group with train/{x,y}, test/{x,y} and attributes (docs/architecture.md section 3).
 
 A store is a local folder or lives at an fsspec URL (location.py). A local store is written
 into a temporary sibling folder and renamed into place only when complete, so a reader never
 sees half a store and an interrupted `prepare` leaves nothing behind; a remote one is
 written in place with its attributes last, and removed if the write fails.
 
-Writing and reading live apart (DESIGN.md 2), each in a file read in one sitting:
+Writing and reading live apart (docs/architecture.md section 2), each in a file read in one sitting:
 - store_format.py: the format's version, arrays and StoreInfo, shared by both sides;
 - store_write.py: write_store (partition, chunk, checksum, rename into place);
 - store_read.py: open_store (the metadata read and checked once, on the driver);

@@ -47,7 +47,7 @@ class RoundOutcome:
         return {"attempts": self.attempts, **self.laps, "shards_reloaded": self.shards_reloaded}
 
 
-# The fields every metrics.jsonl line has, in this order (DESIGN.md section 3).
+# The fields every metrics.jsonl line has, in this order (docs/architecture.md section 3).
 FIELDS = (
     "round",
     "algorithm",

@@ -1,4 +1,4 @@
-"""The run directory: config.toml, metrics.jsonl, checkpoints/, summary.json (DESIGN.md 3)."""
+"""The run directory: config.toml, metrics.jsonl, checkpoints/, summary.json (docs/architecture.md section 3)."""
 
 from __future__ import annotations
 

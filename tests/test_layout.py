@@ -1,4 +1,4 @@
-"""The one-way import rules of DESIGN.md section 2, checked on the source files.
+"""The one-way import rules of docs/architecture.md section 2, checked on the source files.
 
 The repository root is the package `dask_dane`, and imports inside it are relative, so the
 edges are resolved here from the files alone (as an editor or an import-graph tool would),
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "dask_dane"
-# Modules allowed to import `distributed` (DESIGN.md: the cluster, graph and driver; bench/).
+# Modules allowed to import `distributed` (docs/architecture.md: the cluster, graph and driver; bench/).
 DISTRIBUTED_IMPORTERS = {
     "pipeline/cluster.py",
     "pipeline/graph.py",
@@ -110,7 +110,7 @@ def test_imports_point_one_way_cli_bench_pipeline_models_datasets():
         if module == PACKAGE:
             continue
         upward = {n for n in _own(_imports(path)) if n != PACKAGE and _layer(n) < _layer(module)}
-        assert not upward, f"{path.relative_to(ROOT)} imports {upward} (DESIGN.md section 2)"
+        assert not upward, f"{path.relative_to(ROOT)} imports {upward} (docs/architecture.md section 2)"
 
 
 @pytest.mark.parametrize("folder", ["models", "datasets"])
