@@ -39,7 +39,8 @@ def load_npz_source(options: SourceOptions) -> RawDataset:
             f"{path}: x_train ({x_train.dtype}) and x_test ({x_test.dtype}) must have the same "
             "numeric dtype"
         )
-    # The store holds uint8 images or float32/float64 rows (docs/architecture.md section 3): other numbers widen.
+    # The store holds uint8 images or float32/float64 rows (docs/architecture.md section 3):
+    # other numbers widen.
     if x_train.dtype not in (np.uint8, np.float32, np.float64):
         x_train, x_test = x_train.astype(np.float32), x_test.astype(np.float32)
     source = f"npz:{path.name}"

@@ -1,4 +1,5 @@
-"""The run directory: config.toml, metrics.jsonl, checkpoints/, summary.json (docs/architecture.md section 3)."""
+"""The run directory: config.toml, metrics.jsonl, checkpoints/, summary.json (see
+docs/architecture.md section 3)."""
 
 from __future__ import annotations
 

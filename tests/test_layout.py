@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "dask_dane"
-# Modules allowed to import `distributed` (docs/architecture.md: the cluster, graph and driver; bench/).
+# Modules allowed to import `distributed` (docs/architecture.md section 2: the cluster, graph
+# and driver modules; bench/).
 DISTRIBUTED_IMPORTERS = {
     "pipeline/cluster.py",
     "pipeline/graph.py",
@@ -110,7 +111,8 @@ def test_imports_point_one_way_cli_bench_pipeline_models_datasets():
         if module == PACKAGE:
             continue
         upward = {n for n in _own(_imports(path)) if n != PACKAGE and _layer(n) < _layer(module)}
-        assert not upward, f"{path.relative_to(ROOT)} imports {upward} (docs/architecture.md section 2)"
+        where = "docs/architecture.md section 2"
+        assert not upward, f"{path.relative_to(ROOT)} imports {upward} ({where})"
 
 
 @pytest.mark.parametrize("folder", ["models", "datasets"])
