@@ -29,10 +29,16 @@ train: $(STAMP)
 	rm -rf $(RUN_DIR)
 	$(VENV)/bin/dane train --out $(RUN_DIR)
 
+# The suite in two passes (docs/testing.md): every test that tolerates a busy machine, spread
+# over the cores by pytest-xdist (one file per worker process at a time, so a file's fixtures
+# are built once), then the `serial` ones alone: they bound times, or hold network namespaces.
+# Coverage adds up over both passes; each prints its slowest tests.
+TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest --cov --cov-report=term --durations=40
+	$(PY) -m pytest -m "not serial" -n $(TEST_WORKERS) --dist loadfile --cov --cov-report= --durations=40
+	$(PY) -m pytest -m serial --cov --cov-append --cov-report=term --durations=20
 
 # The development loop: every test that starts no process (no cluster, no subprocess).
 test-fast: $(STAMP)
@@ -42,7 +48,7 @@ test-fast: $(STAMP)
 # time. Each mutant runs only the fast tests that execute its line (tests/mutation/: a map
 # from one coverage run, and a warm process that forks per mutant instead of importing torch
 # again); `mutmut results` lists the survivors.
-MUTATE ?= pipeline/comm.py,pipeline/aggregate.py,pipeline/algorithms/
+MUTATE ?= pipeline/round/comm.py,pipeline/round/aggregate.py,pipeline/algorithms/
 MUTATION_MAP ?= .mutation-map.json
 MUTATION_SOCKET ?= .mutation.sock
 # Test one mutant in N (a fixed, hash-chosen sample; tests/mutation/mutmut_config.py); 1: all.

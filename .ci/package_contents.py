@@ -3,7 +3,7 @@
     python .ci/package_contents.py REPO WHEEL SDIST
 
 The wheel must hold every tracked source file of the package and every file the code opens
-(the presets and scripts under bench/); the sdist must hold what a packager needs to build
+(the presets and scripts under presets/); the sdist must hold what a packager needs to build
 and test (tests, README, LICENSE, pixi.toml) and no data: no stores, runs or images beyond
 the ones README shows.
 """
@@ -33,7 +33,7 @@ def wheel_problems(repo: Path, wheel: Path) -> list[str]:
         f
         for f in tracked(repo)
         if not f.startswith(("tests/", "docs/", ".ci/"))
-        and (f.endswith(".py") or f.startswith(("bench/presets/", "bench/scripts/")))
+        and (f.endswith(".py") or f.startswith("presets/"))
     ]
     problems = [f"wheel lacks {f}" for f in package_files if f"dask_dane/{f}" not in names]
     if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):

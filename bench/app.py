@@ -1,4 +1,4 @@
-"""`dane bench ...`: the benchmarks' Typer sub-app, mounted by cli.py.
+"""`dane bench ...`: the benchmarks' Typer sub-app, mounted by cli/commands.py.
 
 Each benchmark is a sub-package with its commands in its own cli.py; this module only mounts
 them, in the order `dane bench --help` lists them. A command parses its options into the

@@ -1,6 +1,6 @@
 """A digest over a store's metadata: attributes and array layouts, checked when it opens.
 
-Chunks carry their own CRC32C checksums (store_write.py), but a store's metadata has none of its
+Chunks carry their own CRC32C checksums (store/write.py), but a store's metadata has none of its
 own in zarr: an edited `shards`, `normalization` or array shape would load as plausible,
 wrong data. write_store records this digest last; open_store recomputes it. Only the fields
 that decide what is read are hashed, each in a form no zarr version changes.

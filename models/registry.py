@@ -32,7 +32,7 @@ class ModelSpec:
     num_classes: int
     dtype: str = "float32"
     # The L2 penalty lambda*||w||^2 in every shard's loss: part of the model's objective, so it
-    # travels with the spec to every task that builds one (pipeline/objective.py applies it).
+    # travels with the spec to every task that builds one (pipeline/round/objective.py applies it).
     l2: float = 0.0
     # A user's model: the builder as bytes (models/user.py); empty for the built-in names.
     builder: bytes = b""
@@ -40,7 +40,7 @@ class ModelSpec:
     # losses are means over batches of this many rows, the local steps' batch size, so that a
     # full-shard gradient is the gradient of the objective the local steps minimise.
     train_batch: int = 0
-    # Random flips / crops of each local step's minibatch (pipeline/augment.py); "" for none.
+    # Random flips / crops of each local step's minibatch (pipeline/round/augment.py); "" for none.
     augment: str = ""
     # fp32, or bf16: forward and backward under torch.autocast, weights and gradients in dtype.
     precision: str = "fp32"
@@ -110,7 +110,7 @@ def check_model_fits(name: str, sample_shape: tuple[int, ...]) -> None:
     """ValueError naming the models that do fit, if `name` is unknown or does not fit.
 
     A user's model (an import path) is checked by running a batch through it instead
-    (pipeline/model_check.py): its shapes are its own.
+    (pipeline/setup/model_check.py): its shapes are its own.
     """
     if is_import_path(name):
         return

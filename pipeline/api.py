@@ -21,11 +21,11 @@ from ..datasets.partition import PartitionSpec
 from ..datasets.raw import RawDataset
 from ..datasets.store import write_store
 from ..models.user import callable_name
-from .config import RunConfig, check_settings, resolve_config
-from .loop import train as run_training
-from .metrics import read_metrics
-from .run_setup import ensure_default_store
-from .rundir import RunDir, check_same_run
+from .run.loop import train as run_training
+from .run.metrics import read_metrics
+from .run.rundir import RunDir, check_same_run
+from .setup.config import RunConfig, check_settings, resolve_config
+from .setup.run_setup import ensure_default_store
 from .trained import export_module, load_model, read_trained
 
 ModelArg = str | Callable[..., nn.Module]

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
-from . import tasks
-from .checkpoint import load_checkpoint
-from .config import RunConfig
-from .run_setup import initial_weights, prepare_run
+from .round import tasks
+from .run.checkpoint import load_checkpoint
+from .setup.config import RunConfig
+from .setup.run_setup import initial_weights, prepare_run
 
 
 def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[str, float]]:

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .aggregate import shard_placement
-from .chain_graph import ChainLink, build_chained_round
-from .comm import layout
-from .graph import build_round, placeholder_plan
-from .run_setup import RunSetup, initial_weights
-from .run_state import round_static, runs_chained
-from .shards import load_shard
-from .tasks import RoundInput
+from .round.aggregate import shard_placement
+from .round.chain_graph import ChainLink, build_chained_round
+from .round.comm import layout
+from .round.graph import build_round, placeholder_plan
+from .round.shards import load_shard
+from .round.tasks import RoundInput
+from .run.run_state import round_static, runs_chained
+from .setup.run_setup import RunSetup, initial_weights
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig
-from .metrics import read_metrics
-from .rundir import RunDir
+from .run.metrics import read_metrics
+from .run.rundir import RunDir
+from .setup.config import RunConfig
 
 # (metrics field, axis title, file name)
 QUANTITIES = (

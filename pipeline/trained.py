@@ -18,8 +18,8 @@ from torch import nn
 from ..models.flat import load_state
 from ..models.registry import ModelSpec, build_model
 from ..models.user import is_import_path, to_bytes
-from .checkpoint import atomic_write_bytes, load_checkpoint
-from .rundir import RunDir
+from .run.checkpoint import atomic_write_bytes, load_checkpoint
+from .run.rundir import RunDir
 
 FORMATS = ("program", "state-dict")
 

@@ -46,7 +46,7 @@ def cluster_client():
     import dask
     from distributed import Client, LocalCluster
 
-    from dask_dane.pipeline.cluster import CLUSTER_CONFIG, TorchThreads
+    from dask_dane.pipeline.run.cluster import CLUSTER_CONFIG, TorchThreads
 
     with dask.config.set(CLUSTER_CONFIG):
         cluster = LocalCluster(
@@ -102,8 +102,8 @@ def shard_quadratics():
 
 def _exact_setup(info, algorithm: str, *, seed: int = 2, local_tol: float = 1e-12, **settings):
     """A float64 linear-model run on `info` with exact (cg) local solves: (setup, w0)."""
-    from dask_dane.pipeline.config import RunConfig
-    from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+    from dask_dane.pipeline.setup.config import RunConfig
+    from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
     config = RunConfig(
         store=info.path, model="linear", dtype="float64", algorithm=algorithm,

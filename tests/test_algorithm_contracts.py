@@ -4,7 +4,7 @@
   dataclasses: they travel to the workers as data and nothing may change them on the way
   (a strategy mutated on one worker would train a different algorithm there), and fields
   are named, never positional, so that the registry builds them from settings by name.
-- A field's default is the run settings' default for the same name (pipeline/settings.py):
+- A field's default is the run settings' default for the same name (pipeline/setup/settings.py):
   `check_settings` refuses an exclusive field of another algorithm set to anything but its
   default, so a default that differs from the settings' would refuse every plain run.
 - Each registered name is the class's own `name`, and each strategy lists its phases.
@@ -22,12 +22,12 @@ import pkgutil
 
 import pytest
 
-from dask_dane.pipeline import aggregate, comm
 from dask_dane.pipeline import algorithms as algorithms_package
 from dask_dane.pipeline.algorithms import ALGORITHMS
-from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
-from dask_dane.pipeline.algorithms.local_solver import LocalProblem, LocalSolver
-from dask_dane.pipeline.settings import AlgorithmSettings, RunSettings
+from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
+from dask_dane.pipeline.round import aggregate, comm
+from dask_dane.pipeline.setup.settings import AlgorithmSettings, RunSettings
 
 # Frozen records that callers build positionally on purpose (the local problem's objective
 # first), and one solve's own working state, which counts its passes in place and never
@@ -37,9 +37,10 @@ MUTABLE = {"_Exact"}
 
 
 def _modules() -> list:
-    names = [m.name for m in pkgutil.iter_modules(algorithms_package.__path__)]
-    package = algorithms_package.__name__
-    return [importlib.import_module(f"{package}.{name}") for name in names] + [aggregate, comm]
+    # The algorithms and, below them, the parts they share (parts/).
+    prefix = algorithms_package.__name__ + "."
+    names = [m.name for m in pkgutil.walk_packages(algorithms_package.__path__, prefix)]
+    return [importlib.import_module(name) for name in names] + [aggregate, comm]
 
 
 def _dataclasses() -> list[type]:
@@ -204,7 +205,8 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
 
 
 def test_the_rules_accept_the_values_at_their_edges_and_refuse_those_past_them():
-    from dask_dane.pipeline.algorithms import SettingError, checks
+    from dask_dane.pipeline.algorithms import SettingError
+    from dask_dane.pipeline.algorithms.parts import checks
 
     accepted = [
         (checks.positive, 1e-9), (checks.positive, 0.5), (checks.non_negative, 0.0),

@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from dask_dane.pipeline.algorithms import make_strategy
-from dask_dane.pipeline.algorithms.local_solver import LocalProblem, LocalSolver
-from dask_dane.pipeline.algorithms.schedule import lr_factor
-from dask_dane.pipeline.algorithms.server import MomentumState, momentum_step
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import train
-from dask_dane.pipeline.objective import ShardObjective
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
+from dask_dane.pipeline.algorithms.parts.schedule import lr_factor
+from dask_dane.pipeline.algorithms.parts.server import MomentumState, momentum_step
+from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 # --- by hand, single process -----------------------------------------------------------------
 

@@ -24,9 +24,9 @@ from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import FORMAT_VERSION, open_store, write_store
-from dask_dane.pipeline import tasks
-from dask_dane.pipeline.config import RunConfig, resolve_config, to_toml
-from dask_dane.pipeline.run_setup import prepare_run
+from dask_dane.pipeline.round import tasks
+from dask_dane.pipeline.setup.config import RunConfig, resolve_config, to_toml
+from dask_dane.pipeline.setup.run_setup import prepare_run
 
 
 def _listing(folder: Path) -> dict[str, int]:

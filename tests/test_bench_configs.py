@@ -1,4 +1,4 @@
-"""Every TOML checked in under bench/ loads and validates: a renamed flag or a value out of
+"""Every TOML checked in under presets/ loads and validates: a renamed flag or a value out of
 range in a published configuration fails here, not in front of a user."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from dask_dane.bench.training.train import read_runs
-from dask_dane.pipeline.config import RunConfig, read_toml
+from dask_dane.pipeline.setup.config import RunConfig, read_toml
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-TOMLS = sorted(BENCH.rglob("*.toml"))
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
+TOMLS = sorted(PRESETS.rglob("*.toml"))
 
 
 def test_the_published_configurations_are_all_found():
@@ -27,7 +27,7 @@ def test_the_published_configurations_are_all_found():
     assert "fashion-mnist-race.toml" in names
 
 
-@pytest.mark.parametrize("path", TOMLS, ids=lambda p: str(p.relative_to(BENCH)))
+@pytest.mark.parametrize("path", TOMLS, ids=lambda p: str(p.relative_to(PRESETS)))
 def test_a_checked_in_configuration_validates(path, tmp_path):
     if "run" in tomllib.loads(path.read_text()):
         runs = read_runs(path, tmp_path)
@@ -83,7 +83,7 @@ def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_pa
 
 def test_correction_noise_separates_the_true_correction_from_the_sampling_error(digits_stores):
     from dask_dane.bench.training.correction_noise import measure
-    from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+    from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
     config = RunConfig(store=str(digits_stores[2]), model="small-cnn").validate()
     weights = initial_weights(prepare_run(config).spec, 0)

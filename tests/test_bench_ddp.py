@@ -20,8 +20,8 @@ from dask_dane.bench.ddp.plain_torch import epoch_batches, rank_seed
 from dask_dane.bench.ddp.run import DdpSpec, run_ddp
 from dask_dane.models.flat import forward_flat
 from dask_dane.models.registry import build_model
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
-from dask_dane.pipeline.tasks import evaluate, load_shard
+from dask_dane.pipeline.round.tasks import evaluate, load_shard
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 EPOCHS = 2.0
 BATCH = 32
@@ -136,6 +136,7 @@ def test_ddp_counts_one_ring_allreduce_of_the_gradient_per_step(spec, result):
 
 
 @pytest.mark.cluster
+@pytest.mark.serial  # a bound in seconds
 def test_a_crashed_rank_stops_the_run_instead_of_hanging(spec, tmp_path):
     # prepare: a store whose test split (read by rank 0 only, after joining the group) is damaged
     store = Path(shutil.copytree(spec.store, tmp_path / "bad.zarr"))

@@ -22,6 +22,10 @@ from dask_dane.bench.network.netns import (
 from dask_dane.bench.network.spec import NetworkSpec
 from dask_dane.datasets.store import open_store
 
+# Network namespaces and shaped links are machine-wide, and the runs over them compare measured
+# with projected times: these tests run alone, after the parallel pass of `make test`.
+pytestmark = pytest.mark.serial
+
 
 def _netns_reason() -> str | None:
     """Why the namespaced tests cannot run here, or None. Namespaces an earlier run left are

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from dask_dane.cli import app
+from dask_dane.cli.commands import app
 from dask_dane.models.registry import ModelSpec, build_model
 
 pytestmark = pytest.mark.cluster

@@ -18,7 +18,7 @@ from dask_dane.bench.network.model import (
     parse_network,
     ring_allreduce_s,
 )
-from dask_dane.cli import app
+from dask_dane.cli.commands import app
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
@@ -170,7 +170,7 @@ def test_bad_network_is_rejected_with_the_form(text):
 
 @pytest.mark.cluster
 def test_gpu_correctness_check_passes_on_the_cpu(tmp_path):
-    # The comparison bench/scripts/gpu-check.sh runs on a GPU, here with the Dask run on the CPU.
+    # The comparison presets/scripts/gpu-check.sh runs on a GPU, here with the Dask run on the CPU.
     from dask_dane.bench.gpu.correctness import check
 
     result = check(tmp_path, device="cpu")

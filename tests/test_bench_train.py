@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from dask_dane.bench.common.output import save_results
 from dask_dane.bench.training.train import equal_rounds_table
-from dask_dane.cli import app
+from dask_dane.cli.commands import app
 
 
 @pytest.mark.cluster

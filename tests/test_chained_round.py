@@ -10,7 +10,11 @@ import pytest
 import torch
 
 from dask_dane.models.registry import ModelSpec
-from dask_dane.pipeline.aggregate import (
+from dask_dane.pipeline.algorithms.dane import Dane
+from dask_dane.pipeline.algorithms.fedavg import FedAvg
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.scaffold import Scaffold
+from dask_dane.pipeline.round.aggregate import (
     Partial,
     merge,
     node_sum,
@@ -18,13 +22,9 @@ from dask_dane.pipeline.aggregate import (
     tree_reduce,
     tree_root,
 )
-from dask_dane.pipeline.algorithms.dane import Dane
-from dask_dane.pipeline.algorithms.fedavg import FedAvg
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver
-from dask_dane.pipeline.algorithms.scaffold import Scaffold
-from dask_dane.pipeline.chain_graph import ChainLink, build_chained_round
-from dask_dane.pipeline.comm import layout
-from dask_dane.pipeline.worker_round import RoundStatic, WorkerPhase, phase_total
+from dask_dane.pipeline.round.chain_graph import ChainLink, build_chained_round
+from dask_dane.pipeline.round.comm import layout
+from dask_dane.pipeline.round.worker_round import RoundStatic, WorkerPhase, phase_total
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
 SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)

@@ -1,7 +1,7 @@
-"""The communication accounting (pipeline/comm.py) and the averaging (pipeline/aggregate.py),
-fast and against counts made by hand: no cluster, so the development loop and mutation
-testing (`make mutation`) exercise them. The Dask runs' own byte checks are in
-test_algorithm_options.py and test_dask_vs_reference.py (cluster tests).
+"""The communication accounting (pipeline/round/comm.py) and the averaging
+(pipeline/round/aggregate.py), fast and against counts made by hand: no cluster, so the
+development loop and mutation testing (`make mutation`) exercise them. The Dask runs' own
+byte checks are in test_algorithm_options.py and test_dask_vs_reference.py (cluster tests).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from dask_dane.pipeline import comm
-from dask_dane.pipeline.aggregate import (
+from dask_dane.pipeline.algorithms.base import LocalOutput
+from dask_dane.pipeline.round import comm
+from dask_dane.pipeline.round.aggregate import (
     ShardReport,
     mean_of,
     merge,
@@ -22,10 +23,9 @@ from dask_dane.pipeline.aggregate import (
     to_partial,
     tree_reduce,
 )
-from dask_dane.pipeline.algorithms.base import LocalOutput
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 
 def test_tensor_bytes_count_every_element_at_its_width():
@@ -171,7 +171,7 @@ def test_the_allgather_form_sends_each_subtree_sum_to_every_other_worker(placeme
 
 
 def test_auto_takes_the_allgather_form_while_it_costs_less_than_the_tree():
-    from dask_dane.pipeline.topology import allgather_pays, chains_rounds
+    from dask_dane.pipeline.round.topology import allgather_pays, chains_rounds
 
     mb = 2**20
     assert all(allgather_pays(w, 10_000 * mb) for w in (1, 2, 4))  # any model

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from dask_dane.pipeline.config import RunConfig, read_toml, resolve_config, to_toml
+from dask_dane.pipeline.setup.config import RunConfig, read_toml, resolve_config, to_toml
 
 
 def test_defaults_are_valid():

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dask_dane.console import quiet_cluster_logs
+from dask_dane.cli.console import quiet_cluster_logs
 
 
 def test_cluster_logs_go_to_the_run_directory_not_the_terminal(tmp_path, capsys):
@@ -41,8 +41,8 @@ def test_a_run_refused_before_it_starts_leaves_no_log_file(tmp_path):
 
 @pytest.mark.cluster
 def test_a_started_clusters_workers_log_to_the_file_not_the_terminal(tmp_path, capfd):
-    from dask_dane.pipeline.cluster import make_client
-    from dask_dane.pipeline.config import ClusterSettings
+    from dask_dane.pipeline.run.cluster import make_client
+    from dask_dane.pipeline.setup.config import ClusterSettings
 
     settings = ClusterSettings(workers=1, dashboard_address="127.0.0.1:0")
     log = tmp_path / "run" / "cluster.log"

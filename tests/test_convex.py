@@ -12,13 +12,13 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset, SourceOptions, load_source
 from dask_dane.datasets.store import StoreInfo, write_store
-from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
-from dask_dane.pipeline.algorithms.local_solver import LocalProblem
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import Callbacks, train
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
-from dask_dane.pipeline.shards import make_objective
-from dask_dane.pipeline.tasks import load_shard
+from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
+from dask_dane.pipeline.round.shards import make_objective
+from dask_dane.pipeline.round.tasks import load_shard
+from dask_dane.pipeline.run.loop import Callbacks, train
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 
 def ridge_store(
@@ -261,7 +261,7 @@ def test_bench_cell_rate_matches_spectral_radius_and_mu_stabilises(cluster_clien
 
 
 def test_bad_convex_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    from dask_dane.cli import main
+    from dask_dane.cli.commands import main
 
     ridge_path = tmp_path / "ridge.zarr"
     write_store(
@@ -312,7 +312,7 @@ def test_bad_convex_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkey
 
 
 def test_bench_rejects_bad_grids_before_any_work(tmp_path, monkeypatch, capsys):
-    from dask_dane.cli import main
+    from dask_dane.cli.commands import main
 
     cases = {
         "--algorithms": (["--algorithms", "dane,newton"], "newton"),

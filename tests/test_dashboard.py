@@ -10,8 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.dashboard import (
+from dask_dane.pipeline.run.dashboard import (
     ROUTE,
     DaneCollector,
     DanePage,
@@ -19,6 +18,7 @@ from dask_dane.pipeline.dashboard import (
     runs_from_events,
     worker_lines,
 )
+from dask_dane.pipeline.setup.config import RunConfig
 
 
 def _event(run: str, t: int, accuracy: float | None = 0.5) -> tuple[float, dict]:
@@ -85,7 +85,7 @@ def test_the_collector_reports_each_runs_last_figures():
 
 @pytest.mark.cluster
 def test_a_live_scheduler_serves_the_page_and_the_metrics(digits_stores, cluster_client, tmp_path):
-    from dask_dane.pipeline.loop import train
+    from dask_dane.pipeline.run.loop import train
 
     config = RunConfig(
         store=str(digits_stores[2]), out=str(tmp_path / "run"), model="small-cnn", rounds=2,

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import train
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 pytestmark = pytest.mark.cluster
 

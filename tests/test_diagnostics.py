@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms.diagnostics import DIAGNOSTIC_ROWS, solve_diagnostics
-from dask_dane.pipeline.algorithms.local_solver import LocalProblem
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.objective import ShardObjective
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import prepare_run
+from dask_dane.pipeline.algorithms.parts.diagnostics import DIAGNOSTIC_ROWS, solve_diagnostics
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
+from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import prepare_run
 
 
 def _least_squares(n: int, d: int = 4) -> tuple[ShardObjective, np.ndarray, np.ndarray]:

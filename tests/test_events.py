@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from dask_dane.pipeline.cluster import EVENT_TOPIC
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import train
+from dask_dane.pipeline.run.cluster import EVENT_TOPIC
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.setup.config import RunConfig
 
 pytestmark = pytest.mark.cluster
 

@@ -23,13 +23,15 @@ from distributed import Client
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import Callbacks, train
-from dask_dane.pipeline.metrics import read_metrics
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import Callbacks, train
+from dask_dane.pipeline.run.metrics import read_metrics
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
 
-pytestmark = pytest.mark.cluster
+# Its bounds are times (a stop within twice --timeout) and its faults real processes: it runs
+# alone, after the parallel pass of `make test`, so that no other test's load moves them.
+pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 PY = sys.executable
 # Keys of a round's per-shard tasks (graph.py): "{phase}-{round}-{shard}-{token}".
 LOCAL_KEY = re.compile(r"^local_\w+-(\d+)-\d+-")

@@ -8,11 +8,11 @@ from dask.utils import key_split
 
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.algorithms.dane import Dane
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.sgd import Sgd
-from dask_dane.pipeline.comm import layout
-from dask_dane.pipeline.graph import RoundPlan, build_round, placeholder_plan
-from dask_dane.pipeline.tasks import RoundInput
+from dask_dane.pipeline.round.comm import layout
+from dask_dane.pipeline.round.graph import RoundPlan, build_round, placeholder_plan
+from dask_dane.pipeline.round.tasks import RoundInput
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
 SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)

@@ -18,15 +18,21 @@ PACKAGE = "dask_dane"
 # Modules allowed to import `distributed` (docs/architecture.md section 2: the cluster, graph
 # and driver modules; bench/).
 DISTRIBUTED_IMPORTERS = {
-    "pipeline/cluster.py",
-    "pipeline/graph.py",
-    "pipeline/loop.py",
-    "pipeline/pipelined.py",  # the driver of chained rounds
-    "pipeline/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
+    "pipeline/run/cluster.py",
+    "pipeline/round/graph.py",
+    "pipeline/run/loop.py",
+    "pipeline/run/pipelined.py",  # the driver of chained rounds
+    "pipeline/run/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
 }
-TYPER_IMPORTERS = {"cli.py", "cli_options.py", "bench/app.py", "bench/common/options.py"}
+TYPER_IMPORTERS = {"cli/commands.py", "cli/options.py", "bench/app.py", "bench/common/options.py"}
 # Layers in import order: a module may import its own layer and those after it, never before.
-LAYERS = ("cli", "bench", "pipeline", "models|datasets")  # cli: the root-level modules
+# The root's own modules (__init__, __main__) are the package's face, above every layer.
+LAYERS = ("cli", "bench", "pipeline", "models|datasets|presets")
+# Inside pipeline/, in the same way: the user-facing modules at its top, the driver (run/),
+# what a run is made of (setup/), then one round and the algorithms it runs (round/ and
+# algorithms/ share a layer: a worker task calls an algorithm, which takes the shard's
+# objective).
+PIPELINE_LAYERS = ("", "run", "setup", "round|algorithms")
 
 
 def _module(path: Path) -> str:
@@ -73,14 +79,22 @@ def _own(names: set[str]) -> set[str]:
     return {n for n in names if n == PACKAGE or n.startswith(PACKAGE + ".")}
 
 
-ROOT_MODULES = {p.stem for p in ROOT.glob("*.py")} - {"__init__"}  # cli.py, console.py
-
-
 def _layer(module: str) -> int:
-    top = module.split(".")[1] if "." in module else ""
-    if top in ROOT_MODULES:
-        return 0  # the command line and what it shows
+    top = module.split(".")[1]
+    if top == "__main__":
+        return -1  # `python -m dask_dane`: the face, which runs the command line
     return next(i for i, layer in enumerate(LAYERS) if top in layer.split("|"))
+
+
+def _pipeline_layer(module: str) -> int:
+    """The layer inside pipeline/ of a module under it: its sub-package, or "" at the top."""
+    parts = module.split(".")[2:]
+    inner = parts[0] if len(parts) > 1 or (ROOT / "pipeline" / parts[0]).is_dir() else ""
+    return next(i for i, layer in enumerate(PIPELINE_LAYERS) if inner in layer.split("|"))
+
+
+def test_the_root_holds_only_the_package_face():
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py"]
 
 
 def test_imports_inside_the_package_are_relative():
@@ -115,6 +129,20 @@ def test_imports_point_one_way_cli_bench_pipeline_models_datasets():
         assert not upward, f"{path.relative_to(ROOT)} imports {upward} ({where})"
 
 
+def test_inside_pipeline_imports_point_one_way_run_setup_round():
+    inside = f"{PACKAGE}.pipeline."
+    checked = 0
+    for path in _sources("pipeline"):
+        module = _module(path)
+        if not module.startswith(inside):
+            continue
+        engine = {n for n in _own(_imports(path)) if n.startswith(inside)}
+        upward = {n for n in engine if _pipeline_layer(n) < _pipeline_layer(module)}
+        checked += bool(engine)
+        assert not upward, f"{path.relative_to(ROOT)} imports {upward} (docs/architecture.md)"
+    assert checked > 30, "the imports inside pipeline/ were not resolved"
+
+
 @pytest.mark.parametrize("folder", ["models", "datasets"])
 def test_models_and_datasets_never_import_pipeline(folder):
     found = set()
@@ -135,11 +163,13 @@ def test_only_cli_and_the_bench_app_import_typer():
 
 # The engine's internals a benchmark must not reach into (issue 23): the worker tasks, the
 # shards' objects, the graph builder and the objective.
-ENGINE_INTERNALS = {f"{PACKAGE}.pipeline.{m}" for m in ("tasks", "shards", "graph", "objective")}
+ENGINE_INTERNALS = {
+    f"{PACKAGE}.pipeline.round.{m}" for m in ("tasks", "shards", "graph", "objective")
+}
 
 
 def test_bench_reaches_the_engine_only_through_its_declared_surface():
-    surface = {f"{PACKAGE}.pipeline", f"{PACKAGE}.pipeline.presets", f"{PACKAGE}.pipeline.sizes"}
+    surface = {f"{PACKAGE}.pipeline", f"{PACKAGE}.pipeline.round.sizes"}
     seen = set()
     for path in _sources("bench"):
         engine = {n for n in _own(_imports(path)) if n.startswith(f"{PACKAGE}.pipeline")}
@@ -183,7 +213,7 @@ def test_algorithms_use_torch_only_and_import_neither_config_nor_dask():
         names = _imports(path)
         third_party = {n.split(".")[0] for n in names} - {PACKAGE}
         assert not (third_party & {"dask", "distributed", "numpy", "zarr", "typer"}), path
-        assert f"{PACKAGE}.pipeline.config" not in names, f"{path} imports the run config"
+        assert f"{PACKAGE}.pipeline.setup.config" not in names, f"{path} imports the run config"
 
 
 def test_the_module_graph_has_no_cycle():

@@ -16,27 +16,38 @@ SKIP = {"tests", ".venv", ".git", ".pixi", "build", "bench-out", "docs", ".ci"}
 DATA = PYPROJECT["tool"]["setuptools"]["package-data"]
 
 
+def _package_folders() -> list[Path]:
+    """Every folder under the root that is part of the package (not tests, docs, caches)."""
+    return [
+        p
+        for p in ROOT.rglob("*")
+        if p.is_dir() and not (SKIP | {"__pycache__"}) & set(p.relative_to(ROOT).parts)
+        and not any(part.startswith(".") or part.endswith(".egg-info")
+                    for part in p.relative_to(ROOT).parts)
+    ]  # fmt: skip
+
+
+def _dotted(folder: Path) -> str:
+    return ".".join(["dask_dane", *folder.relative_to(ROOT).parts])
+
+
 def test_every_folder_of_python_code_or_data_is_a_listed_package():
-    found = set()
-    for init in ROOT.rglob("__init__.py"):
-        parts = init.parent.relative_to(ROOT).parts
-        if not SKIP & set(parts):
-            found.add(".".join(["dask_dane", *parts]))
-    # Folders of data only (presets, scripts) are listed too, each with its package-data.
-    folders = [p for p in (ROOT / "bench").iterdir() if p.is_dir() and p.name != "__pycache__"]
-    data_only = {f"dask_dane.bench.{p.name}" for p in folders if not (p / "__init__.py").exists()}
-    assert data_only == {"dask_dane.bench.presets", "dask_dane.bench.scripts"}
+    found = {"dask_dane"} | {_dotted(p) for p in _package_folders() if (p / "__init__.py").exists()}
+    # Folders of data only (the scripts) are listed too, each with its package-data.
+    data_only = {_dotted(p) for p in _package_folders() if not (p / "__init__.py").exists()}
+    assert data_only == {"dask_dane.presets.scripts"}
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == found | data_only
-    assert set(DATA) == data_only
+    assert set(DATA) == {"dask_dane.presets", "dask_dane.presets.scripts"}
 
 
 def test_every_non_python_file_of_the_package_is_package_data():
-    shipped = [p for p in (ROOT / "bench").rglob("*") if p.is_file() and p.suffix != ".py"]
-    shipped = [p for p in shipped if "__pycache__" not in p.parts]
-    assert shipped, "bench/ holds no presets: is the test looking in the right place?"
+    shipped = [
+        p for folder in _package_folders() for p in folder.iterdir()
+        if p.is_file() and p.suffix not in (".py", ".pyc")
+    ]  # fmt: skip
+    assert len(shipped) > 20, "no presets found: is the test looking in the right place?"
     for path in shipped:
-        package = ".".join(["dask_dane", *path.parent.relative_to(ROOT).parts])
-        patterns = DATA.get(package, [])
+        patterns = DATA.get(_dotted(path.parent), [])
         assert any(fnmatch(path.name, pattern) for pattern in patterns), path
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dask_dane import presets
 from dask_dane.bench.common.specs import run_tables
-from dask_dane.pipeline import presets
-from dask_dane.pipeline.config import read_toml
+from dask_dane.pipeline.setup.config import read_toml
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
 
 
-def test_every_toml_and_script_under_bench_is_a_preset_with_a_purpose():
+def test_every_toml_and_script_under_presets_is_a_preset_with_a_purpose():
     shipped = {p.name: p for p in presets.list_presets()}
-    on_disk = {p.stem for p in BENCH.rglob("*.toml")} | {p.stem for p in BENCH.rglob("*.sh")}
-    assert set(shipped) == on_disk  # nothing left outside bench/presets or bench/scripts
+    on_disk = {p.stem for p in PRESETS.rglob("*.toml")} | {p.stem for p in PRESETS.rglob("*.sh")}
+    assert set(shipped) == on_disk  # nothing shipped that is not listed
     for preset in shipped.values():
         assert preset.purpose and "\n" not in preset.purpose, preset.name
     assert shipped["skew-dane"].kind == "settings"

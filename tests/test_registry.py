@@ -15,10 +15,10 @@ from dask_dane.pipeline.algorithms import (
     state_from_data,
     state_to_data,
 )
-from dask_dane.pipeline.algorithms.exact_solver import ExactSolver
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver
-from dask_dane.pipeline.algorithms.safeguard import SafeguardState
-from dask_dane.pipeline.config import RunConfig
+from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.parts.safeguard import SafeguardState
+from dask_dane.pipeline.setup.config import RunConfig
 
 
 def _settings(**changes) -> dict:

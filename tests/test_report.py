@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dask_dane.cli import app
-from dask_dane.pipeline.config import RunConfig, to_toml
+from dask_dane.cli.commands import app
 from dask_dane.pipeline.report import load_run, run_label, write_report
+from dask_dane.pipeline.setup.config import RunConfig, to_toml
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -233,6 +233,7 @@ def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, mon
         location.exists(url)
 
 
+@pytest.mark.serial  # a bound in seconds
 def test_an_unreachable_endpoint_is_one_line_within_a_bound(tmp_path):
     # Nothing listens on port 9 (discard): every connection is refused, and botocore retries
     # with backoff before giving up. Measured 13.6 s with the 2 cores busy (the CLI's own
@@ -249,9 +250,9 @@ def test_an_unreachable_endpoint_is_one_line_within_a_bound(tmp_path):
 
 def test_a_remote_write_that_fails_midway_removes_what_it_wrote(s3_env, monkeypatch):
     from dask_dane.datasets import location
-    from dask_dane.datasets import store_write as store_module
     from dask_dane.datasets.partition import PartitionSpec
     from dask_dane.datasets.sources import SourceOptions, load_source
+    from dask_dane.datasets.store import write as store_module
 
     for name, value in s3_env.items():
         monkeypatch.setenv(name, value)

@@ -22,10 +22,10 @@ import zarr
 
 from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.store import open_store
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.cluster import make_client, worker_addresses
-from dask_dane.pipeline.config import RunConfig, to_toml
-from dask_dane.pipeline.loop import train
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.cluster import make_client, worker_addresses
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.setup.config import RunConfig, to_toml
 
 pytestmark = pytest.mark.cluster
 LOOPBACK = {"127.0.0.1", "::1"}

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import prepare_run
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import prepare_run
 
 pytestmark = pytest.mark.cluster
 DASK = [sys.executable, "-m"]

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dane.pipeline.algorithms.local_solver import LocalSolver
-from dask_dane.pipeline.algorithms.server import FEDEXP_EPSILON
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 L2, LR, STEPS = 0.02, 0.1, 3
 
@@ -91,7 +91,7 @@ def test_fedexp_takes_its_step_from_the_spread_of_the_local_updates(least_square
 def test_fedexp_never_steps_shorter_than_the_average():
     import torch
 
-    from dask_dane.pipeline.algorithms.server import server_scale
+    from dask_dane.pipeline.algorithms.parts.server import server_scale
 
     w = torch.zeros(3, dtype=torch.float64)
     agreeing = server_scale("fedexp", 1.0, {"update_sq": 1.0}, w, torch.ones(3) / 3**0.5)
@@ -132,8 +132,8 @@ def test_dane_and_fedprox_scale_their_averaged_step_the_same_way(least_squares, 
 
 @pytest.mark.cluster
 def test_the_dask_run_takes_the_reference_fedexp_steps(digits_stores, cluster_client, tmp_path):
-    from dask_dane.pipeline.loop import train
-    from dask_dane.pipeline.rundir import RunDir
+    from dask_dane.pipeline.run.loop import train
+    from dask_dane.pipeline.run.rundir import RunDir
 
     config = RunConfig(
         store=str(digits_stores[4]), out=str(tmp_path / "run"), dtype="float64", rounds=3,
@@ -162,9 +162,9 @@ def test_the_local_lr_is_the_product_of_its_schedule_and_its_warm_up():
 def test_a_stop_rule_is_asked_from_the_second_step_on():
     import torch
 
-    from dask_dane.pipeline.algorithms.local_solver import LocalProblem
-    from dask_dane.pipeline.algorithms.solvers import make_solver
-    from dask_dane.pipeline.objective import ShardObjective
+    from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
+    from dask_dane.pipeline.algorithms.parts.solvers import make_solver
+    from dask_dane.pipeline.round.objective import ShardObjective
 
     solver = make_solver({"local_steps": 5, "local_lr": 0.1, "batch_size": 4})
     assert isinstance(solver, LocalSolver)  # no local_solver given: K steps

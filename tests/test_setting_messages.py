@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from dask_dane.pipeline.algorithms import SettingError, make_strategy
-from dask_dane.pipeline.settings import AlgorithmSettings
+from dask_dane.pipeline.setup.settings import AlgorithmSettings
 
 DEFAULTS = dataclasses.asdict(AlgorithmSettings())
 REFUSALS = [

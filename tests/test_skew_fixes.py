@@ -19,11 +19,11 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.algorithms.local_solver import LocalProblem, LocalSolver
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.objective import ShardObjective
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import prepare_run
+from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
+from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import prepare_run
 
 L2 = 0.01
 
@@ -230,7 +230,7 @@ def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(
 
 
 def test_the_line_search_tries_halving_steps_from_2_and_keeps_the_lowest_loss():
-    from dask_dane.pipeline.algorithms.line_search import best_step, trial_steps
+    from dask_dane.pipeline.algorithms.parts.line_search import best_step, trial_steps
 
     assert trial_steps(4) == [2.0, 1.0, 0.5, 0.25]
     losses = {f"line_search_loss_{k}": v for k, v in enumerate([3.0, 1.5, 0.7, 0.9])}

@@ -24,7 +24,7 @@ from dask_dane.datasets.sources import (
     load_source,
 )
 from dask_dane.datasets.store import open_store, write_store
-from dask_dane.pipeline.tasks import load_shard
+from dask_dane.pipeline.round.tasks import load_shard
 
 TYPE_CODES = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C, np.dtype(np.float32): 0x0D}
 

@@ -18,10 +18,10 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import Callbacks, train
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import Callbacks, train
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
 
 pytestmark = pytest.mark.cluster
 ROUNDS = 12

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dane.datasets import store_write as store_module
 from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.partition import PartitionSpec, partition_rows
 from dask_dane.datasets.sources import SourceOptions, load_source
@@ -21,6 +20,7 @@ from dask_dane.datasets.store import (
     read_shard,
     write_store,
 )
+from dask_dane.datasets.store import write as store_module
 
 
 @pytest.fixture(scope="module")
@@ -336,8 +336,8 @@ def test_chunks_of_zeros_are_stored_so_they_do_not_read_as_missing(digits, tmp_p
 
 
 def test_a_relative_store_path_reaches_the_workers_absolute(tmp_path, monkeypatch):
-    from dask_dane.pipeline.config import RunConfig
-    from dask_dane.pipeline.run_setup import prepare_run
+    from dask_dane.pipeline.setup.config import RunConfig
+    from dask_dane.pipeline.setup.run_setup import prepare_run
 
     raw = load_source("synthetic", SourceOptions(samples=60, image_size=4))
     write_store(raw, PartitionSpec(num_shards=2), tmp_path / "data" / "s.zarr", force=False)
@@ -351,7 +351,7 @@ def test_a_relative_store_path_reaches_the_workers_absolute(tmp_path, monkeypatc
 
 
 def test_a_worker_that_cannot_see_the_store_says_so_and_what_it_needs(tmp_path):
-    from dask_dane.pipeline import tasks
+    from dask_dane.pipeline.round import tasks
 
     missing = str(tmp_path / "elsewhere.zarr")
     with pytest.raises(ValueError) as raised:

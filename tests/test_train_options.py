@@ -9,10 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from dask_dane.cli import app
-from dask_dane.cli_options import shown_default
+from dask_dane.cli.commands import app
+from dask_dane.cli.options import shown_default
 from dask_dane.pipeline.algorithms import SettingError, make_strategy
-from dask_dane.pipeline.config import RunConfig, in_flags, scheduler_file_address
+from dask_dane.pipeline.setup.config import RunConfig, in_flags, scheduler_file_address
 
 
 def _train_params() -> dict[str, object]:

@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from dask_dane.pipeline import comm, transport
-from dask_dane.pipeline.aggregate import Partial
-from dask_dane.pipeline.checkpoint import load_checkpoint
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import train
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.round import comm, transport
+from dask_dane.pipeline.round.aggregate import Partial
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 
 def _partial(weights: torch.Tensor, grad: torch.Tensor, rows: int) -> Partial:

@@ -12,8 +12,8 @@ from torch import nn
 
 from dask_dane.models.registry import ModelSpec, build_model
 from dask_dane.models.user import call_builder, from_bytes, resolve
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.run_setup import prepare_run
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import prepare_run
 
 
 def _config(store, model: str, **settings) -> RunConfig:
@@ -108,7 +108,7 @@ def test_a_worker_without_the_package_names_itself_and_the_module(tmp_path, monk
 
 
 def test_initial_buffers_are_the_models_own(model_file, digits_stores):
-    from dask_dane.pipeline.run_setup import initial_state
+    from dask_dane.pipeline.setup.run_setup import initial_state
 
     setup = prepare_run(_config(digits_stores[2], f"{model_file}:build"))
 

@@ -13,8 +13,8 @@ import time
 import pytest
 from rich.console import Console
 
-from dask_dane.pipeline.config import RunConfig, to_toml
-from dask_dane.watch import follow, render, sparkline
+from dask_dane.cli.watch import follow, render, sparkline
+from dask_dane.pipeline.setup.config import RunConfig, to_toml
 
 
 def _row(t: int) -> dict:

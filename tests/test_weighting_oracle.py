@@ -20,11 +20,11 @@ import zarr
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.config import RunConfig
-from dask_dane.pipeline.loop import train
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run_setup import initial_weights, prepare_run
-from dask_dane.pipeline.rundir import RunDir
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 L2 = 0.01
 CLASSES, FEATURES = 3, 4

@@ -12,7 +12,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from ...pipeline import RunConfig, check_settings, presets
+from ... import presets
+from ...pipeline import RunConfig, check_settings
 
 # A bench's clusters take a free dashboard port: it may run beside a user's own cluster.
 BASE = RunConfig(dashboard_address="127.0.0.1:0")

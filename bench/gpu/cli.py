@@ -13,7 +13,7 @@ def gpu_correctness(
     device: Annotated[str, typer.Option(help="cuda, or cpu to try the check.")] = "cuda",
 ) -> None:
     """DANE on L2-regularised logistic regression in float64: Dask on DEVICE against the
-    single-process reference on the CPU (bench/scripts/gpu-check.sh runs it)."""
+    single-process reference on the CPU (presets/scripts/gpu-check.sh runs it)."""
     import tempfile
 
     from ..common.output import write_json

@@ -1,6 +1,6 @@
 """`dane bench precision`: one process's time per local step in fp32 and in bf16.
 
-A local step as the workers take it (pipeline/objective.py): a minibatch of one shard, the
+A local step as the workers take it (pipeline/round/objective.py): a minibatch of one shard, the
 loss and its gradient at the weights, an SGD update of the float32 weights. Both precisions
 start from the same weights and draw the same minibatches; the first steps warm the kernels
 up and are not timed. It answers whether `--precision bf16` pays on this device: on a GPU

@@ -13,7 +13,7 @@ left out of the medians). Per round it records, beside the wall time:
 - bytes moved by Dask (its transfer logs, plus what the driver scattered) against the
   pipeline's comm_bytes, and the bytes through the driver.
 
-It also times the same rounds run by pipeline/reference.py in this process with one thread
+It also times the same rounds run by pipeline/run/reference.py in this process with one thread
 (the orchestration overhead of a 1-worker cluster), the fixed cost of a round on a tiny model
 and tiny shards (`fixed_cost`), each worker's peak memory against its bound, and projects
 round times onto real networks (network.py).
@@ -32,12 +32,8 @@ from typing import Any
 import torch
 from dask.sizeof import sizeof
 
-from ...pipeline import (
-    RunConfig,
-    initial_weights,
-    prepare_run,
-    sizes,  # noqa: F401  (true sizes of tensors for sizeof)
-)
+from ...pipeline import RunConfig, initial_weights, prepare_run
+from ...pipeline.round import sizes  # noqa: F401  (true sizes of tensors for sizeof)
 from ..common.specs import run_config
 from ..network.model import (
     Network,
@@ -258,7 +254,7 @@ def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
 
 
 def _held_bytes(dask_worker: Any = None) -> int:
-    """Bytes of the data a worker holds, as Dask sizes it (pipeline/sizes.py's sizeof)."""
+    """Bytes of the data a worker holds, as Dask sizes it (pipeline/round/sizes.py's sizeof)."""
     return int(dask_worker.state.nbytes)
 
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any
 
-from . import checks
 from .admm import Admm
 from .agd import Agd
 from .base import (
@@ -26,18 +25,19 @@ from .base import (
     state_to_data,
 )
 from .dane import Dane
-from .exact_solver import ExactSolver
 from .fedavg import FedAvg
 from .feddyn import FedDyn
 from .fedprox import FedProx
 from .gd import Gd
-from .local_solver import LocalSolver
 from .oneshot import OneShot
+from .parts import checks
+from .parts.exact_solver import ExactSolver
+from .parts.local_solver import LocalSolver
+from .parts.setting_error import SettingError, setting
+from .parts.solvers import make_solver
 from .scaffold import Scaffold
 from .sdane import Sdane, SdaneAdaptive
-from .setting_error import SettingError, setting
 from .sgd import Sgd
-from .solvers import make_solver
 
 ALGORITHMS: dict[str, type] = {
     cls.name: cls

@@ -20,9 +20,9 @@ from typing import ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, positive
-from .local_solver import LocalProblem
-from .solvers import Solver
+from .parts.checks import checked, positive
+from .parts.local_solver import LocalProblem
+from .parts.solvers import Solver
 
 
 @dataclass(frozen=True, kw_only=True)

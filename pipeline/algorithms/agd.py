@@ -15,8 +15,8 @@ from typing import ClassVar
 import torch
 
 from .base import RoundEnd, RoundUpdate
-from .checks import checked, momentum_range
 from .gd import Gd
+from .parts.checks import checked, momentum_range
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,8 +43,8 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from ..objective import ShardObjective
-from . import checks
+from ..round.objective import ShardObjective
+from .parts import checks
 
 Tensors = dict[str, torch.Tensor]
 

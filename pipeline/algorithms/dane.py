@@ -40,12 +40,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..objective import ShardObjective
-from . import correction as cr
-from . import line_search as ls
-from . import safeguard as sg
+from ..round.objective import ShardObjective
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import (
+from .parts import correction as cr
+from .parts import line_search as ls
+from .parts import safeguard as sg
+from .parts.checks import (
     at_least,
     checked,
     count_or_off,
@@ -55,9 +55,9 @@ from .checks import (
     positive,
     rows_or_all,
 )
-from .diagnostics import solve_diagnostics
-from .local_solver import LocalProblem, StopRule, check_trust_radius
-from .server import (
+from .parts.diagnostics import solve_diagnostics
+from .parts.local_solver import LocalProblem, StopRule, check_trust_radius
+from .parts.server import (
     SERVER_LR_RULES,
     MomentumState,
     check_server_lr,
@@ -67,8 +67,8 @@ from .server import (
     server_update,
     update_squared,
 )
-from .setting_error import SettingError, setting
-from .solvers import Solver
+from .parts.setting_error import SettingError, setting
+from .parts.solvers import Solver
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .base import RoundEnd, RoundUpdate
-from .checks import checked, momentum_range, one_of, positive
 from .fedprox import SolveAndAverage
-from .local_solver import LocalSolver
-from .server import SERVER_LR_RULES, check_server_lr
-from .setting_error import SettingError, setting
+from .parts.checks import checked, momentum_range, one_of, positive
+from .parts.local_solver import LocalSolver
+from .parts.server import SERVER_LR_RULES, check_server_lr
+from .parts.setting_error import SettingError, setting
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,11 +27,11 @@ from typing import ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, non_negative
-from .diagnostics import solve_diagnostics
-from .local_solver import LocalProblem, check_trust_radius
-from .setting_error import SettingError, setting
-from .solvers import Solver
+from .parts.checks import checked, non_negative
+from .parts.diagnostics import solve_diagnostics
+from .parts.local_solver import LocalProblem, check_trust_radius
+from .parts.setting_error import SettingError, setting
+from .parts.solvers import Solver
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, momentum_range, non_negative, one_of, positive
-from .local_solver import LocalProblem
-from .server import (
+from .parts.checks import checked, momentum_range, non_negative, one_of, positive
+from .parts.local_solver import LocalProblem
+from .parts.server import (
     SERVER_LR_RULES,
     MomentumState,
     check_server_lr,
@@ -29,7 +29,7 @@ from .server import (
     server_update,
     update_squared,
 )
-from .solvers import Solver
+from .parts.solvers import Solver
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, positive
+from .parts.checks import checked, positive
 
 
 @dataclass(frozen=True, kw_only=True)

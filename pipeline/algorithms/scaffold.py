@@ -19,8 +19,8 @@ from typing import ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
-from .local_solver import LocalProblem, LocalSolver
-from .setting_error import SettingError, setting
+from .parts.local_solver import LocalProblem, LocalSolver
+from .parts.setting_error import SettingError, setting
 
 
 @dataclass(frozen=True, kw_only=True)

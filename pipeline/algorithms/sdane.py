@@ -25,12 +25,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..objective import ShardObjective
+from ..round.objective import ShardObjective
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import checked, non_negative, rows_or_all
-from .local_solver import LocalProblem, StopRule
-from .setting_error import SettingError, setting
-from .solvers import Solver
+from .parts.checks import checked, non_negative, rows_or_all
+from .parts.local_solver import LocalProblem, StopRule
+from .parts.setting_error import SettingError, setting
+from .parts.solvers import Solver
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,8 +12,8 @@ from typing import ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .checks import at_least_one, checked, momentum_range, one_of, positive
-from .schedule import SCHEDULES, lr_factor
+from .parts.checks import at_least_one, checked, momentum_range, one_of, positive
+from .parts.schedule import SCHEDULES, lr_factor
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from xml.etree import ElementTree
 
 import coverage
 
-MUTATED = ("pipeline/algorithms/", "pipeline/comm.py", "pipeline/aggregate.py")
+MUTATED = ("pipeline/algorithms/", "pipeline/round/comm.py", "pipeline/round/aggregate.py")
 FLAGS = ["-q", "-p", "no:cacheprovider", "-m", "not cluster", "--cov=pipeline"]
 
 

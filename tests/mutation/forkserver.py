@@ -25,8 +25,8 @@ import time
 
 MUTATED_MODULES = (
     "dask_dane.pipeline.algorithms",
-    "dask_dane.pipeline.aggregate",
-    "dask_dane.pipeline.comm",
+    "dask_dane.pipeline.round.aggregate",
+    "dask_dane.pipeline.round.comm",
 )
 
 

@@ -1,0 +1,6 @@
+"""The `dane` command line: the Typer app (commands.py), its shared options and help (options.py),
+and what it prints (console.py, watch.py, store_info.py). `dane` runs `main`."""
+
+from .commands import app, main
+
+__all__ = ["app", "main"]

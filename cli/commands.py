@@ -1,0 +1,282 @@
+"""The `dane` command line: parses options, calls one pipeline or datasets function each.
+
+Errors print one line on stderr, without a traceback, and exit with a status that says
+what went wrong:
+  0  done;
+  2  bad input (store, settings, config file, paths, an unreachable --scheduler): the line
+     names the problem and the fix, and nothing was written;
+  3  training diverged (loss or weights not finite): the line names the round and suggests a
+     larger --mu or a smaller --local-lr; the last good checkpoint is kept;
+  4  the cluster was lost (the scheduler stopped answering within --timeout, or a round kept
+     failing as workers died): the run directory stays resumable with --resume.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..bench.app import bench_app
+from . import options as opt
+from .watch import watch
+
+app = typer.Typer(
+    help="Train models with DANE (Distributed Approximate NEwton) on a Dask cluster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,  # plain-text usage errors: one readable line, no box
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"dask-dane {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Train models with DANE (Distributed Approximate NEwton) on a Dask cluster."""
+
+
+EXIT_USER_ERROR = 2
+EXIT_DIVERGED = 3
+EXIT_CLUSTER_LOST = 4
+
+
+@app.command()
+def prepare(
+    source: opt.Source,
+    out: opt.StoreOut,
+    shards: opt.Shards = opt.PARTITION.num_shards,
+    partition: opt.Partition = opt.PARTITION.kind,
+    classes_per_shard: opt.ClassesPerShard = opt.PARTITION.classes_per_shard,
+    alpha: opt.Alpha = opt.PARTITION.alpha,
+    seed: opt.SplitSeed = opt.PARTITION.seed,
+    test_fraction: opt.TestFraction = opt.SOURCE.test_fraction,
+    samples: opt.Samples = None,
+    image_size: opt.ImageSize = None,
+    channels: opt.Channels = None,
+    skip_bad: opt.SkipBad = opt.SOURCE.skip_bad,
+    path: opt.DataPath = None,
+    force: opt.Force = False,
+) -> None:
+    """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
+    from ..datasets import location
+    from ..datasets.images import image_source_options
+    from ..datasets.partition import PartitionSpec, validate_partition
+    from ..datasets.sources import SourceOptions, load_source, parse_source_name
+    from ..datasets.store import write_store
+
+    kind, _ = parse_source_name(source)  # an unknown source fails before any work
+    image_options = image_source_options(kind, image_size=image_size, channels=channels)
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"--test-fraction must be between 0 and 1 (got {test_fraction})")
+    if samples is not None and samples < 2:
+        raise ValueError(f"--samples must be at least 2 (got {samples})")
+    if location.exists(location.resolve(out)) and not force:  # before any data is loaded
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    spec = PartitionSpec(
+        kind=partition, num_shards=shards, seed=seed, classes_per_shard=classes_per_shard,
+        alpha=alpha,
+    )  # fmt: skip
+    validate_partition(spec, num_samples=max(shards, 1), num_classes=10)
+    options = SourceOptions(
+        seed=seed, samples=samples, test_fraction=test_fraction, skip_bad=skip_bad, path=path,
+        **image_options,
+    )  # fmt: skip
+    raw = load_source(source, options)
+    if "skipped_files" in raw.attrs:
+        typer.echo(f"skipped {raw.attrs['skipped_files']} file(s) Pillow cannot read", err=True)
+    info = write_store(raw, spec, out, force=force)
+    typer.echo(
+        f"wrote {out}: {info.num_train} train / {info.num_test} test samples of shape "
+        f"{info.sample_shape}, {info.num_shards} shards ({spec.kind})"
+    )
+
+
+@app.command()
+def info(store: Annotated[str, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
+    """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
+    from .store_info import store_lines
+
+    for line in store_lines(store):
+        typer.echo(line)
+
+
+@app.command()
+@opt.run_config_options
+def train(
+    *,
+    config: opt.ConfigFile = None,
+    resume: opt.Resume = False,
+    **flags: Any,
+) -> None:
+    """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
+
+    Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
+    presets/skew-dane.toml (README, "Non-iid data").
+    """
+    # flags: one per RunConfig field, by name (None = not given on the command line).
+    from ..pipeline.run.loop import train as run_training
+    from ..pipeline.run.rundir import RunDir, check_same_run
+    from ..pipeline.setup.config import check_settings, resolve_config
+    from ..pipeline.setup.run_setup import ensure_default_store
+    from .console import TrainingProgress, quiet_cluster_logs
+
+    base: dict[str, Any] = {}
+    if resume:
+        out_dir = flags["out"] or resolve_config(file=config, flags={}).out
+        base = RunDir(Path(out_dir)).saved_config()
+        check_settings(base, "config.toml")
+    resolved = resolve_config(file=config, flags=flags, base=base)
+    if resolved.store is None:
+        resolved = resolve_config(
+            file=config, flags={**flags, "store": str(ensure_default_store(resolved))}, base=base
+        )
+    if resume:
+        check_same_run(base, resolved)
+    with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
+        summary = run_training(resolved, resume=resume, callbacks=progress.callbacks())
+    accuracy = summary["final_test_accuracy"]
+    typer.echo(
+        f"{summary['algorithm']}: {summary['rounds']} rounds, test accuracy "
+        f"{accuracy:.4f}, {summary['total_wall_s']:.1f} s in rounds; run in {resolved.out}"
+        if accuracy is not None
+        else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
+    )
+
+
+@app.command()
+def evaluate(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
+    best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
+) -> None:
+    """Print loss and accuracy of a run's checkpoint on its store's test split."""
+    from ..pipeline.evaluation import evaluate_checkpoint
+    from ..pipeline.run.rundir import RunDir
+    from ..pipeline.setup.config import RunConfig
+
+    run = RunDir(run_dir)
+    config = RunConfig(**run.saved_config()).validate()
+    checkpoint = run.best if best else run.latest
+    round_index, metrics = evaluate_checkpoint(config, checkpoint)
+    line = f"{checkpoint.name} (round {round_index}): test loss {metrics['loss']:.4f}"
+    if "accuracy" in metrics:
+        line += f", test accuracy {metrics['accuracy']:.4f}"
+    typer.echo(line)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
+    out: Annotated[Path, typer.Option("--out", help="The file to write (.pt2 or .pt).")],
+    best: Annotated[bool, typer.Option(help="Export the best checkpoint, not the latest.")] = False,
+    format: Annotated[
+        str,
+        typer.Option(
+            help="program: a torch.export program (torch.export.load(FILE).module(), no "
+            "dask-dane needed; takes the samples as the store holds them, as float32) | "
+            "state-dict: the module's state_dict with the normalisation beside it."
+        ),
+    ] = "program",
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
+) -> None:
+    """Write a trained model to a file that plain PyTorch loads."""
+    from ..pipeline.trained import export_model
+
+    if out.exists() and not force:
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    written = export_model(run_dir, out, best=best, form=format)
+    typer.echo(f"wrote {written} ({format})")
+
+
+@app.command()
+def report(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories written by `dane train`.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")],
+) -> None:
+    """Plot test accuracy and training loss of runs against round, communication and time."""
+    from ..pipeline.report import write_report
+
+    for path in write_report(list(run_dirs), out):
+        typer.echo(f"wrote {path}")
+
+
+@app.command("presets")
+def show_presets(
+    path: Annotated[
+        str | None, typer.Option("--path", metavar="NAME", help="Print the file of NAME only.")
+    ] = None,
+    folder: Annotated[bool, typer.Option("--dir", help="Print the presets' folder only.")] = False,
+) -> None:
+    """List the measured settings shipped with the package (`--config preset:NAME`) and the
+    scripts that run whole grids, each with its purpose."""
+    from .. import presets
+
+    if folder:
+        typer.echo(presets.PRESETS_DIR)
+        return
+    if path is not None:
+        typer.echo(presets.preset_path(path))
+        return
+    shipped = presets.list_presets()
+    width = max(len(p.name) for p in shipped)
+    for kind, title in (("settings", "dane train --config preset:NAME"),
+                        ("runs", "dane bench train --configs preset:NAME"),
+                        ("script", "bash \"$(dane presets --path NAME)\"")):  # fmt: skip
+        typer.echo(f"{title}:")
+        for preset in (p for p in shipped if p.kind == kind):
+            typer.echo(f"  {preset.name:<{width}}  {preset.purpose}")
+
+
+app.add_typer(bench_app, name="bench")
+
+
+@app.command("watch")
+def watch_run(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory (its metrics.jsonl).")],
+    interval: Annotated[float, typer.Option(help="Seconds between reads of it.")] = 1.0,
+) -> None:
+    """Follow a run started elsewhere, live (round, loss and accuracy sparklines, bytes, the
+    slowest worker); exits when the run ends."""
+    if not interval > 0:
+        raise ValueError(f"--interval must be a positive number of seconds (got {interval})")
+    watch(run_dir, interval)
+
+
+def main() -> None:
+    """Console-script entry: errors become one line on stderr and an exit status (see top)."""
+    from ..pipeline.run.errors import ClusterLost, TrainingDiverged
+    from ..pipeline.setup.config import in_flags
+
+    try:
+        app(standalone_mode=True)
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_DIVERGED)
+    except ClusterLost as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(EXIT_CLUSTER_LOST)
+    except ValueError as err:  # a SettingError names fields: here they read as the flags
+        print(f"error: {in_flags(err)}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)

@@ -1,0 +1,116 @@
+"""What `dane` shows in the terminal while it works: the progress bar of `dane train`, and
+nothing of the cluster's own logs (they go to the run directory)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..pipeline.run.cluster_logs import LOG_FORMAT, restore_logs, route_cluster_logs
+
+if TYPE_CHECKING:
+    from ..pipeline.run.loop import Callbacks
+
+
+class TrainingProgress:
+    """A rich progress bar: round, train loss, test accuracy, ETA."""
+
+    def __init__(self, rounds: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(
+            TextColumn("round"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
+        self.task = self.bar.add_task("train", total=rounds, loss="-", acc="-")
+
+    def __enter__(self) -> TrainingProgress:
+        return self  # the bar starts with the first round: errors before it print alone
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar.live.is_started:  # stop() of a bar never started prints an empty line
+            self.bar.stop()
+
+    def callbacks(self) -> Callbacks:
+        """What the driver calls at the start and after each round, to move the bar."""
+        from ..pipeline.run.loop import Callbacks
+
+        def on_start(dashboard: str, workers: int) -> None:
+            self.console.print(f"dashboard: {dashboard}  ({workers} workers)")
+            if dashboard.endswith("/status"):  # the run's own page, beside Dask's
+                self.console.print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
+            self.bar.start()
+
+        def on_round(row: dict[str, Any]) -> None:
+            loss = row["train_loss"]
+            acc = row["test_accuracy"]
+            self.bar.update(
+                self.task,
+                completed=row["round"],
+                loss=f"{loss:.4f}" if loss is not None else "-",
+                acc=f"{acc:.4f}" if acc is not None else "-",
+            )
+
+        return Callbacks(on_start=on_start, on_round=on_round)
+
+
+class RunDirLog(logging.Handler):
+    """Records into RUN_DIR/cluster.log once the run directory exists (held until then, so
+    that a run refused before it starts writes nothing)."""
+
+    HELD = 1000  # records kept while the run directory does not exist yet
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(logging.INFO)
+        self.path = run_dir / "cluster.log"
+        self.held: list[str] = []
+        self.stream: Any = None
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.format(record) + "\n"
+        if self.stream is None:
+            if not self.path.parent.is_dir():
+                self.held = [*self.held[-self.HELD :], text]
+                return
+            self.stream = self.path.open("a")
+            self.stream.writelines(self.held)
+            self.held = []
+        self.stream.write(text)
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+        super().close()
+
+
+@contextmanager
+def quiet_cluster_logs(run_dir: Path) -> Iterator[None]:
+    """The in-process scheduler's, Tornado's and Bokeh's logs go to RUN_DIR/cluster.log,
+    not the terminal: a browser closing a dashboard page made Bokeh print a 30-line
+    traceback between the progress bar's updates. Our own one-line errors are unaffected.
+    The loggers are the ones the workers route too (pipeline/run/cluster_logs.py)."""
+    handler = RunDirLog(run_dir)
+    saved = route_cluster_logs(handler)
+    try:
+        yield
+    finally:
+        restore_logs(saved)
+        handler.close()

@@ -1,0 +1,180 @@
+"""The local problem every solve-then-average algorithm hands its shards, and the K-step solver.
+
+LocalProblem: min_v f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 on one shard, optionally
+within a trust region ||v - anchor|| <= radius. DANE uses linear = grad f_i(w) - eta * g and
+anchor = w; FedProx linear = 0; FedAvg also mu = 0.
+LocalSolver: at most K minibatch steps of SGD (with momentum) or Adam on it, at --local-lr
+times the round's schedule factor (schedule.py), stopping early where the caller's rule says
+the problem is solved well enough (InexactDANE, S-DANE); exact_solver.py solves it to a
+tolerance for convex models.
+--local-clip C scales each step's gradient of h (linear and proximal terms included) down to
+norm C where it is longer, as the FedDyn authors do: on skewed shards a learned tilt feeds
+its own solves round over round, and the clip caps how far one step can follow it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ...round.objective import ShardObjective
+from .checks import at_least_one, checked, momentum_range, non_negative, one_of, positive, validate
+from .schedule import SCHEDULES, lr_factor
+from .setting_error import SettingError, setting
+
+LOCAL_OPTIMIZERS = ("sgd", "adam")
+# (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
+StopRule = Callable[[torch.Tensor, torch.Tensor], bool]
+
+
+@dataclass(frozen=True)
+class LocalProblem:
+    """h(v) = f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 (no term where None or 0),
+    over ||v - anchor|| <= radius where radius > 0 (a trust region; 0: everywhere)."""
+
+    objective: ShardObjective
+    linear: torch.Tensor | None = None
+    anchor: torch.Tensor | None = None
+    mu: float = 0.0
+    radius: float = 0.0
+
+    def project(self, v: torch.Tensor) -> None:
+        """Pull v (in place) back onto the trust region's sphere where it has left it."""
+        if not self.radius or self.anchor is None:
+            return
+        distance = float(torch.linalg.vector_norm(v - self.anchor))
+        if distance > self.radius:
+            v.sub_(self.anchor).mul_(self.radius / distance).add_(self.anchor)
+
+    def value(self, v: torch.Tensor) -> tuple[float, float]:
+        """(h(v), f_i(v)) over the whole shard, without gradients."""
+        f = h = self.objective.loss(v)
+        if self.linear is not None:
+            h -= float(torch.dot(self.linear, v))
+        if self.mu and self.anchor is not None:
+            h += 0.5 * self.mu * float(torch.sum((v - self.anchor) ** 2))
+        return h, f
+
+    def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
+        """(h(v), grad h(v), f_i(v)) over the whole shard."""
+        f, grad = self.objective.loss_and_grad(v)
+        h = f
+        if self.linear is not None:
+            h -= float(torch.dot(self.linear, v))
+            grad = grad - self.linear
+        if self.mu and self.anchor is not None:
+            diff = v - self.anchor
+            h += 0.5 * self.mu * float(torch.dot(diff, diff))
+            grad = grad + self.mu * diff
+        return h, grad, f
+
+
+@dataclass(frozen=True, kw_only=True)
+class Solution:
+    """A local solve's result: the solution and what it cost."""
+
+    weights: torch.Tensor
+    first_loss: float  # f_i on the first minibatch (a loss at the start), or f_i(start)
+    steps: int  # minibatch steps taken, or the exact method's iterations
+    rows: int  # rows of the shard read (images processed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSolver:
+    """At most K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
+
+    local_steps: int = checked(at_least_one)
+    local_lr: float = checked(positive)
+    batch_size: int = checked(at_least_one)
+    local_optimizer: str = checked(one_of(*LOCAL_OPTIMIZERS), default="sgd")
+    momentum: float = checked(momentum_range, default=0.9)
+    lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
+    local_clip: float = checked(non_negative, default=0.0)  # 0: no clipping
+    # Rounds over which the lr rises linearly to --local-lr (round t of R: t / R of it); 0: none.
+    lr_warmup: int = checked(non_negative, default=0)
+    rounds: int = 1  # the schedule's span (--rounds)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def label(self) -> str:
+        schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
+        clip = f" clip={self.local_clip:g}" if self.local_clip else ""
+        warmup = f" warmup={self.lr_warmup}" if self.lr_warmup else ""
+        return (
+            f"K={self.local_steps} lr={self.local_lr:g}{schedule}{warmup}{clip} B={self.batch_size}"
+        )
+
+    def lr(self, round_index: int) -> float:
+        """The learning rate of round `round_index`: --local-lr times the schedule's factor,
+        times round_index / R during a warm-up of R rounds."""
+        warmup = min(1.0, round_index / self.lr_warmup) if self.lr_warmup else 1.0
+        return self.local_lr * lr_factor(self.lr_schedule, round_index, self.rounds) * warmup
+
+    def solve(
+        self,
+        problem: LocalProblem,
+        start: torch.Tensor,
+        rng: torch.Generator,
+        *,
+        round_index: int = 1,
+        stop: StopRule | None = None,
+    ) -> Solution:
+        """Approximately minimise `problem` from `start`: K steps, or fewer where `stop` says
+        so (checked from the second step on: the first always moves)."""
+        objective, linear, anchor, mu = (
+            problem.objective,
+            problem.linear,
+            problem.anchor,
+            problem.mu,
+        )
+        v = start.detach().clone().requires_grad_(True)
+        lr = self.lr(round_index)
+        if self.local_optimizer == "adam":
+            opt = torch.optim.Adam([v], lr=lr)
+        else:
+            opt = torch.optim.SGD([v], lr=lr, momentum=self.momentum)
+        first_loss, steps, drawn = float("nan"), 0, 0
+        for step in range(self.local_steps):
+            opt.zero_grad(set_to_none=False)
+            drawn += 1
+            loss = objective.batch_loss(v, objective.sample_rows(self.batch_size, rng))
+            loss.backward()
+            if step == 0:
+                first_loss = float(loss.detach())
+            with torch.no_grad():
+                # The linear and proximal terms have closed-form gradients: add them directly.
+                if linear is not None:
+                    v.grad.sub_(linear)
+                if mu and anchor is not None:
+                    v.grad.add_(v - anchor, alpha=mu)
+                if step > 0 and stop is not None and stop(v.grad, v):
+                    break
+                clip_gradient(v.grad, self.local_clip)
+            opt.step()
+            with torch.no_grad():
+                problem.project(v)  # projected SGD: every iterate stays in the region
+            steps += 1
+        rows = drawn * min(self.batch_size, objective.num_samples)
+        return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)
+
+
+def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
+    """Scale `grad` (in place) down to norm `max_norm` where it is longer; 0: leave it."""
+    if not max_norm:
+        return
+    norm = float(torch.linalg.vector_norm(grad))
+    if norm > max_norm:
+        grad.mul_(max_norm / norm)
+
+
+def check_trust_radius(radius: float, solver: object) -> None:
+    """A trust region bounds K projected steps; the exact solvers solve the unbounded problem."""
+    if radius and not isinstance(solver, LocalSolver):
+        raise SettingError(
+            f"{setting('trust_radius')} bounds the local steps of "
+            f"{setting('local_solver', 'steps')}; lbfgs and cg solve the unbounded problem: "
+            f"drop {setting('trust_radius')} or use {setting('local_solver', 'steps')}"
+        )

@@ -1,0 +1,184 @@
+"""Averaging shard outputs: weighted sums that combine pairwise, in a fixed tree order.
+
+The Dask graph and the single-process reference both reduce with `reduction_groups`, so they
+add the same numbers in the same order and agree to the last bit for the same inputs.
+Outputs are weighted by shard size: for equal shards this is the paper's plain mean_i, and for
+uneven shards (dirichlet partitions) it keeps g equal to the gradient of the global loss.
+
+A model's buffers are combined as FedAvg does: floating ones (BatchNorm's running mean and
+variance) by the same row-weighted mean, counters (`num_batches_tracked`) by the maximum,
+since every shard counted its own steps from the same start and a mean of counts is no count.
+The alternative, FedBN (Li et al. 2021), keeps the statistics per shard; we combine them so
+that the one model handed back evaluates anywhere.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from ..algorithms.base import LocalOutput
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardReport:
+    """One shard's output of one phase, with what the pipeline accounts for."""
+
+    output: LocalOutput
+    num_samples: int
+    compute_s: float
+    worker: str
+    shard: int  # the shard's index, for its own diagnostics
+    # The shard's model buffers after this phase's local steps; {} where none moved them.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Partial:
+    """A sum over some shards: sample-weighted sums of tensors and metrics, plus accounting."""
+
+    tensor_sums: dict[str, torch.Tensor]
+    metric_sums: dict[str, float]
+    num_samples: int
+    num_shards: int
+    compute_by_worker: dict[str, float]
+    rows: int  # rows read by the shards' work (LocalOutput.rows), summed
+    # Each shard's LocalOutput.diagnostics by shard index: collected, never summed.
+    diagnostics: dict[int, dict[str, float]]
+    # Buffers: floating ones as sample-weighted sums, counters as their maximum ({}: none).
+    buffer_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _is_counter(tensor: torch.Tensor) -> bool:
+    return not (tensor.is_floating_point() or tensor.is_complex())
+
+
+def to_partial(report: ShardReport) -> Partial:
+    n = report.num_samples
+    buffers = {k: b if _is_counter(b) else b * n for k, b in report.buffers.items()}
+    return Partial(
+        buffer_sums=buffers,
+        tensor_sums={k: t * n for k, t in report.output.tensors.items()},
+        metric_sums={k: v * n for k, v in report.output.metrics.items()},
+        num_samples=n,
+        num_shards=1,
+        compute_by_worker={report.worker: report.compute_s},
+        rows=report.output.rows,
+        diagnostics={report.shard: report.output.diagnostics} if report.output.diagnostics else {},
+    )
+
+
+def merge(a: Partial, b: Partial) -> Partial:
+    compute = Counter(a.compute_by_worker)
+    compute.update(b.compute_by_worker)
+    assert a.buffer_sums.keys() == b.buffer_sums.keys(), "shards moved different buffers"
+    buffers = {
+        k: torch.maximum(t, b.buffer_sums[k]) if _is_counter(t) else t + b.buffer_sums[k]
+        for k, t in a.buffer_sums.items()
+    }
+    return Partial(
+        buffer_sums=buffers,
+        tensor_sums={k: a.tensor_sums[k] + b.tensor_sums[k] for k in a.tensor_sums},
+        metric_sums={k: a.metric_sums[k] + b.metric_sums[k] for k in a.metric_sums},
+        num_samples=a.num_samples + b.num_samples,
+        num_shards=a.num_shards + b.num_shards,
+        compute_by_worker=dict(compute),
+        rows=a.rows + b.rows,
+        diagnostics={**a.diagnostics, **b.diagnostics},
+    )
+
+
+def mean_of(partial: Partial) -> LocalOutput:
+    n = partial.num_samples
+    return LocalOutput(
+        tensors={k: t / n for k, t in partial.tensor_sums.items()},
+        metrics={k: v / n for k, v in partial.metric_sums.items()},
+        rows=partial.rows,  # a sum, as in a shard's own output: the rows all shards read
+    )
+
+
+def buffer_mean(partial: Partial) -> dict[str, torch.Tensor]:
+    """The combined buffers of a sum ({} if no shard moved its buffers in that phase)."""
+    n = partial.num_samples
+    return {k: t if _is_counter(t) else t / n for k, t in partial.buffer_sums.items()}
+
+
+def reduction_groups(count: int) -> list[tuple[int, ...]]:
+    """Indices to combine at one tree level: (0, 1), (2, 3), ...; an odd last one alone."""
+    return [tuple(range(i, min(i + 2, count))) for i in range(0, count, 2)]
+
+
+def shard_placement(num_shards: int, workers: list[str]) -> list[str]:
+    """The worker of each shard: contiguous blocks (shard i on worker i * W // m).
+
+    Blocks, not round robin, so that the pairwise tree (which sums in shard order) adds each
+    worker's shards on that worker, and partial sums cross between workers only W - 1 times
+    when W divides m evenly in powers of two (comm.cross_worker_merges counts the general case).
+    """
+    return [workers[i * len(workers) // num_shards] for i in range(num_shards)]
+
+
+def tree_reduce(parts: list[Partial]) -> Partial:
+    """Reduce in the same pairwise order that the Dask graph uses."""
+    while len(parts) > 1:
+        parts = [
+            merge(parts[g[0]], parts[g[1]]) if len(g) == 2 else parts[g[0]]
+            for g in reduction_groups(len(parts))
+        ]
+    return parts[0]
+
+
+# The pairwise tree as nodes: node (level, j) sums leaves [j * 2^level, (j + 1) * 2^level),
+# clipped to the shard count; a level's odd last node passes its only child through. The
+# all-gather round (worker_round.py) sums each worker's whole subtrees where they live and
+# completes the tree from those nodes on every worker: the same additions in the same order
+# as tree_reduce, so the result is the same to the last bit for any placement.
+TreeNode = tuple[int, int]
+
+
+def tree_levels(count: int) -> int:
+    """The root's level: the number of pairwise levels above `count` leaves."""
+    level, width = 0, count
+    while width > 1:
+        width, level = (width + 1) // 2, level + 1
+    return level
+
+
+def owned_nodes(placement: list[str], worker: str) -> list[TreeNode]:
+    """The largest subtrees whose leaves (shards) all live on `worker`, in shard order."""
+    count, top = len(placement), tree_levels(len(placement))
+
+    def on_worker(level: int, j: int) -> bool:
+        return all(w == worker for w in placement[j << level : (j + 1) << level])
+
+    found: list[TreeNode] = []
+
+    def visit(level: int, j: int) -> None:
+        if on_worker(level, j):
+            found.append((level, j))
+        elif level > 0:
+            for child in (2 * j, 2 * j + 1):
+                if child << (level - 1) < count:
+                    visit(level - 1, child)
+
+    visit(top, 0)
+    return found
+
+
+def node_sum(node: TreeNode, known: dict[TreeNode, Partial], count: int) -> Partial:
+    """The sum of a node's leaves from the nodes already summed (`known`), pairwise, in
+    tree_reduce's order: a known node is taken as it is, others merge their two children."""
+    if node in known:
+        return known[node]
+    level, j = node
+    assert level > 0, f"leaf {j} is in no known node"
+    left, right = (level - 1, 2 * j), (level - 1, 2 * j + 1)
+    if right[1] << (level - 1) >= count:  # the odd last node of its level: passed through
+        return node_sum(left, known, count)
+    return merge(node_sum(left, known, count), node_sum(right, known, count))
+
+
+def tree_root(count: int) -> TreeNode:
+    return (tree_levels(count), 0)

@@ -1,0 +1,297 @@
+"""The loss of one model on one shard: full-shard loss and gradient, minibatches, evaluation.
+
+Pure torch: used by every algorithm on the workers and by the single-process reference.
+
+Models with layers that act differently in training (BatchNorm, dropout) are trained in
+training mode everywhere the algorithms look: the local steps and the full-shard passes
+(DANE's loss and gradient phase, line searches, safeguards) alike, so that DANE's correction
+grad f_i(w) is the gradient of the very objective the local steps minimise. For BatchNorm
+that objective depends on the batch, so full passes go over batches of the local steps' size
+(ModelSpec.train_batch), in the shard's fixed order, with copies of the running statistics:
+only local steps update this shard's statistics (`buffers`), which the pipeline then averages
+(tasks.run_local). Dropout masks and augmentations are drawn from generators seeded from the
+task's seed: the local steps' in step order, every full pass the same fixed draw, so f_i is
+one function within a round. Evaluation runs in eval mode with the combined statistics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ...models.flat import Buffers, forward_flat
+from .augment import Augmentation, augment_batch
+
+# Full-shard passes go in chunks so that activation memory stays bounded on big shards:
+# on a CPU, the activations a chunk keeps for the backward pass stay near this many times
+# the model's own bytes (the memory bound of the scaling benchmark allows 20 model copies in
+# all); a GPU has memory to spare and wants big batches.
+CHUNK_MODEL_COPIES = 8
+CHUNK_BYTES_GPU = 256 * 2**20
+CHUNK_ROWS = (16, 4096)
+_PER_ROW: dict[tuple, int] = {}
+# Dropout draws from torch's global generator: seeding it and running the forward pass happen
+# under one lock, so that worker threads (--threads-per-worker) do not interleave draws.
+_GLOBAL_RNG = threading.Lock()
+
+
+def derived_seed(*parts: int) -> int:
+    """An independent, reproducible seed for the given integers (numpy's SeedSequence)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+def mode_dependent(model: nn.Module) -> tuple[bool, bool]:
+    """(uses batch statistics in training: BatchNorm, draws at random in training: dropout)."""
+    modules = list(model.modules())
+    batch = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in modules)
+    random = any(isinstance(m, nn.modules.dropout._DropoutNd) for m in modules)
+    return batch, random
+
+
+def chunk_rows(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
+    """Rows per chunk of a full pass over x."""
+    if x.device.type == "cuda":
+        budget = CHUNK_BYTES_GPU
+    else:
+        budget = CHUNK_MODEL_COPIES * num_params * x.element_size()
+    per_row = activation_bytes_per_row(model, x, num_params)
+    return min(max(budget // max(per_row, 1), CHUNK_ROWS[0]), CHUNK_ROWS[1])
+
+
+def activation_bytes_per_row(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
+    """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
+    key = (id(model), tuple(x.shape[1:]), x.dtype)
+    if key not in _PER_ROW:
+        # 2 and 3 rows, not 1: BatchNorm in training mode refuses a batch of one.
+        saved = [_saved_bytes(model, x, num_params, rows) for rows in (2, 3)]
+        _PER_ROW[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
+    return _PER_ROW[key]
+
+
+def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) -> int:
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.device("meta"):
+        w = torch.empty(num_params, dtype=x.dtype, requires_grad=True)
+        batch = torch.empty((rows, *x.shape[1:]), dtype=x.dtype)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            forward_flat(model, w, batch)
+    return total
+
+
+class ShardObjective:
+    """f_i(w): mean loss of `model` at flat weights w over the rows (x, y) of one shard.
+
+    With `l2` = lambda > 0 every f_i includes lambda*||w||^2 (the paper's regulariser), so that
+    f = mean_i f_i is the regularised objective and DANE's analysis applies shard by shard.
+    The penalty is part of training losses and gradients, not of `evaluate` (a test loss).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        task: str,
+        l2: float = 0.0,
+        *,
+        buffers: Buffers | None = None,
+        train_batch: int = 0,
+        augmentation: Augmentation | None = None,
+        seed: int = 0,
+        precision: str = "fp32",
+    ) -> None:
+        self.model = model
+        self.x = x
+        self.y = y
+        self.task = task
+        self.l2 = l2
+        self.chunk = chunk_rows(model, x, sum(p.numel() for p in model.parameters()))
+        self.buffers = buffers if buffers is not None else {}  # this shard's own copy
+        self.train_batch = train_batch
+        self.augmentation = augmentation or Augmentation()
+        self.seed = seed
+        self.precision = precision
+        self.batch_dependent, self.stochastic = mode_dependent(model)
+        # Local steps' dropout masks and augmentations, in step order.
+        self.step_rng = torch.Generator().manual_seed(derived_seed(seed, 1))
+        self.buffers_updated = False  # a local step has moved the running statistics
+
+    @property
+    def plain(self) -> bool:
+        """No modes, no buffers, no augmentation: the model is a pure function of w and x."""
+        return not (
+            self.batch_dependent or self.stochastic or self.buffers or self.augmentation.active
+        )
+
+    def _spans(self) -> Iterator[tuple[int, int]]:
+        """Row ranges of a full pass: memory-sized chunks, or the local steps' batches for a
+        batch-dependent model (near-equal sizes, so no batch falls to a single row)."""
+        if not (self.batch_dependent and self.train_batch):
+            for start in range(0, self.num_samples, self.chunk):
+                yield start, min(start + self.chunk, self.num_samples)
+            return
+        count = -(-self.num_samples // self.train_batch)
+        bounds = np.linspace(0, self.num_samples, count + 1).round().astype(int)
+        yield from itertools.pairwise(bounds.tolist())
+
+    def _forward(
+        self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool = True, at: int = 0
+    ) -> torch.Tensor:
+        """The model's output at w, in w's dtype. `step`: a local step (updates the running
+        statistics, draws from step_rng); else a full pass at row `at` (fixed draws,
+        statistics kept). With precision bf16 the layers autocast compute in bfloat16 (on
+        CPU too); w, its gradient and the loss stay in float32, as mixed precision keeps
+        its master weights."""
+        if self.precision == "fp32":
+            return self._forward_in_dtype(w, x, step=step, train=train, at=at)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            out = self._forward_in_dtype(w, x, step=step, train=train, at=at)
+        return out.to(w.dtype)
+
+    def _forward_in_dtype(
+        self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool, at: int
+    ) -> torch.Tensor:
+        if self.plain:
+            return forward_flat(self.model, w, x)
+        rng = self.step_rng if step else torch.Generator().manual_seed(derived_seed(self.seed, at))
+        if train and self.augmentation.active:
+            x = augment_batch(x, self.augmentation, rng)
+        self.model.train(train)
+        buffers = self.buffers
+        if train and not step:
+            buffers = {name: value.clone() for name, value in buffers.items()}
+        self.buffers_updated |= step and bool(buffers)
+        if not (train and self.stochastic):
+            return forward_flat(self.model, w, x, buffers)
+        dropout_seed = int(torch.randint(2**62, (1,), generator=rng))
+        devices = [x.device] if x.device.type == "cuda" else []
+        with _GLOBAL_RNG, torch.random.fork_rng(devices=devices):
+            torch.manual_seed(dropout_seed)
+            return forward_flat(self.model, w, x, buffers)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.x.shape[0])
+
+    def _loss_sum(
+        self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, step: bool = False, at: int = 0
+    ) -> torch.Tensor:
+        out = self._forward(w, x, step=step, at=at)
+        if self.task == "classification":
+            return F.cross_entropy(out, y, reduction="sum")
+        return F.mse_loss(out.reshape(y.shape), y, reduction="sum")
+
+    def batch_loss(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Mean loss over `rows` (plus the L2 penalty), differentiable with respect to w."""
+        loss = self._loss_sum(w, self.x[rows], self.y[rows], step=True)
+        return loss / len(rows) + self._penalty(w)
+
+    def _penalty(self, w: torch.Tensor) -> torch.Tensor | float:
+        return self.l2 * torch.dot(w, w) if self.l2 else 0.0
+
+    def fixed_sample(self, size: int, seed: int) -> ShardObjective:
+        """This shard's first `size` rows in one fixed order drawn from `seed` (the whole
+        shard if `size` is 0 or covers it): the same rows every time, never a new minibatch."""
+        if not size or self.num_samples <= size:
+            return self
+        generator = torch.Generator().manual_seed(seed)
+        rows = torch.randperm(self.num_samples, generator=generator)[:size].sort().values
+        return self._subset(rows)
+
+    def row_range(self, start: int, stop: int) -> ShardObjective:
+        """The same objective on rows start..stop-1 alone (half-samples, correction.py)."""
+        return self._subset(slice(start, stop))
+
+    def _subset(self, rows: torch.Tensor | slice) -> ShardObjective:
+        return ShardObjective(
+            self.model,
+            self.x[rows],
+            self.y[rows],
+            self.task,
+            self.l2,
+            buffers=self.buffers,
+            train_batch=self.train_batch,
+            augmentation=self.augmentation,
+            seed=self.seed,
+            precision=self.precision,
+        )
+
+    @torch.no_grad()
+    def loss(self, w: torch.Tensor) -> float:
+        """Full-shard mean loss at w (the L2 penalty included), without a gradient."""
+        total = 0.0
+        for start, stop in self._spans():
+            total += float(self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start))
+        return total / self.num_samples + float(self._penalty(w))
+
+    def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """Full-shard mean loss and its gradient at w, in chunks of `self.chunk` rows."""
+        w = w.detach().requires_grad_(True)
+        total = 0.0
+        for start, stop in self._spans():
+            loss = self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
+            loss = loss / self.num_samples
+            loss.backward()
+            total += float(loss.detach())
+        if self.l2:
+            penalty = self._penalty(w)
+            penalty.backward()
+            total += float(penalty.detach())
+        return total, w.grad.detach()
+
+    def hessian_operator(self, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """v -> H_i(w) v, the full-shard Hessian of f_i at w applied to v (exact solvers).
+
+        v may also be a (k, d) batch; then row j of the result is H_i(w) v_j.
+
+        The gradient graph is built once (create_graph) and kept, so each product is one
+        backward pass; it holds the whole shard's graph, which is fine for the convex models.
+        """
+        w = w.detach().requires_grad_(True)
+        total = self._penalty(w)
+        for start, stop in self._spans():
+            chunk = self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
+            total = total + chunk / self.num_samples
+        (grad,) = torch.autograd.grad(total, w, create_graph=True)
+
+        def product(v: torch.Tensor) -> torch.Tensor:
+            # A (k, d) batch of vectors gives the k products (rows) in one vectorised pass.
+            batched = v.ndim == 2
+            (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True, is_grads_batched=batched)
+            return hv.detach()
+
+        return product
+
+    def sample_rows(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
+        """A minibatch of distinct rows drawn with the given generator."""
+        size = min(batch_size, self.num_samples)
+        return torch.randperm(self.num_samples, generator=rng)[:size]
+
+    @torch.no_grad()
+    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
+        """Mean loss and (for classification) accuracy at w over the whole shard."""
+        loss_sum, correct = 0.0, 0
+        for start in range(0, self.num_samples, self.chunk):
+            x, y = self.x[start : start + self.chunk], self.y[start : start + self.chunk]
+            out = self._forward(w, x, step=False, train=False)
+            if self.task == "classification":
+                loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
+                correct += int((out.argmax(dim=1) == y).sum())
+            else:
+                loss_sum += float(F.mse_loss(out.reshape(y.shape), y, reduction="sum"))
+        metrics = {"loss": loss_sum / self.num_samples}
+        if self.task == "classification":
+            metrics["accuracy"] = correct / self.num_samples
+        return metrics

@@ -1,0 +1,148 @@
+"""A shard on its worker: its rows as tensors where they are computed on, and its objective.
+
+No Dask: load_shard (a task, re-exported by tasks.py) builds a ShardData on the worker the
+shard is pinned to, and every round's task on that shard turns it into a ShardObjective here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...datasets import location
+from ...datasets.store import SHARED_STORE, read_shard
+from ...models.flat import Buffers
+from ...models.registry import ModelSpec, build_model
+from .augment import parse_augment
+from .objective import ShardObjective
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardData:
+    """A shard's rows as tensors, normalised and in the run's dtype; lives on one worker."""
+
+    index: int
+    x: torch.Tensor
+    y: torch.Tensor
+    task: str
+
+
+def worker_id() -> str:
+    """This process's identity; on a worker it names the worker in the round's metrics."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def load_shard(
+    store: str,
+    *,
+    split: str,
+    start: int,
+    stop: int,
+    index: int,
+    task: str,
+    normalization: dict,
+    dtype: str,
+    num_classes: int | None = None,
+    device: str = "cpu",
+) -> ShardData:
+    """Read rows [start, stop) of a split from zarr, check, normalise, convert to tensors.
+
+    The tensors go to `device` (config.device: auto = this worker's GPU if it has one) and
+    stay there: every round's work on the shard runs where its rows are.
+
+    A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
+    naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
+    """
+    try:
+        seen = location.exists(store)
+    except ValueError as err:  # a remote store this worker cannot reach
+        raise ValueError(f"worker {worker_id()}: {err}") from None
+    if not seen:  # the driver saw it (open_store): this worker does not
+        raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
+    x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
+    torch_dtype = getattr(torch, dtype)
+    where = resolve_device(device)
+    features = torch.from_numpy(np.ascontiguousarray(x)).to(where).to(torch_dtype)
+    del x  # the raw rows (uint8 for images) are not needed past the conversion
+    if features.ndim in (3, 4):  # signals / images: per-channel normalisation from the store
+        shape = (1, -1, *[1] * (features.ndim - 2))
+        mean = torch.tensor(normalization["mean"], dtype=torch_dtype, device=where).view(shape)
+        std = torch.tensor(normalization["std"], dtype=torch_dtype, device=where).view(shape)
+        # In place: a second shard-sized copy would double the worker's peak memory.
+        features.sub_(mean).div_(std)
+    targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
+    targets = targets.long() if task == "classification" else targets.to(torch_dtype)
+    return ShardData(index=index, x=features, y=targets, task=task)
+
+
+def resolve_device(name: str) -> torch.device:
+    """config.device on this process: auto is the current GPU if torch sees one, else CPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"--device cuda, but the worker on {socket.gethostname()} sees no GPU; use "
+            "--device cpu or auto"
+        )
+    return torch.device(name)
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """Tensors (also inside dicts and state dataclasses) moved to `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return dataclasses.replace(
+            value, **{f.name: to_device(getattr(value, f.name), device) for f in fields}
+        )
+    return value
+
+
+def make_objective(
+    spec: ModelSpec, shard: ShardData, buffers: Buffers | None = None, seed: int = 0
+) -> ShardObjective:
+    """f_i of `shard` under the model `spec` describes (its L2 penalty included).
+
+    `buffers` (the round's running statistics, if the model has any) are copied: the shard's
+    local steps update its own copy. `seed` seeds the objective's draws (objective.py).
+    """
+    own = {name: value.to(shard.x.device, copy=True) for name, value in (buffers or {}).items()}
+    return ShardObjective(
+        architecture(spec),
+        shard.x,
+        shard.y,
+        shard.task,
+        l2=spec.l2,
+        buffers=own,
+        train_batch=spec.train_batch,
+        augmentation=parse_augment(spec.augment),
+        seed=seed,
+        precision=spec.precision,
+    )
+
+
+_MODELS = threading.local()
+
+
+def architecture(spec: ModelSpec) -> torch.nn.Module:
+    """The model's module for `spec`, built once per thread.
+
+    It only supplies the architecture: weights come from the flat vector through
+    functional_call, so it lives on the meta device at no memory cost. functional_call swaps
+    the module's parameters while it runs, hence one module per thread, never shared.
+    """
+    cache = _MODELS.__dict__.setdefault("by_spec", {})
+    if spec not in cache:
+        with torch.device("meta"):
+            cache[spec] = build_model(spec)
+    return cache[spec]

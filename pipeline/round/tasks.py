@@ -1,0 +1,289 @@
+"""The only functions that run on workers: pure, module level, no globals.
+
+Each takes plain data (tensors, frozen dataclasses) and returns plain data, so the same
+functions serve the Dask graph (graph.py) and the single-process reference (reference.py).
+A round's data takes one path through them: every shard's `run_local`, the pairwise sums
+(`combine`, `combine_tree`), each phase finished once (`finish_phase`: its average, its
+broadcast, its bytes) and the round ended once (`update_round`, which finishes the last
+phase and calls the strategy's update).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...models.registry import ModelSpec
+from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
+from . import comm, transport
+from .aggregate import Partial, ShardReport, buffer_mean, mean_of, merge, to_partial, tree_reduce
+
+# load_shard is a task too: it lives with the shard it builds (shards.py).
+from .shards import ShardData, make_objective, to_device, worker_id
+from .shards import load_shard as load_shard
+from .sizes import register_dataclasses
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundInput:
+    """What every task of round t is given besides its data: the same object in each."""
+
+    strategy: Strategy
+    spec: ModelSpec
+    seed: int  # the run's seed
+    index: int  # t, counted from 1
+    layout: comm.Layout  # where the shards live, for the byte counts
+    round_data: Any = None  # strategy.round_data(driver state as the round starts)
+    opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
+    # The model's buffers as the round starts (BatchNorm's statistics; {} for most models):
+    # a few floats per channel, so they ride with the round's plain data, counted with the
+    # weights. Strategies never see them: the pipeline combines them (aggregate.py).
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseEnd:
+    """One phase, finished once: what it sent on, its metrics, and what it moved.
+
+    The next phase's shards receive this object (for `broadcast.tensors`); it carries no
+    averaged tensors, so nothing beyond the broadcast travels to them.
+    """
+
+    broadcast: Broadcast  # what the next phase receives (nothing after the last phase)
+    metrics: dict[str, float]  # the phase's averaged metrics and its broadcast's
+    comm_bytes: int
+    # Sent or gathered tensors at all: a communication round, whatever the layout.
+    communicated: bool
+    compute_by_worker: dict[str, float]
+    rows: int  # rows the shards' work read in this phase
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)  # by shard
+    # The shards' buffers combined, where this phase's local steps moved them ({}: none);
+    # they travel on with the phase's end, and count as its next phase's input.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundResult:
+    """Everything the driver keeps from a round."""
+
+    weights: torch.Tensor
+    state: Any  # the strategy's driver state for the next round
+    metrics: dict[str, float]  # the strategy's averaged metrics, its broadcasts' and update's
+    comm_bytes: int
+    comm_phases: int  # phases that moved tensors: the round's communication rounds
+    compute_by_worker: dict[str, float] = field(default_factory=dict)
+    shard_states: list[Any] | None = None  # each shard's state for the next round, if any
+    rows: int = 0  # rows read by all shards' work in the round: images processed
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)  # by shard
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, combined
+
+
+register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
+
+
+def shard_seed(seed: int, round_index: int, shard_index: int) -> int:
+    """Independent, reproducible RNG streams per (run seed, round, shard)."""
+    return int(np.random.SeedSequence([seed, round_index, shard_index]).generate_state(1)[0])
+
+
+def run_local(
+    round_input: RoundInput,
+    phase: int,
+    shard: ShardData,
+    weights: torch.Tensor,
+    received: PhaseEnd | Broadcast | None,
+    previous: ShardReport | None,
+    shard_state: Any = None,
+) -> ShardReport:
+    """One shard's work in one phase of one round (`shard_state`: see algorithms/base.py).
+
+    `received` is the previous phase's end, or in phase 0 the round's opening (None when
+    the strategy opens with nothing); `previous` is this shard's own report of the previous
+    phase.
+    """
+    started = time.perf_counter()
+    seed = shard_seed(round_input.seed, round_input.index, shard.index)
+    # Inputs arrive on the CPU (that is what travels); the work runs where the shard is, and
+    # the output goes back to the CPU for the reduction. On a CPU worker these are no-ops.
+    device = shard.x.device
+    sent = received.broadcast if isinstance(received, PhaseEnd) else received
+    objective = make_objective(round_input.spec, shard, round_input.buffers, seed)
+    output = round_input.strategy.local(
+        LocalContext(
+            phase=phase,
+            round_index=round_input.index,
+            objective=objective,
+            weights=weights.to(device),
+            received=to_device(sent.tensors, device) if sent else {},
+            previous=to_device(previous.output, device) if previous else None,
+            rng=torch.Generator().manual_seed(seed),
+            shard_state=to_device(shard_state, device),
+            round_data=round_input.round_data,
+        )
+    )
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # so that compute_s is the work, not its launch
+    moved = objective.buffers if objective.buffers_updated else {}
+    return ShardReport(
+        output=to_device(output, torch.device("cpu")),
+        num_samples=int(shard.x.shape[0]),
+        compute_s=time.perf_counter() - started,
+        worker=worker_id(),
+        shard=shard.index,
+        buffers=to_device(moved, torch.device("cpu")),
+    )
+
+
+def combine(*parts: ShardReport | Partial) -> Partial:
+    """Sum shard reports (or partial sums) in argument order."""
+    partials = [to_partial(p) if isinstance(p, ShardReport) else p for p in parts]
+    total = partials[0]
+    for part in partials[1:]:
+        total = merge(total, part)
+    return total
+
+
+def combine_tree(*reports: ShardReport) -> Partial:
+    """Sum consecutive shards' reports in the pairwise tree order (aggregate.tree_reduce)."""
+    return tree_reduce([to_partial(r) for r in reports])
+
+
+def finish_phase(
+    round_input: RoundInput,
+    phase: int,
+    total: Partial,
+    previous: PhaseEnd | None,
+    weights: torch.Tensor,
+) -> PhaseEnd:
+    """Average a phase that is not the last, broadcast it, and count what it moved."""
+    mean = mean_of(total)
+    broadcast = round_input.strategy.broadcast(phase, mean, round_input.round_data)
+    return _phase_end(round_input, phase, mean, total, previous, weights, broadcast)
+
+
+def _phase_end(
+    round_input: RoundInput,
+    phase: int,
+    mean: LocalOutput,
+    total: Partial,
+    previous: PhaseEnd | None,
+    weights: torch.Tensor,
+    broadcast: Broadcast,
+) -> PhaseEnd:
+    """A phase's end: what it sent on, its metrics, and the bytes it moved (comm.py)."""
+    # The phase's input: the weights (and the round's opening) in phase 0, else the
+    # previous phase's broadcast.
+    incoming = (
+        comm.tensor_bytes(previous.broadcast.tensors) + comm.tensor_bytes(previous.buffers)
+        if previous
+        else weights.numel() * weights.element_size()
+        + round_input.opening_bytes
+        + comm.tensor_bytes(round_input.buffers)
+    )
+    # The sums as they travel (transport.py: bfloat16 halves them); buffers go as they are.
+    sums = transport.sent_bytes(total.tensor_sums, round_input.layout.transport)
+    outgoing = sums + comm.tensor_bytes(total.buffer_sums)
+    return PhaseEnd(
+        buffers=buffer_mean(total),
+        broadcast=broadcast,
+        metrics={**mean.metrics, **broadcast.metrics},
+        comm_bytes=comm.phase_bytes(
+            phase, incoming=incoming, outgoing=outgoing, layout=round_input.layout
+        ),
+        communicated=incoming + outgoing > 0,
+        compute_by_worker=total.compute_by_worker,
+        rows=total.rows,
+        diagnostics=total.diagnostics,
+    )
+
+
+def update_round(
+    round_input: RoundInput,
+    weights: torch.Tensor,
+    state: Any,
+    ends: list[PhaseEnd],
+    last: Partial,
+    shard_states: list[Any] | None = None,
+) -> RoundResult:
+    """The round's last task: finish the last phase, then the strategy's update.
+
+    `ends` are the earlier phases, each finished once by finish_phase; `last` is the last
+    phase's sum. `shard_states` (strategies with per-shard state only) is each shard's state
+    for the next round, as its last phase returned it; it is passed through untouched.
+    """
+    mean = mean_of(last)
+    previous = ends[-1] if ends else None
+    end = _phase_end(round_input, len(ends), mean, last, previous, weights, Broadcast(tensors={}))
+    ends = [*ends, end]
+    metrics: dict[str, float] = {}
+    for phase_end in ends:
+        metrics.update(phase_end.metrics)
+    update = round_input.strategy.update(
+        RoundEnd(
+            round_index=round_input.index,
+            weights=weights,
+            mean=mean,
+            broadcasts=tuple(e.broadcast for e in ends[:-1]),
+            metrics=dict(metrics),
+            state=state,
+            round_data=round_input.round_data,
+        )
+    )
+    metrics.update(update.metrics)
+    # The buffers of the last phase whose local steps moved them; else the round's own.
+    moved = [e.buffers for e in ends if e.buffers]
+    buffers = moved[-1] if moved else round_input.buffers
+    compute: dict[str, float] = {}
+    diagnostics: dict[int, dict[str, float]] = {}
+    for phase_end in ends:
+        for worker, seconds in phase_end.compute_by_worker.items():
+            compute[worker] = compute.get(worker, 0.0) + seconds
+        for shard, figures in phase_end.diagnostics.items():
+            diagnostics.setdefault(shard, {}).update(figures)
+    return RoundResult(
+        weights=update.weights,
+        state=update.state,
+        metrics=metrics,
+        comm_bytes=sum(e.comm_bytes for e in ends),
+        # A phase a strategy skips (DANE's solve after a safeguard rejection) moves nothing.
+        comm_phases=sum(1 for e in ends if e.communicated),
+        compute_by_worker=compute,
+        shard_states=shard_states,
+        rows=sum(e.rows for e in ends),
+        diagnostics=diagnostics,
+        buffers=buffers,
+    )
+
+
+def round_model(result: RoundResult) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The new weights and buffers alone: what travels to the test split."""
+    return result.weights, result.buffers
+
+
+def shard_state_of(report: ShardReport) -> Any:
+    """A shard's state for the next round, from its last phase's report."""
+    return report.output.shard_state
+
+
+def evaluate(
+    spec: ModelSpec,
+    shard: ShardData,
+    weights: torch.Tensor,
+    buffers: dict[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Loss and accuracy of `weights` (and buffers) on a (test) shard, in eval mode, and the
+    seconds it took."""
+    started = time.perf_counter()
+    metrics = make_objective(spec, shard, buffers).evaluate(weights.to(shard.x.device))
+    return {**metrics, "eval_s": time.perf_counter() - started}
+
+
+def evaluate_model(
+    spec: ModelSpec, shard: ShardData, model: tuple[torch.Tensor, dict[str, torch.Tensor]]
+) -> dict[str, float]:
+    """evaluate() of round_model's (weights, buffers)."""
+    return evaluate(spec, shard, *model)

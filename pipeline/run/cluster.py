@@ -1,0 +1,298 @@
+"""make_client(): the Dask cluster a run uses.
+
+- `--scheduler ADDRESS`: connect to a running cluster (jobqueue, Kubernetes, SSH, ...);
+- GPUs present and the `gpu` extra installed: dask-cuda's LocalCUDACluster, one worker per GPU;
+- otherwise a LocalCluster of `--workers` processes with `--threads-per-worker` threads.
+Started clusters (scheduler, nannies, workers, dashboard) listen on 127.0.0.1 unless the user
+asks for another `--host` / `--dashboard-address`. A remote scheduler is reached with TLS when
+`--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
+
+Also the driver's requests that must not hang on a frozen scheduler: `wait_for`,
+`check_scheduler` and `bounded` (all bounded by `--timeout`; ClusterLost otherwise).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ..setup.config import ClusterSettings, scheduler_file_address
+from .cluster_logs import LOG_FORMAT, route_cluster_logs
+from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
+from .errors import ClusterLost
+
+if TYPE_CHECKING:
+    from distributed import Worker
+
+
+class TorchThreads(WorkerPlugin):
+    """Limit torch on each worker to the worker's own threads (no oversubscription)."""
+
+    name = "dask-dane-torch-threads"
+
+    def setup(self, worker: Worker) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, worker.state.nthreads))
+        # LocalCUDACluster gives each worker one GPU (CUDA_VISIBLE_DEVICES); workers of any
+        # other cluster that see several GPUs share them out by worker name, round robin.
+        if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+            name = worker.name
+            index = name if isinstance(name, int) else sum(map(ord, str(name)))
+            torch.cuda.set_device(index % torch.cuda.device_count())
+
+
+def gpus_available() -> bool:
+    """True when torch sees a GPU and dask-cuda imports (lazily: it needs CUDA to import).
+
+    A dask-cuda that is installed but does not import (a version that does not match the
+    installed distributed, say) is reported and skipped: the workers still use the GPUs,
+    started as a plain LocalCluster.
+    """
+    import torch
+
+    if not torch.cuda.is_available() or importlib.util.find_spec("dask_cuda") is None:
+        return False
+    if os.environ.get("DANE_NO_DASK_CUDA"):  # use LocalCluster workers on the GPUs instead
+        return False
+    try:
+        import dask_cuda  # noqa: F401
+    except Exception as err:  # any import failure: fall back, never stop the run
+        logging.getLogger(__name__).warning(
+            "dask-cuda does not import (%s); using LocalCluster", err
+        )
+        return False
+    return True
+
+
+def uses_cuda_cluster(config: ClusterSettings) -> bool:
+    """A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu."""
+    return config.device != "cpu" and gpus_available()
+
+
+# For the clusters started here:
+# - Work stealing moves a queued task to an idle worker: for a shard's task that means
+#   fetching the shard over the network, exactly what pinning avoids (and the transfers
+#   would no longer be the ones counted).
+# - glibc's allocator: Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also
+#   freezes the mmap threshold at 128 KiB, so every activation tensor is mmap'd, faulted in
+#   page by page and unmapped again: lenet's local work ran 1.5x slower in a worker than in
+#   one process (0.92 s against 0.60 s a task, `dane bench scaling` found it). Freed memory up
+#   to 64 MiB stays with the process, and blocks up to 32 MiB come from the heap.
+# Users of their own cluster set the same in its Dask config.
+CLUSTER_CONFIG = {
+    "distributed.scheduler.work-stealing": False,
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 64 * 2**20,
+    "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": 32 * 2**20,
+}
+
+
+def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
+    import dask
+
+    with dask.config.set(CLUSTER_CONFIG):  # read once, when the scheduler starts
+        return _new_cluster(config)
+
+
+def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
+    common = dict(
+        host=config.host,
+        dashboard_address=config.dashboard_address,
+        silence_logs=logging.ERROR,
+    )
+    if uses_cuda_cluster(config):
+        import torch
+        from dask_cuda import LocalCUDACluster
+
+        # One worker per GPU: all of them with --device auto, --workers of them with cuda.
+        count = torch.cuda.device_count()
+        workers = min(config.workers, count) if config.device == "cuda" else count
+        return LocalCUDACluster(
+            n_workers=workers, threads_per_worker=config.threads_per_worker, **common
+        )
+    return LocalCluster(
+        n_workers=config.workers,
+        threads_per_worker=config.threads_per_worker,
+        processes=True,
+        **common,
+    )
+
+
+class WorkerLogsToFile(WorkerPlugin):
+    """The log records of a started cluster's worker processes go to a file (the run's
+    cluster.log), not to the terminal they inherited: the terminal shows our progress bar
+    and one-line messages; the records stay where a user debugging a run looks."""
+
+    name = "dask-dane-worker-logs"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def setup(self, worker: Worker) -> None:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.path, delay=True)  # appends, as the driver does
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        route_cluster_logs(handler)  # for the worker's whole life: nothing to restore
+
+
+@contextmanager
+def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> Iterator[Client]:
+    """A connected client; a cluster started here is closed on exit.
+
+    `config` is the run's cluster section (a RunConfig is one). `worker_log`: where the
+    workers of a cluster started here write their log records (a running scheduler's
+    workers are the user's, and log where the user set them to).
+    """
+    address = config.scheduler
+    if config.scheduler_file:
+        address = scheduler_file_address(config.scheduler_file)
+    if address:
+        client = _connect(config, address)
+        cluster = None
+    else:
+        cluster = _start_cluster(config)
+        client = Client(cluster)
+    # The driver reports a lost scheduler itself, in one line (loop.py): the client's own
+    # reconnection tracebacks would only bury it.
+    client_log = logging.getLogger("distributed.client")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)
+    try:
+        client.register_plugin(TorchThreads())
+        if cluster is not None and worker_log is not None:
+            client.register_plugin(WorkerLogsToFile(str(worker_log.absolute())))
+        client.wait_for_workers(1, timeout=config.timeout)
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        client_log.setLevel(level)
+
+
+def _connect(config: ClusterSettings, address: str) -> Client:
+    security = _security(config)
+    if address.startswith("tls://") and not security.get_connection_args("client")["ssl_context"]:
+        raise ValueError(
+            f"the scheduler {address} speaks TLS and no certificates are set; pass "
+            "--tls-ca-file, --tls-cert and --tls-key (or set distributed.comm.tls.* in the "
+            "Dask config)"
+        )
+    try:
+        return Client(address, timeout=config.timeout, security=security)
+    except (OSError, TimeoutError) as err:
+        # A scheduler that stopped leaves its file behind: say where the address came from.
+        source = f" (from --scheduler-file {config.scheduler_file}: stale?)" * bool(
+            config.scheduler_file
+        )
+        raise ValueError(
+            f"no Dask scheduler answered at {address}{source} within {config.timeout:g} s "
+            f"({type(err).__name__}); check the address or start one with `dask scheduler`"
+        ) from None
+
+
+def _security(config: ClusterSettings):  # type: ignore[no-untyped-def]
+    """TLS from --tls-* when given; otherwise Dask's config (distributed.comm.tls.*) applies."""
+    from distributed.security import Security
+
+    if not (config.tls_ca_file or config.tls_cert):
+        return Security()  # reads the Dask config, as a plain Client(address) would
+    return Security(
+        tls_ca_file=config.tls_ca_file,
+        tls_client_cert=config.tls_cert,
+        tls_client_key=config.tls_key,
+        require_encryption=True,
+    )
+
+
+def worker_addresses(client: Client) -> list[str]:
+    """Addresses of the cluster's workers, sorted so shard placement is reproducible."""
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+# The driver's requests to the cluster, none of which may wait forever: a frozen scheduler
+# (stopped, or its event loop blocked) keeps its sockets open, so no connection ever fails.
+# Every wait here has a bound (--timeout) or checks that the scheduler still answers.
+
+
+def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
+    """Wait for futures, however long they take, while the scheduler answers.
+
+    Every few seconds the scheduler is asked for its identity; if the client has lost it, or
+    it does not answer within --timeout, ClusterLost (a round may take any time; a silent
+    scheduler may not). Done-callbacks wake the driver the moment the last future finishes
+    (polling would add its interval to every round); `distributed.wait(timeout=...)` is
+    avoided because each timeout leaves a reference cycle that holds the round's futures
+    until the garbage collector runs, so finished rounds would linger on the scheduler.
+    """
+    pending = [future for future in futures if not future.done()]
+    if not pending:
+        return
+    all_done = threading.Event()
+    remaining = [len(pending)]
+    lock = threading.Lock()
+
+    def one_done(_future: Any) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                all_done.set()
+
+    for future in pending:
+        future.add_done_callback(one_done)
+    poll = min(5.0, timeout)
+    while not all_done.wait(poll):
+        check_scheduler(client, timeout)
+
+
+def check_scheduler(client: Client, timeout: float) -> None:
+    """ClusterLost unless the scheduler answers within --timeout."""
+    reason = None
+    if client.status != "running":
+        reason = f"the client lost the scheduler (client status {client.status})"
+    else:
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=timeout)
+        except (OSError, TimeoutError) as err:
+            reason = f"the scheduler did not answer within {timeout:g} s ({type(err).__name__})"
+    if reason:
+        raise ClusterLost(reason)
+
+
+def bounded(client: Client, timeout: float, method: Callable, *args: Any, **kwargs: Any) -> Any:
+    """client.method(*args, **kwargs), given at most --timeout seconds to answer.
+
+    A frozen scheduler (stopped, or its event loop blocked) keeps its sockets open, so no
+    connection ever fails and a plain scatter or gather waits for it forever. The
+    TimeoutError is an OSError: callers check the scheduler and raise ClusterLost.
+    """
+
+    async def run() -> Any:
+        return await method(*args, asynchronous=True, **kwargs)
+
+    return client.sync(run, callback_timeout=timeout)
+
+
+def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row: dict) -> None:
+    """The round's metrics row as a Dask event, for any client, the scheduler and its pages.
+
+    Tagged with the run's token and directory, so that runs sharing a scheduler are told
+    apart. Bounded like every request of the driver's (a frozen scheduler raises OSError).
+    """
+    event = {"run": token, "run_dir": str(run_dir), **row}
+    try:
+        client.sync(
+            client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout
+        )
+    except OSError:  # a scheduler killed mid-request closes the comm (CommClosedError)
+        check_scheduler(client, timeout)  # ClusterLost where the scheduler is gone
+        raise

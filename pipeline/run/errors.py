@@ -1,0 +1,15 @@
+"""Failures of a valid run (not of its input), each with its own exit status in the CLI.
+
+Kept free of heavy imports so that cli/commands.py can tell them apart without loading torch
+or Dask.
+"""
+
+from __future__ import annotations
+
+
+class TrainingDiverged(ValueError):
+    """Loss or weights stopped being finite; the last good checkpoint is kept (exit 3)."""
+
+
+class ClusterLost(RuntimeError):
+    """The scheduler stopped answering, or workers kept dying; the run is resumable (exit 4)."""

@@ -1,0 +1,162 @@
+"""Per-round metrics: the row of a round, built in one place, and the run's JSONL file.
+
+The running totals a row writes are counted by RunState.advance (RoundTotals); what only
+the Dask driver knows about a round comes with its RoundOutcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..round.comm import driver_bytes
+from ..round.tasks import RoundResult
+from .checkpoint import atomic_write_bytes
+
+
+@dataclass(frozen=True)
+class RoundTotals:
+    """The run's running totals after a round, as RunState.advance counts them: round_row
+    writes them into the row and computes none of them, so they are counted in one place."""
+
+    cum_comm_bytes: int
+    cum_comm_rounds: int
+    cum_images: int
+    is_best: bool  # the round's test accuracy beat every earlier round's
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundOutcome:
+    """A round as the Dask driver computed it (loop.py), with the figures only it knows."""
+
+    result: RoundResult
+    evaluation: dict[str, float] | None  # the test split's loss and accuracy, if evaluated
+    placement: list[str]  # where each shard lives after the round: the next one runs there
+    attempts: int  # 1, or more if workers were lost and the round was run again
+    laps: dict[str, float]  # where the driver's time went: scatter, submit, wait, gather
+    shards_reloaded: int  # shards whose worker was lost in the round (Dask reloaded them)
+
+    @property
+    def driver(self) -> dict[str, Any]:
+        """The driver's figures as its metrics row holds them (round_row's `driver`)."""
+        return {"attempts": self.attempts, **self.laps, "shards_reloaded": self.shards_reloaded}
+
+
+# The fields every metrics.jsonl line has, in this order (docs/architecture.md section 3).
+FIELDS = (
+    "round",
+    "algorithm",
+    "train_loss",
+    "test_loss",
+    "test_accuracy",
+    "grad_norm",
+    "wall_s",
+    "max_worker_compute_s",
+    "comm_bytes",
+    "cum_comm_bytes",
+    "comm_rounds",
+)
+
+
+def round_row(
+    *,
+    round_index: int,
+    algorithm: str,
+    result: RoundResult,
+    evaluation: dict[str, float] | None,
+    wall_s: float,
+    totals: RoundTotals,
+    driver: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A round's metrics.jsonl line (the Dask driver's and the reference runner's alike).
+
+    `totals` are the run's after this round (RunState.advance); `driver` adds what only the
+    Dask driver knows (attempts, where its time went, shards reloaded).
+    """
+    metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
+    accuracy = evaluation.get("accuracy") if evaluation else None
+    row: dict[str, Any] = {
+        "round": round_index,
+        "algorithm": algorithm,
+        "train_loss": metrics.get("train_loss"),
+        "test_loss": evaluation["loss"] if evaluation else None,
+        "test_accuracy": accuracy,
+        "grad_norm": metrics.get("grad_norm"),
+        "wall_s": wall_s,
+        "max_worker_compute_s": compute[-1],
+        "comm_bytes": result.comm_bytes,
+        "cum_comm_bytes": totals.cum_comm_bytes,
+        "comm_rounds": totals.cum_comm_rounds,
+        # Not in comm_bytes: the driver's own traffic (comm.driver_bytes).
+        "driver_bytes": driver_bytes(result.weights, result.state, result.shard_states),
+        # Rows of training data the round's work read, all shards together: its compute.
+        "images": result.rows,
+        "cum_images": totals.cum_images,
+        # Beyond the required fields: straggler view and cluster size of this round.
+        "median_worker_compute_s": statistics.median(compute),
+        "slowest_worker": max(result.compute_by_worker, key=result.compute_by_worker.get),
+        "worker_compute_s": dict(sorted(result.compute_by_worker.items())),
+        "num_workers": len(compute),
+        # Inside wall_s: benchmarks that time training alone subtract it.
+        "eval_s": evaluation.get("eval_s") if evaluation else None,
+    }
+    # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them.
+    row.update({k: v for k, v in metrics.items() if k not in row})
+    if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
+        row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
+    row["is_best"] = totals.is_best
+    row.update(driver or {})
+    return row
+
+
+def reached_target(target: float, row: dict[str, Any]) -> bool:
+    """--stop-at-accuracy: this round's evaluation reached it (a round without one never does)."""
+    accuracy = row.get("test_accuracy")
+    return target > 0 and accuracy is not None and accuracy >= target
+
+
+class Laps:
+    """Named laps of the driver's time in a round (seconds), for the metrics row."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """All complete lines of a metrics file (a torn last line from a crash is skipped)."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def keep_rounds_up_to(path: Path, last_round: int) -> list[dict[str, Any]]:
+    """Drop lines after `last_round` (written after the last checkpoint before a crash)."""
+    rows = [row for row in read_metrics(path) if row["round"] <= last_round]
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+    return rows
+
+
+def append_metrics(path: Path, row: dict[str, Any]) -> None:
+    """Append one round's line and flush it to disk."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())

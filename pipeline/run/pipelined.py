@@ -1,0 +1,294 @@
+"""The driver of all-gather rounds: rounds chained on the cluster, the driver off their path.
+
+The driver sends the weights once, when the chain starts; from then on round t + 1's tasks
+take round t's result on the worker that made it (chain_graph.py), and the driver keeps up to
+ROUNDS_IN_FLIGHT rounds submitted ahead of the one it records. It fetches each round's result
+as the round ends (the rows, the checkpoint), while the cluster is already computing the next
+ones. `who_has` is asked only after a worker is lost.
+
+What needs a round's outcome on the driver acts one round late, at most ROUNDS_IN_FLIGHT - 1
+rounds of work thrown away, never a round recorded twice or out of order:
+- divergence (run_state.check_finite) and `--stop-at-accuracy` read the round's row: the
+  rounds already in flight behind it are dropped unrecorded;
+- the safeguard, the line search, the skew fixes and the server step run inside the update
+  task, on every worker, so they pipeline as the rest of the round does.
+A lost worker (an error from a round, or a round computed by other workers than it was placed
+on) drops the rounds in flight and restarts the chain from the last recorded round's state,
+which the driver holds: the same weights and seeds, so the same results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from distributed import Client, Future
+
+from ..round import comm
+from ..round.chain_graph import ChainedKeys, ChainLink, build_chained_round
+from ..round.graph import ShardSet
+from ..round.worker_round import Carry
+from ..setup.run_setup import RunSetup
+from . import run_state
+from .cluster import bounded, check_scheduler, publish_round, wait_for
+from .errors import ClusterLost
+from .metrics import Laps, append_metrics, reached_target, round_row
+from .run_state import RunState
+from .rundir import RunDir
+
+# Rounds submitted ahead of the one being recorded: 2 hides the driver's work of one round
+# (gather, metrics, checkpoint) behind the next round's compute.
+ROUNDS_IN_FLIGHT = 2
+
+
+@dataclass
+class _Submitted:
+    """A round on the cluster: its output keys and the futures that hold them."""
+
+    index: int
+    keys: ChainedKeys
+    futures: dict[str, Future]
+    submit_s: float
+
+
+@dataclass
+class _Chain:
+    """The chain as the driver sees it: where it starts and which attempt it is."""
+
+    link: ChainLink | None = None  # None: (re)start from the driver's state
+    attempt: int = 0
+    scatter_s: float = 0.0
+    scatter_bytes: int = 0  # the carry's tensors, one copy to each worker, at a (re)start
+    workers_seen: frozenset[str] | None = None  # worker ids of the chain's first round
+    in_flight: deque[_Submitted] = field(default_factory=deque)
+
+    def drop(self) -> None:
+        """Release every round in flight (their tasks are cancelled) and restart later."""
+        self.in_flight.clear()
+        self.link = None
+
+
+def run_chained(
+    client: Client,
+    setup: RunSetup,
+    run_dir: RunDir,
+    state: RunState,
+    data: ShardSet,
+    callbacks: Any,
+    lost: tuple[type[BaseException], ...],
+    max_attempts: int,
+) -> None:
+    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract);
+    ClusterLost if the scheduler goes or a round fails `max_attempts` times."""
+    config = setup.config
+    chain, failures = _Chain(), dict[int, int]()
+    last_row_at = time.perf_counter()
+    reloaded = 0
+    while state.round < config.rounds:
+        t = state.round + 1
+        try:
+            _fill(client, setup, state, data, chain)
+            head = chain.in_flight[0]
+            result, evaluation, laps = _collect(client, head, config.timeout)
+        except lost as err:
+            check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
+            failures[t] = failures.get(t, 1) + 1
+            _give_up_after(max_attempts, t, failures[t], err)
+            data, moved = _restart(client, data, chain, config.timeout)
+            reloaded += moved
+            continue
+        # Round t's results are on the driver now: release its keys (the next round, already
+        # submitted, keeps what it reads), or each worker holds one model copy more while
+        # the round is recorded.
+        chain.in_flight.popleft().futures.clear()
+        if t == config.rounds:
+            chain.drop()  # nothing follows: the carry need not outlive the run's last round
+        run_state.check_finite(result, t, run_dir)  # before the state takes the round
+        if _workers_changed(chain, result.compute_by_worker):
+            # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
+            data, moved = _restart(client, data, chain, config.timeout)
+            reloaded += moved
+        now = time.perf_counter()
+        driver = {
+            "attempts": failures.get(t, 1),
+            "scatter_s": chain.scatter_s,
+            "submit_s": head.submit_s,
+            **laps,
+            "shards_reloaded": reloaded,
+            # What the driver moved for this round: its fetch of the result (the weights,
+            # the strategy's state, the shards' states) and, where the chain (re)started,
+            # the carry sent to every worker; never the weights out each round.
+            "driver_bytes": laps.pop("fetched_bytes") + chain.scatter_bytes,
+            "round_form": "allgather",
+        }
+        row = _record(
+            client, setup, run_dir, state, data, result, evaluation, driver, now - last_row_at
+        )
+        last_row_at, chain.scatter_s, chain.scatter_bytes, reloaded = now, 0.0, 0, 0
+        callbacks.on_round(row)
+        callbacks.on_weights(t, state.weights)
+        if reached_target(config.stop_at_accuracy, row):
+            break
+    chain.drop()
+
+
+def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
+    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
+
+    A shard stays with its previous worker while that worker still holds it; otherwise it is
+    placed on a worker that does, so that local tasks never fetch a shard over the network.
+    """
+    try:
+        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
+        keys = [future.key for future in data.shards]
+        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
+    except OSError:
+        check_scheduler(client, timeout)  # ClusterLost if it is the scheduler that went
+        raise
+    placement = []
+    for future, previous in zip(data.shards, data.placement, strict=True):
+        where = sorted(holders.get(future.key, ()))
+        placement.append(previous if previous in where or not where else where[0])
+    return placement
+
+
+def _give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:
+    """ClusterLost once round t has failed `max_attempts` times as workers were lost."""
+    if attempts > max_attempts:
+        raise ClusterLost(
+            f"round {t} failed {max_attempts} times as workers were lost "
+            f"({type(err).__name__}: {err})"
+        ) from None
+
+
+def _record(
+    client: Client,
+    setup: RunSetup,
+    run_dir: RunDir,
+    state: RunState,
+    data: ShardSet,
+    result: Any,
+    evaluation: dict[str, float] | None,
+    driver: dict[str, Any],
+    wall_s: float,
+) -> dict[str, Any]:
+    """The round's row, written, published and checkpointed, as loop.py records a round."""
+    row = round_row(
+        round_index=state.round + 1,
+        algorithm=setup.strategy.name,
+        result=result,
+        evaluation=evaluation,
+        wall_s=wall_s,  # from the previous row: the round as a user waits for it
+        totals=state.advance(result, evaluation),
+        driver=driver,
+    )
+    state.rows.append(row)
+    append_metrics(run_dir.metrics, row)
+    # The checkpoint before the event: a scheduler lost while the event is published then
+    # leaves the round both written and saved, so the lost-run line names the next round.
+    run_state.save_run(run_dir, state, setup, improved=row["is_best"])
+    config = setup.config
+    publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
+    return row
+
+
+def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> tuple[ShardSet, int]:
+    """After a lost worker: drop the rounds in flight (the chain restarts from the driver's
+    state) and take where the shards live now; returns the run's data and the shards moved."""
+    chain.drop()
+    placement = current_placement(client, data, timeout)
+    moved = sum(a != b for a, b in zip(data.placement, placement, strict=True))
+    return replace(data, placement=placement), moved
+
+
+def _workers_changed(chain: _Chain, compute_by_worker: dict[str, float]) -> bool:
+    """Whether a round ran on other worker processes than the chain's first round did."""
+    seen = frozenset(compute_by_worker)
+    if chain.workers_seen is None:
+        chain.workers_seen = seen
+        return False
+    return seen != chain.workers_seen
+
+
+def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
+    """Submit rounds until ROUNDS_IN_FLIGHT are on the cluster (or the run's last round)."""
+    config = setup.config
+    if chain.link is None:
+        _start(client, setup, state, data, chain)
+    with_states = setup.strategy.shard_state_type is not None
+    last = chain.in_flight[-1].index if chain.in_flight else state.round
+    while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
+        started = time.perf_counter()
+        t = last + 1
+        layout = comm.layout(data.placement, gathered=True, transport=config.transport)
+        evaluate = t % config.eval_every == 0 or t == config.rounds
+        graph, keys = build_chained_round(
+            run_state.round_static(setup, t, layout),
+            shards=data.shards,
+            placement=data.placement,
+            link=chain.link,
+            token=f"{data.token}a{chain.attempt}",
+            evaluate=(data.test, data.test_worker) if evaluate else None,
+        )
+        wanted = [*keys.updates, *(keys.last_phase if with_states else [])]
+        wanted += [keys.evaluation] if keys.evaluation else []
+        futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
+        chain.link = ChainLink(
+            carry=[futures[k] for k in keys.updates],
+            before=[futures[k] for k in keys.last_phase] if with_states else None,
+        )
+        chain.in_flight.append(
+            _Submitted(index=t, keys=keys, futures=futures, submit_s=time.perf_counter() - started)
+        )
+        last = t
+
+
+def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
+    """(Re)start the chain: the driver's state, sent once, replicated on every worker."""
+    started = time.perf_counter()
+    chain.attempt += 1
+    chain.workers_seen = None
+    carry = Carry(
+        weights=state.weights,
+        state=state.state,
+        buffers=state.buffers,
+        shard_states=state.shard_states,
+    )
+    try:
+        (future,) = bounded(
+            client, setup.config.timeout, client.scatter, [carry], hash=False, broadcast=True
+        )
+    except KeyError as err:
+        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
+    workers = list(dict.fromkeys(data.placement))
+    chain.link = ChainLink(carry=[future] * len(workers))
+    chain.scatter_s += time.perf_counter() - started
+    chain.scatter_bytes += comm.payload_bytes(carry) * len(workers)
+
+
+def _collect(
+    client: Client, head: _Submitted, timeout: float
+) -> tuple[Any, dict[str, float] | None, dict[str, float]]:
+    """Round `head`'s result (with its shards' states, if any) and evaluation, once done,
+    the driver's time waiting for them and fetching them, and the tensor bytes fetched."""
+    clock = Laps()
+    keys = head.keys
+    wanted = [head.futures[keys.updates[0]]]
+    if keys.evaluation:
+        wanted.append(head.futures[keys.evaluation])
+    states = [head.futures[k] for k in keys.last_phase if k in head.futures]
+    wait_for(client, [*wanted, *states], timeout)
+    clock.lap("wait_s")
+    values = bounded(client, timeout, client.gather, [*wanted, *states])
+    clock.lap("gather_s")
+    fetched = comm.payload_bytes(values)
+    result, evaluation = values[0], values[1] if keys.evaluation else None
+    outputs = values[len(wanted) :]
+    if outputs:
+        merged: dict[int, Any] = {}
+        for output in outputs:
+            merged.update(output.shard_states or {})
+        result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
+    return result, evaluation, {**clock.laps, "fetched_bytes": fetched}

@@ -1,0 +1,139 @@
+"""The oracle: the same Strategy over the same shards, in one process, without Dask.
+
+It calls the same per-shard functions as the workers and reduces in the same tree order, but
+its orchestration is a plain loop, so a bug in the graph (a wrong dependency, a stale input, a
+shard used twice) shows up as a difference between `train` and `run_reference`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..algorithms import Broadcast
+from ..round import comm, tasks, transport
+from ..round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
+from ..round.shards import ShardData
+from ..round.worker_round import WorkerPhase, phase_total
+from ..setup.run_setup import RunSetup
+from .metrics import round_row
+from .run_state import RunState, placement_layout, round_start
+
+
+@dataclass
+class ReferenceRun:
+    """Where the reference run ended, and its metrics rows (as metrics.jsonl would hold)."""
+
+    run: RunState
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The rounds' metrics rows, the run's own (RunState.rows)."""
+        return self.run.rows
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return self.run.weights
+
+    @property
+    def state(self) -> Any:
+        """The strategy's driver state."""
+        return self.run.state
+
+    @property
+    def shard_states(self) -> list[Any] | None:
+        return self.run.shard_states
+
+
+def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> ReferenceRun:
+    """Run rounds 1..rounds; `num_workers` only sets the communication count."""
+    config = setup.config
+    shards = [setup.load_train(i) for i in range(setup.store.num_shards)]
+    test = setup.load_test()
+    # Only for the communication count: where the Dask run would place the shards.
+    placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
+    reference = ReferenceRun(run=RunState.fresh(setup))
+    layout = placement_layout(setup, placement, reference.run.weights)
+    for t in range(1, rounds + 1):
+        started = time.perf_counter()
+        state = reference.run
+        round_input, opening = round_start(setup, state, layout)
+        result = _round(round_input, shards, state, opening, placement)
+        evaluation = None
+        if t % config.eval_every == 0 or t == rounds:
+            evaluation = tasks.evaluate(setup.spec, test, result.weights, result.buffers)
+        row = round_row(
+            round_index=t,
+            algorithm=setup.strategy.name,
+            result=result,
+            evaluation=evaluation,
+            wall_s=time.perf_counter() - started,  # the benchmarks' baseline round
+            totals=state.advance(result, evaluation),
+        )
+        state.rows.append(row)
+    return reference
+
+
+def _round(
+    round_input: tasks.RoundInput,
+    shards: list[ShardData],
+    state: RunState,
+    opening: Broadcast | None,
+    placement: list[str],
+) -> tasks.RoundResult:
+    """One round: every phase's local work, pairwise sums and end, then the update.
+
+    `opening` is what phase 0 receives (run_state.round_start), as the Dask run's does;
+    `placement` where the Dask run's shards are (for a lossy --transport: what travels).
+    """
+    ended: list[tasks.PhaseEnd] = []
+    previous: list[Any] = [None] * len(shards)
+    strategy = round_input.strategy
+    for phase in range(len(strategy.phases)):
+        previous_end = ended[-1] if ended else None
+        received = previous_end or opening
+        reports = [
+            tasks.run_local(
+                round_input,
+                phase,
+                shard,
+                state.weights,
+                received,
+                previous[i],
+                state.shard_states[i] if state.shard_states is not None else None,
+            )
+            for i, shard in enumerate(shards)
+        ]
+        total = _phase_sum(round_input.layout, reports, placement, state.weights)
+        previous = reports
+        if phase < len(strategy.phases) - 1:
+            ended.append(tasks.finish_phase(round_input, phase, total, previous_end, state.weights))
+    next_states = None
+    if state.shard_states is not None:
+        next_states = [tasks.shard_state_of(report) for report in previous]
+    return tasks.update_round(round_input, state.weights, state.state, ended, total, next_states)
+
+
+def _phase_sum(
+    layout: comm.Layout, reports: list[Any], placement: list[str], weights: torch.Tensor
+) -> Any:
+    """The phase's sum over all shards. With a lossy transport, as the all-gather round forms
+    it: each worker's subtree sums encoded, then the tree completed from them decoded
+    (worker_round.phase_total); else the pairwise tree of the shards' outputs."""
+    leaves = [to_partial(r) for r in reports]
+    if transport.is_lossless(layout.transport):
+        return tree_reduce(leaves)
+    by_leaf = {(0, i): leaf for i, leaf in enumerate(leaves)}
+
+    def sent_by(worker: str) -> WorkerPhase:
+        nodes = owned_nodes(placement, worker)
+        sums = {node: node_sum(node, by_leaf, len(leaves)) for node in nodes}
+        return WorkerPhase(
+            nodes={n: transport.encode(p, weights, layout.transport) for n, p in sums.items()}
+        )
+
+    sent = [sent_by(worker) for worker in dict.fromkeys(placement)]
+    return phase_total(sent, len(leaves), weights, layout.transport)

@@ -1,0 +1,246 @@
+"""Where a run stands between rounds: start or resume it, advance it, save it, sum it up.
+
+The driver (loop.py) and the reference runner (reference.py) both keep a RunState, start
+each round from it (round_start) and advance it with the round's result: the running totals
+are counted here, and the metrics row only writes them down. A checkpoint is a RunState as
+data: its fields listed once, here, with the strategy's states as plain dicts
+(algorithms/base.py); the metrics rows it keeps in memory are not in it (metrics.jsonl is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
+from ..round import comm
+from ..round.tasks import RoundInput, RoundResult
+from ..round.topology import chains_rounds
+from ..round.worker_round import RoundStatic, open_round
+from ..setup.config import RunConfig
+from ..setup.run_setup import RunSetup, initial_state
+from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
+from .errors import TrainingDiverged
+from .metrics import RoundTotals, keep_rounds_up_to
+from .rundir import RunDir
+
+
+@dataclass
+class RunState:
+    """What a run carries from one round to the next; a checkpoint holds it (and the config)."""
+
+    round: int
+    weights: torch.Tensor
+    state: Any  # the strategy's driver state
+    shard_states: list[Any] | None = None  # each shard's own state (algorithms/base.py)
+    best_accuracy: float = -math.inf
+    cum_comm_bytes: int = 0
+    cum_comm_rounds: int = 0
+    cum_images: int = 0  # rows of training data read so far (checkpoints before it: 0)
+    # The model's buffers (BatchNorm's running statistics), combined each round; {} if none.
+    buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    # The metrics rows of rounds 1..round, as metrics.jsonl holds them (read once on resume):
+    # the summary's source. Not checkpointed, since the file is their record.
+    rows: list[dict[str, Any]] = dataclasses.field(
+        default_factory=list, repr=False, compare=False, metadata={"checkpoint": False}
+    )
+
+    @classmethod
+    def fresh(cls, setup: RunSetup) -> RunState:
+        """Round 0: the seeded initial weights and the strategy's initial states."""
+        weights, buffers = initial_state(setup.spec, setup.config.seed)
+        shard_states = [setup.strategy.init_shard_state(weights) for _ in setup.store.shards]
+        return cls(
+            round=0,
+            weights=weights,
+            buffers=buffers,
+            state=setup.strategy.init_state(weights),
+            shard_states=shard_states if any(s is not None for s in shard_states) else None,
+        )
+
+    def advance(self, result: RoundResult, evaluation: dict[str, float] | None) -> RoundTotals:
+        """Take the next round's result and evaluation (None if it had none); returns the
+        run's totals after it, for its metrics row (metrics.round_row)."""
+        self.round += 1
+        self.weights = result.weights
+        self.buffers = result.buffers
+        self.state = result.state
+        if result.shard_states is not None:
+            self.shard_states = result.shard_states
+        self.cum_comm_bytes += result.comm_bytes
+        self.cum_comm_rounds += result.comm_phases
+        self.cum_images += result.rows
+        accuracy = evaluation.get("accuracy") if evaluation else None
+        is_best = accuracy is not None and accuracy > self.best_accuracy
+        if is_best:
+            self.best_accuracy = accuracy
+        return RoundTotals(
+            cum_comm_bytes=self.cum_comm_bytes,
+            cum_comm_rounds=self.cum_comm_rounds,
+            cum_images=self.cum_images,
+            is_best=is_best,
+        )
+
+    def as_data(self) -> dict[str, Any]:
+        """The checkpointed fields, the strategy's states as plain dicts: what a checkpoint
+        holds."""
+        data = {f.name: getattr(self, f.name) for f in _checkpointed()}
+        data["state"] = state_to_data(self.state)
+        if self.shard_states is not None:
+            data["shard_states"] = [state_to_data(s) for s in self.shard_states]
+        return data
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], strategy: Strategy) -> RunState:
+        """A RunState from a checkpoint (as_data's fields; extra keys are ignored, missing
+        ones, from older checkpoints, take their defaults)."""
+        values = {f.name: data[f.name] for f in _checkpointed() if f.name in data}
+        values["state"] = state_from_data(strategy.state_type, data["state"])
+        if values.get("shard_states") is not None:
+            shard_type = strategy.shard_state_type
+            values["shard_states"] = [state_from_data(shard_type, s) for s in data["shard_states"]]
+        values["cum_comm_bytes"] = int(values["cum_comm_bytes"])
+        return cls(**values)
+
+
+def _checkpointed() -> list[dataclasses.Field]:
+    """RunState's fields that a checkpoint holds (all but the in-memory rows)."""
+    return [f for f in dataclasses.fields(RunState) if f.metadata.get("checkpoint", True)]
+
+
+def round_start(
+    setup: RunSetup, state: RunState, layout: comm.Layout
+) -> tuple[RoundInput, Broadcast | None]:
+    """The next round's input, and its opening as phase 0 receives it (None if the strategy
+    sends none besides the weights): made by worker_round.open_round, as every worker of an
+    all-gather round makes it, so that the Dask run and the reference start a round from
+    the same objects."""
+    return open_round(round_static(setup, state.round + 1, layout), state)
+
+
+def round_static(setup: RunSetup, index: int, layout: comm.Layout) -> RoundStatic:
+    """What round `index` is given besides the weights and state: the same in every task."""
+    return RoundStatic(
+        strategy=setup.strategy,
+        spec=setup.spec,
+        seed=setup.config.seed,
+        index=index,
+        layout=layout,
+        num_shards=setup.store.num_shards,
+    )
+
+
+def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
+    """A fresh RunState, or the one saved in the run directory's latest checkpoint.
+
+    Writes config.toml; the metrics file keeps the rounds the state has seen, no more, and
+    the state holds those rows from now on.
+    """
+    if not resume and run_dir.holds_run():
+        raise ValueError(
+            f"{run_dir.root} already holds a run; pass --resume to continue it or choose "
+            "another --out"
+        )
+    run_dir.check_writable()
+    run_dir.write_config(setup.config)
+    if resume and run_dir.latest.exists():
+        remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
+        state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
+    else:
+        state = RunState.fresh(setup)
+    state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
+    return state
+
+
+def save_run(run_dir: RunDir, state: RunState, setup: RunSetup, *, improved: bool) -> None:
+    """The latest checkpoint, and the best one too when the round `improved` on it."""
+    payload = {**state.as_data(), "config": setup.config.as_dict(), "model": model_info(setup)}
+    save_checkpoint(run_dir.latest, payload)
+    if improved:
+        save_checkpoint(run_dir.best, payload)
+
+
+def model_info(setup: RunSetup) -> dict[str, Any]:
+    """What rebuilding and feeding the trained model needs without its store (dask_dane.load,
+    dane export): the samples' shape and dtype, the classes, and the store's normalisation."""
+    store = setup.store
+    return {
+        "name": setup.config.model,
+        "sample_shape": list(store.sample_shape),
+        "num_classes": store.num_classes,
+        "task": store.task,
+        "x_dtype": store.x_dtype,
+        "normalization": store.normalization,
+    }
+
+
+def check_finite(result: RoundResult, t: int, run_dir: RunDir) -> None:
+    """TrainingDiverged naming round t if its loss or weights are not finite.
+
+    Called before the state advances: a run that diverges in round 1 has finished no round.
+    """
+    loss = result.metrics.get("train_loss")
+    finite = bool(torch.isfinite(result.weights).all()) and all(
+        bool(torch.isfinite(b).all()) for b in result.buffers.values()
+    )
+    if not finite or (loss is not None and not math.isfinite(loss)):
+        kept = (
+            f"the last good checkpoint (round {t - 1}) is kept in {run_dir.latest}"
+            if t > 1
+            else "no round finished, so no checkpoint is kept"
+        )
+        raise TrainingDiverged(
+            f"training diverged in round {t}: loss or weights are not finite "
+            f"(train_loss={loss}); {kept}; try a larger --mu or a smaller --local-lr"
+        )
+
+
+def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
+    """summary.json: the run's last metrics, best accuracy and totals."""
+    rows = state.rows
+    last = rows[-1] if rows else {}
+    return {
+        "algorithm": setup.strategy.name,
+        "model": setup.config.model,
+        "store": setup.store.path,
+        "rounds": state.round,
+        "final_train_loss": last.get("train_loss"),
+        "final_test_loss": last.get("test_loss"),
+        "final_test_accuracy": last.get("test_accuracy"),
+        "best_test_accuracy": None if state.best_accuracy == -math.inf else state.best_accuracy,
+        "total_wall_s": sum(r["wall_s"] for r in rows),
+        "total_comm_bytes": state.cum_comm_bytes,
+        "total_comm_rounds": state.cum_comm_rounds,
+        "total_images": state.cum_images,
+        "num_parameters": int(state.weights.numel()),
+    }
+
+
+def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str:
+    """The line a lost cluster ends the run with: what was saved and how to go on."""
+    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
+    if t == 1:
+        return f"lost {cluster} in round 1: {reason}; no round finished; run the command again"
+    return (
+        f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
+        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
+    )
+
+
+def runs_chained(setup: RunSetup, workers: int, weights: torch.Tensor) -> bool:
+    """Whether this run's rounds take the all-gather form on `workers` workers
+    (topology.chains_rounds, from --broadcast and the model's bytes; an encoded --transport
+    travels in that form alone)."""
+    if setup.config.transport != "float32":
+        return True  # settings.py refuses it with --broadcast direct or tree
+    return chains_rounds(setup.config.broadcast, workers, weights.numel() * weights.element_size())
+
+
+def placement_layout(setup: RunSetup, placement: list[str], weights: torch.Tensor) -> comm.Layout:
+    """The byte count's layout of shards so placed, in the form the run's rounds take."""
+    gathered = runs_chained(setup, len(set(placement)), weights)
+    return comm.layout(placement, gathered=gathered, transport=setup.config.transport)

@@ -1,0 +1,211 @@
+"""RunConfig: every setting of a training run, validated before any work starts.
+
+Settings come in five sections (data, model, algorithm, cluster, run; settings.py), each a
+frozen dataclass that checks its own values. RunConfig joins them into one flat, keyword-only
+dataclass whose field names are the `dane train` flags with '-' written as '_': a flag, its
+TOML key and its field are one name (`flag`). Checks raise SettingError naming the field;
+`in_flags` words such an error with the flags instead, as the command line shows it.
+
+Precedence: built-in defaults < a TOML file (--config) < command-line flags. The resolved
+configuration is written to the run directory as config.toml, one [table] per section, and
+`--resume` reads it back; flat keys, as older files hold them, read the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ... import presets
+from ..algorithms import Strategy, make_strategy
+from ..algorithms.parts.setting_error import SettingError, flag
+from .settings import (
+    DEVICES,
+    DTYPES,
+    AlgorithmSettings,
+    ClusterSettings,
+    DataSettings,
+    ModelSettings,
+    RunSettings,
+    scheduler_file_address,
+)
+
+__all__ = [  # the sections and their helpers are re-exported: callers import them from here
+    "DEVICES",
+    "DTYPES",
+    "IDENTITY_KEYS",
+    "SECTIONS",
+    "AlgorithmSettings",
+    "ClusterSettings",
+    "DataSettings",
+    "ModelSettings",
+    "RunConfig",
+    "RunSettings",
+    "check_settings",
+    "flag",
+    "in_flags",
+    "read_toml",
+    "resolve_config",
+    "scheduler_file_address",
+    "section_of",
+    "to_toml",
+]
+
+# Settings that define what is being trained: a resumed run must not change them.
+IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
+
+# The sections in the order config.toml lists them; their fields are RunConfig's.
+SECTIONS: dict[str, type] = {
+    "data": DataSettings,
+    "model": ModelSettings,
+    "algorithm": AlgorithmSettings,
+    "cluster": ClusterSettings,
+    "run": RunSettings,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, DataSettings):
+    """One training run: every section's fields, flat (field names are the CLI flags)."""
+
+    def validate(self) -> RunConfig:
+        """Return self, or raise ValueError naming the first bad setting and its fix.
+
+        A RunConfig's fields are the flags, and its errors name them as flags: the SettingError
+        of a section or an algorithm (which names the field) is worded so here.
+        """
+        try:
+            self.strategy()  # the algorithm checks its own hyperparameters
+            self.check_model()
+            self.check_cluster()
+            self.check_run()
+        except SettingError as err:
+            raise SettingError(in_flags(err)) from None
+        return self
+
+    def strategy(self) -> Strategy:
+        """The algorithm with its hyperparameters (algorithms/ registry)."""
+        return make_strategy(self.algorithm, self.as_dict())
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def in_flags(err: BaseException) -> str:
+    """An error's message as the command line words it: a SettingError's fields as flags."""
+    return err.worded(flag) if isinstance(err, SettingError) else str(err)
+
+
+def section_of(key: str) -> str:
+    """The section a RunConfig field belongs to."""
+    return next(
+        name for name, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}
+    )
+
+
+def _field_types() -> dict[str, tuple[type, ...]]:
+    """Accepted TOML value types per field (ints are accepted where floats are)."""
+    types: dict[str, tuple[type, ...]] = {}
+    for f in dataclasses.fields(RunConfig):
+        text = str(f.type)
+        if "float" in text:
+            types[f.name] = (int, float)
+        elif "int" in text:
+            types[f.name] = (int,)
+        else:
+            types[f.name] = (str,)
+    return types
+
+
+def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Reject unknown keys and wrong types, naming the key; return flat settings, '-' as '_'.
+
+    Keys may stand at the top level or in their section's table ([algorithm] eta = 1).
+    """
+    types = _field_types()
+    checked: dict[str, Any] = {}
+    for raw_key, value in _flatten(settings, origin).items():
+        key = raw_key.replace("-", "_")
+        if key not in types:
+            raise ValueError(
+                f"{origin}: unknown key {raw_key!r}; known keys: {', '.join(sorted(types))}"
+            )
+        if isinstance(value, bool) or not isinstance(value, types[key]):
+            expected = " or ".join(t.__name__ for t in types[key])
+            raise ValueError(
+                f"{origin}: key {raw_key!r} must be {expected}, got {type(value).__name__}"
+            )
+        checked[key] = float(value) if float in types[key] else value
+    return checked
+
+
+def _flatten(settings: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Section tables merged into one flat table; a key in the wrong section is an error.
+
+    `model` and `algorithm` name both a section and a setting: a table is the section.
+    """
+    flat: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name not in SECTIONS or (not isinstance(value, dict) and name in _field_types()):
+            flat[name] = value
+            continue
+        if not isinstance(value, dict):
+            raise ValueError(f"{origin}: {name!r} must be a table ([{name}]) of settings")
+        for raw_key, setting in value.items():
+            key = raw_key.replace("-", "_")
+            if key in _field_types() and section_of(key) != name:
+                raise ValueError(
+                    f"{origin}: key {raw_key!r} belongs in [{section_of(key)}], not [{name}]"
+                )
+            flat[raw_key] = setting
+    return flat
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Settings from a TOML file (top-level keys, section tables, or a [train] table);
+    `preset:NAME` names a shipped preset."""
+    path = presets.resolve(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist; check the --config path") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"config file {path} is not valid TOML ({err}); fix the file") from None
+    if isinstance(data.get("train"), dict):
+        data = data["train"]
+    return check_settings(data, str(path))
+
+
+def resolve_config(
+    *, file: str | Path | None, flags: dict[str, Any], base: dict[str, Any] | None = None
+) -> RunConfig:
+    """Defaults < `base` (a resumed run's saved settings) < the TOML file < flags given.
+
+    A flag whose value is None was not given on the command line.
+    """
+    settings = dict(base or {})
+    settings.update(read_toml(file) if file else {})
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    return RunConfig(**settings).validate()
+
+
+def to_toml(config: RunConfig) -> str:
+    """config.toml text, one table per section; None values (unset settings) are left out."""
+    lines = ["# dask-dane run configuration, as resolved when the run started"]
+    for name, section in SECTIONS.items():
+        lines.append(f"\n[{name}]")
+        for f in dataclasses.fields(section):
+            value = getattr(config, f.name)
+            if value is None:
+                continue
+            text = _toml_string(value) if isinstance(value, str) else repr(value)
+            lines.append(f"{f.name} = {text}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The CNN benchmarks of docs/results.md (issue 4): Fashion-MNIST stores, then the runs of
+# presets/cnn-*.toml, one `dane bench train` per file, the files side by side (each its own
+# cluster; on one GPU they share it; on a CPU-only machine run them one at a time instead).
+# Results: JSON_DIR/<file>.json, run directories and logs under bench-out/cnn/<file>/.
+#
+#   bash presets/scripts/cnn-benchmarks.sh [FASHION_MNIST_DIR] [SECONDS_PER_FILE] [JSON_DIR]
+set -uo pipefail
+FMNIST=${1:-/usr/share/datasets/fashion-mnist}
+LIMIT=${2:-3000}
+RESULTS=${3:-bench-out/cnn}
+DANE=(python3 -m dask_dane.cli)
+S=bench-out/stores
+mkdir -p "$S" bench-out/cnn "$RESULTS"
+"${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 4 --out $S/fmnist-iid-4.zarr --force
+"${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 8 --out $S/fmnist-iid-8.zarr --force
+# 4 shards x 2 classes would leave 2 of the 10 labels on no shard: 3 classes per shard there.
+"${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 4 --partition label-skew \
+  --classes-per-shard 3 --out $S/fmnist-label-skew-4.zarr --force
+"${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 8 --partition label-skew \
+  --classes-per-shard 2 --out $S/fmnist-label-skew-8.zarr --force
+# The presets travel inside the package: ask dane where they are, so a pip install works too.
+PRESETS=$("${DANE[@]}" presets --dir)
+for file in "$PRESETS"/cnn-*.toml; do
+  name=$(basename "$file" .toml)
+  timeout "$LIMIT" "${DANE[@]}" bench train --configs "$file" --json "$RESULTS/$name.json" \
+    --workdir "bench-out/cnn/$name" > "bench-out/cnn/$name.log" 2>&1 &
+done
+wait
+tail -n 3 bench-out/cnn/*.log
