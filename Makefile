@@ -33,11 +33,15 @@ train: $(STAMP)
 # over the cores by pytest-xdist (one file per worker process at a time, so a file's fixtures
 # are built once), then the `serial` ones alone: they bound times, or hold network namespaces.
 # Coverage adds up over both passes; each prints its slowest tests.
+# WAIT_BEFORE_SERIAL: a command the serial pass waits for (CI: the wheel check beside the first).
 TEST_WORKERS ?= auto
+WAIT_BEFORE_SERIAL ?= true
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -m "not serial" -n $(TEST_WORKERS) --dist loadfile --cov --cov-report= --durations=40
+	$(PY) -m pytest -m "not serial" -n $(TEST_WORKERS) --dist loadfile --cov --cov-report= \
+		--durations=40
+	$(WAIT_BEFORE_SERIAL)
 	$(PY) -m pytest -m serial --cov --cov-append --cov-report=term --durations=20
 
 # The development loop: every test that starts no process (no cluster, no subprocess).

@@ -29,9 +29,10 @@ from dask_dane.pipeline.run.metrics import read_metrics
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 
-# Its bounds are times (a stop within twice --timeout) and its faults real processes: it runs
-# alone, after the parallel pass of `make test`, so that no other test's load moves them.
-pytestmark = [pytest.mark.cluster, pytest.mark.serial]
+pytestmark = pytest.mark.cluster
+# The tests whose bound is a time (a stop within twice --timeout) run alone, after the
+# parallel pass of `make test`, so that no other test's load moves them.
+serial = pytest.mark.serial
 PY = sys.executable
 # Keys of a round's per-shard tasks (graph.py): "{phase}-{round}-{shard}-{token}".
 LOCAL_KEY = re.compile(r"^local_\w+-(\d+)-\d+-")
@@ -237,7 +238,7 @@ def test_stalled_worker_makes_the_round_wait_and_shows_as_straggler(
 SLOW_CHECKPOINT = """
 import sys, time
 from pathlib import Path
-from dask_dane.pipeline import checkpoint, run_state
+from dask_dane.pipeline.run import checkpoint, run_state
 
 marker = Path(sys.argv[1])
 save = run_state.save_checkpoint
@@ -309,6 +310,7 @@ def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
     assert not list(checkpoints.glob(".*.tmp-*"))  # the partial write was cleaned up
 
 
+@serial
 def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
     cluster_client, digits_stores, tmp_path
 ):
@@ -392,6 +394,7 @@ def _assert_cluster_lost(driver: subprocess.Popen, stderr: str, address: str, ou
     assert f"dane train --out {out} --resume" in last
 
 
+@serial
 def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws(
     cluster_client, digits_stores, tmp_path
 ):
@@ -452,7 +455,7 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
 FREEZE_BEFORE = """
 import os, signal, sys
 from distributed import Client
-from dask_dane.pipeline import loop
+from dask_dane.pipeline.run import loop
 
 name, pid = sys.argv[1], int(sys.argv[2])
 owner = loop if name.startswith("_") else Client
@@ -472,6 +475,7 @@ main()
 """
 
 
+@serial
 @pytest.mark.parametrize(
     "request_name",
     [
