@@ -136,7 +136,6 @@ def test_ddp_counts_one_ring_allreduce_of_the_gradient_per_step(spec, result):
 
 
 @pytest.mark.cluster
-@pytest.mark.serial  # a bound in seconds
 def test_a_crashed_rank_stops_the_run_instead_of_hanging(spec, tmp_path):
     # prepare: a store whose test split (read by rank 0 only, after joining the group) is damaged
     store = Path(shutil.copytree(spec.store, tmp_path / "bad.zarr"))

@@ -22,11 +22,6 @@ from dask_dane.bench.network.netns import (
 from dask_dane.bench.network.spec import NetworkSpec
 from dask_dane.datasets.store import open_store
 
-# The runs whose checks compare times (measured against projected, faulted rounds against
-# undisturbed ones) run alone, after the parallel pass of `make test`. Only this file makes
-# namespaces, and xdist keeps a file on one process, so no two namespaced runs overlap.
-serial = pytest.mark.serial
-
 
 def _netns_reason() -> str | None:
     """Why the namespaced tests cannot run here, or None. Namespaces an earlier run left are
@@ -144,7 +139,6 @@ def test_leftover_namespaces_are_refused_then_cleaned_up(digits_stores, tmp_path
         subprocess.run(["ip", "netns", "delete", leftover], capture_output=True)
 
 
-@serial
 @needs_netns
 @pytest.mark.cluster
 def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_stores, tmp_path):
@@ -217,7 +211,6 @@ def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digit
     assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
 
 
-@serial
 @needs_netns
 @pytest.mark.cluster
 def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(digits_stores, tmp_path):

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -130,8 +131,12 @@ def test_a_resumed_safeguarded_run_ends_where_an_unbroken_one_does(digits_stores
     # survive the checkpoint for the resumed run to take the same decisions.
     args = (str(digits_stores[2]), *COMMON, "--safeguard", "backtrack", "--eta", "4",
             "--local-steps", "5", "--dtype", "float64")  # fmt: skip
-    whole = dane("train", *args, "--rounds", "6", "--out", str(tmp_path / "whole"), cwd=tmp_path)
-    first = dane("train", *args, "--rounds", "3", "--out", str(tmp_path / "split"), cwd=tmp_path)
+    # The unbroken run and the first half do not depend on each other: side by side.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        whole, first = pool.map(
+            lambda run: dane("train", *args, "--rounds", run[0], "--out", run[1], cwd=tmp_path),
+            [("6", str(tmp_path / "whole")), ("3", str(tmp_path / "split"))],
+        )
     rest = dane(
         "train", "--rounds", "6", "--out", str(tmp_path / "split"), "--resume", cwd=tmp_path
     )

@@ -30,9 +30,6 @@ from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 
 pytestmark = pytest.mark.cluster
-# The tests whose bound is a time (a stop within twice --timeout) run alone, after the
-# parallel pass of `make test`, so that no other test's load moves them.
-serial = pytest.mark.serial
 PY = sys.executable
 # Keys of a round's per-shard tasks (graph.py): "{phase}-{round}-{shard}-{token}".
 LOCAL_KEY = re.compile(r"^local_\w+-(\d+)-\d+-")
@@ -310,7 +307,6 @@ def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
     assert not list(checkpoints.glob(".*.tmp-*"))  # the partial write was cleaned up
 
 
-@serial
 def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
     cluster_client, digits_stores, tmp_path
 ):
@@ -394,7 +390,6 @@ def _assert_cluster_lost(driver: subprocess.Popen, stderr: str, address: str, ou
     assert f"dane train --out {out} --resume" in last
 
 
-@serial
 def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws(
     cluster_client, digits_stores, tmp_path
 ):
@@ -475,7 +470,6 @@ main()
 """
 
 
-@serial
 @pytest.mark.parametrize(
     "request_name",
     [

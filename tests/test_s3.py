@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,14 @@ def dane(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProc
     )
 
 
+def _side_by_side(
+    commands: list[tuple[str, ...]], cwd: Path, env: dict[str, str]
+) -> list[subprocess.CompletedProcess]:
+    """`dane` with each argument list, all at once; their results in the same order."""
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        return list(pool.map(lambda args: dane(*args, cwd=cwd, env=env), commands))
+
+
 def _one_line(done: subprocess.CompletedProcess) -> str:
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
@@ -101,10 +110,11 @@ def _arrays(store: str, env: dict[str, str]) -> list[np.ndarray]:
 
 def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_path):
     prepare = ("prepare", "digits", "--shards", "2", "--seed", "4")
-    to_s3 = dane(*prepare, "--out", STORE, cwd=tmp_path, env=s3_env)
-    to_folder = dane(*prepare, "--out", "local.zarr", cwd=tmp_path, env=s3_env)
-    again = dane(*prepare, "--out", STORE, cwd=tmp_path, env=s3_env)
-    shown = dane("info", STORE, cwd=tmp_path, env=s3_env)
+    # Commands that do not depend on each other run side by side (CI's time: docs/testing.md).
+    to_s3, to_folder = _side_by_side(
+        [(*prepare, "--out", STORE), (*prepare, "--out", "local.zarr")], tmp_path, s3_env
+    )
+    again, shown = _side_by_side([(*prepare, "--out", STORE), ("info", STORE)], tmp_path, s3_env)
 
     assert to_s3.returncode == 0 and to_folder.returncode == 0, to_s3.stderr + to_folder.stderr
     assert not (tmp_path / "s3:").exists()  # the URL did not become a local folder
@@ -117,9 +127,13 @@ def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_
 
     # The same run from the URL and from the folder: the same data, so the same numbers.
     train = ("--workers", "2", "--rounds", "2", "--model", "mlp", "--seed", "1")
-    from_s3 = dane("train", STORE, *train, "--out", "run-s3", cwd=tmp_path, env=s3_env)
-    from_folder = dane("train", "local.zarr", *train, "--out", "run-local", cwd=tmp_path,
-                       env=s3_env)  # fmt: skip
+    # Two clusters at once: the second's dashboard on a free port.
+    free_port = ("--dashboard-address", "127.0.0.1:0")
+    from_s3, from_folder = _side_by_side(
+        [("train", STORE, *train, "--out", "run-s3"),
+         ("train", "local.zarr", *train, "--out", "run-local", *free_port)],
+        tmp_path, s3_env,
+    )  # fmt: skip
     assert from_s3.returncode == 0, from_s3.stderr
     assert from_folder.returncode == 0, from_folder.stderr
     losses = [
@@ -233,7 +247,6 @@ def test_write_open_read_and_remove_a_store_at_a_url_in_this_process(s3_env, mon
         location.exists(url)
 
 
-@pytest.mark.serial  # a bound in seconds
 def test_an_unreachable_endpoint_is_one_line_within_a_bound(tmp_path):
     # Nothing listens on port 9 (discard): every connection is refused, and botocore retries
     # with backoff before giving up. Measured 13.6 s with the 2 cores busy (the CLI's own

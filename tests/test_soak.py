@@ -12,7 +12,6 @@ from dask_dane.bench.soak.run import LIMIT_DRIFT, SoakSpec, census, markdown_tab
 pytestmark = pytest.mark.cluster
 
 
-@pytest.mark.serial  # memory slopes and the rounds in flight, with nothing else running
 def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
     # 60 rounds after warm-up: one step of the allocator (tens of KiB, at a random round)
     # moves a Theil-Sen slope by about its size over the rounds measured; over 20 rounds it
