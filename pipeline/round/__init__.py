@@ -3,5 +3,6 @@
 The modules here run a round and nothing else: the shards and their objective on the
 workers (shards, objective, augment), the task functions (tasks, worker_round), the graphs
 (graph, chain_graph, topology), the reductions and what they cost (aggregate, comm,
-transport, sizes). They import the algorithms below them, never the setup or the driver.
+transport, sizes). They share a layer with the algorithms they call, and import neither
+the setup nor the driver.
 """
