@@ -26,6 +26,7 @@ from dask_dane.pipeline import algorithms as algorithms_package
 from dask_dane.pipeline.algorithms import ALGORITHMS
 from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
+from dask_dane.pipeline.algorithms.parts.server import ServerStep
 from dask_dane.pipeline.round import aggregate, comm
 from dask_dane.pipeline.setup.settings import AlgorithmSettings, RunSettings
 
@@ -90,7 +91,9 @@ def _defaults(cls: type) -> list[tuple[str, object]]:
 
 
 @pytest.mark.parametrize(
-    "cls", [*ALGORITHMS.values(), LocalSolver, ExactSolver], ids=lambda cls: cls.__qualname__
+    "cls",
+    [*ALGORITHMS.values(), LocalSolver, ExactSolver, ServerStep],
+    ids=lambda cls: cls.__qualname__,
 )
 def test_every_default_is_the_run_settings_default(cls):
     defaults = _defaults(cls)
@@ -163,23 +166,22 @@ def test_the_protocols_optional_parts_default_to_none():
     assert base.StrategyDefaults.shard_state_type is None
 
 
-def _exclusive_fields() -> dict[str, list[type]]:
-    owners: dict[str, list[type]] = {}
+def _exclusive_fields() -> dict[str, list[tuple[type, dataclasses.Field]]]:
+    """Each setting's (algorithm, field) pairs, the fields of the algorithms' parts included
+    (the server step's settings are fields of the part that dane, fedavg and fedprox take)."""
+    from dask_dane.pipeline.algorithms.parts.hyperparameters import declared_fields
+
+    owners: dict[str, list[tuple[type, dataclasses.Field]]] = {}
     for cls in ALGORITHMS.values():
-        for f in dataclasses.fields(cls):
-            owners.setdefault(f.name, []).append(cls)
+        for f, _holder in declared_fields(cls):
+            owners.setdefault(f.name, []).append((cls, f))
     return owners
 
 
 def test_every_owner_of_a_setting_agrees_whether_it_is_exclusive():
     for name, owners in _exclusive_fields().items():
-        flags = {bool(dataclasses.fields(cls)[_index(cls, name)].metadata.get("exclusive"))
-                 for cls in owners}  # fmt: skip
+        flags = {bool(f.metadata.get("exclusive")) for _cls, f in owners}
         assert len(flags) == 1, f"{name}: exclusive on some of {owners} only"
-
-
-def _index(cls: type, name: str) -> int:
-    return [f.name for f in dataclasses.fields(cls)].index(name)
 
 
 def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
@@ -190,14 +192,14 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
               "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp"}  # fmt: skip
     exclusive = {
         name for name, owners in _exclusive_fields().items()
-        if dataclasses.fields(owners[0])[_index(owners[0], name)].metadata.get("exclusive")
+        if owners[0][1].metadata.get("exclusive")
     }  # fmt: skip
     assert exclusive == set(values), exclusive
     for name, owners in _exclusive_fields().items():
         if name not in values:
             continue
         for algorithm, cls in ALGORITHMS.items():
-            if cls in owners:
+            if cls in {owner for owner, _f in owners}:
                 continue
             settings = {**dataclasses.asdict(AlgorithmSettings()), name: values[name]}
             with pytest.raises(SettingError, match="applies to"):

@@ -2,14 +2,20 @@
 
 `make_strategy(name, settings)` builds the algorithm's frozen dataclass from a run's
 settings by field name: fields are named like the run's settings (eta, mu, local_lr, ...),
-and a `solver` field takes the local solver those settings describe (solvers.py). Each class
-checks its own hyperparameters, so a bad value is a SettingError naming the field.
+and a part (its local solver, its server step) is built from those settings too
+(parts/hyperparameters.py). Each class checks its own hyperparameters, so a bad value is a
+SettingError naming the field.
+
+A new algorithm is one file and one line: its class in ALGORITHMS below, or, from another
+package, an entry point in the group `dask_dane.algorithms` (`toy = my_package.toy:Toy`).
+Its declared hyperparameters become run settings, `dane train` flags and TOML keys
+(`SETTINGS`, which pipeline/setup/settings.py turns into the algorithm section).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
+from importlib.metadata import entry_points
 from typing import Any
 
 from .admm import Admm
@@ -30,35 +36,51 @@ from .feddyn import FedDyn
 from .fedprox import FedProx
 from .gd import Gd
 from .oneshot import OneShot
-from .parts import checks
-from .parts.exact_solver import ExactSolver
-from .parts.local_solver import LocalSolver
+from .parts.hyperparameters import Gathered, build, gather, setting_names
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import make_solver
 from .scaffold import Scaffold
 from .sdane import Sdane, SdaneAdaptive
 from .sgd import Sgd
 
-ALGORITHMS: dict[str, type] = {
-    cls.name: cls
-    for cls in (
-        Dane,
-        Sdane,
-        SdaneAdaptive,
-        Sgd,
-        FedAvg,
-        FedProx,
-        FedDyn,
-        Scaffold,
-        OneShot,
-        Admm,
-        Gd,
-        Agd,
-    )
-}
+BUILT_IN = (
+    Dane,
+    Sdane,
+    SdaneAdaptive,
+    Sgd,
+    FedAvg,
+    FedProx,
+    FedDyn,
+    Scaffold,
+    OneShot,
+    Admm,
+    Gd,
+    Agd,
+)
+PLUGIN_GROUP = "dask_dane.algorithms"  # entry points naming further Strategy classes
+
+
+def _registry() -> dict[str, type]:
+    """The built-in algorithms, then those installed packages register under PLUGIN_GROUP."""
+    registry: dict[str, type] = {cls.name: cls for cls in BUILT_IN}
+    for point in entry_points(group=PLUGIN_GROUP):
+        cls = point.load()
+        if getattr(cls, "name", None) != point.name or point.name in registry:
+            raise TypeError(
+                f"entry point {point.name} = {point.value} ({PLUGIN_GROUP}) must name a Strategy "
+                f"class whose `name` is {point.name!r}, and no algorithm of that name may exist"
+            )
+        registry[point.name] = cls
+    return registry
+
+
+ALGORITHMS: dict[str, type] = _registry()
+# Every hyperparameter the algorithms (and their parts) declare, each once: the run settings.
+SETTINGS: dict[str, Gathered] = gather(ALGORITHMS.values())
 
 __all__ = [
     "ALGORITHMS",
+    "SETTINGS",
     "Broadcast",
     "LocalContext",
     "LocalOutput",
@@ -80,42 +102,31 @@ def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
     the chosen algorithm would not use it.
     """
     check_settings(algorithm, settings)
-    strategy_type = ALGORITHMS[algorithm]
-    values: dict[str, Any] = {}
-    for f in fields(strategy_type):
-        if f.name == "solver":
-            values["solver"] = make_solver(settings)
-        elif f.name in settings:
-            values[f.name] = settings[f.name]
-    return strategy_type(**values)
+    return build(ALGORITHMS[algorithm], settings)
 
 
 def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
-    """SettingError naming the first setting that breaks its field's rule.
+    """SettingError naming the first setting that breaks its declared rule.
 
-    The rules are those the algorithms and solvers declare on their fields (checks.py). A
-    setting that only another algorithm uses (an exclusive field there), set to anything but
-    that field's default, is an error too: it would be silently ignored.
+    A setting that only other algorithms use (an exclusive declaration), set to anything but
+    its default, is an error too: it would be silently ignored.
     """
     if algorithm not in ALGORITHMS:
         raise SettingError(
             f"unknown {setting('algorithm')} {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
         )
     make_solver(settings)  # local_solver names a solver
-    chosen = {f.name for f in fields(ALGORITHMS[algorithm])}
-    for owner in (*ALGORITHMS.values(), LocalSolver, ExactSolver):
-        for f in fields(owner):
-            if f.name not in settings:
-                continue
-            checks.check_value(f, settings[f.name])
-            exclusive = f.metadata.get("exclusive") and f.name not in chosen
-            if exclusive and f.default is not MISSING and settings[f.name] != f.default:
-                users = [name for name, cls in ALGORITHMS.items() if f.name in _names(cls)]
-                raise SettingError(
-                    f"{setting(f.name, settings[f.name])} applies to {setting('algorithm')} "
-                    f"{' or '.join(users)} only; drop it or use {setting('algorithm', users[0])}"
-                )
-
-
-def _names(cls: type) -> set[str]:
-    return {f.name for f in fields(cls)}
+    chosen = setting_names(ALGORITHMS[algorithm])
+    for name, gathered in SETTINGS.items():
+        if name not in settings:
+            continue
+        declaration = gathered.declaration
+        value = settings[name]
+        if declaration.rule is not None:
+            declaration.rule(name, value)
+        if declaration.exclusive and name not in chosen and value != declaration.default:
+            users = [key for key, cls in ALGORITHMS.items() if name in setting_names(cls)]
+            raise SettingError(
+                f"{setting(name, value)} applies to {setting('algorithm')} "
+                f"{' or '.join(users)} only; drop it or use {setting('algorithm', users[0])}"
+            )

@@ -14,15 +14,16 @@ rho * n_i/N per block: the same updates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.checks import checked, positive
+from .parts.checks import positive
+from .parts.hyperparameters import declare
 from .parts.local_solver import LocalProblem
-from .parts.solvers import Solver
+from .parts.solvers import SOLVER_PART, Solver
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,8 +34,8 @@ class AdmmShardState:
 
 @dataclass(frozen=True, kw_only=True)
 class Admm(StrategyDefaults):
-    rho: float = checked(positive)
-    solver: Solver
+    rho: float = declare(1.0, positive, help="admm: consensus penalty.")
+    solver: Solver = field(metadata=SOLVER_PART)
 
     name: ClassVar[str] = "admm"
     phases: ClassVar[tuple[str, ...]] = ("local_solve",)

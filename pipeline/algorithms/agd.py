@@ -16,7 +16,7 @@ import torch
 
 from .base import RoundEnd, RoundUpdate
 from .gd import Gd
-from .parts.checks import checked, momentum_range
+from .parts.local_solver import MOMENTUM
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,7 +28,7 @@ class AgdState:
 class Agd(Gd):
     """Gd's shard work (one full gradient); the update extrapolates with `momentum`."""
 
-    momentum: float = checked(momentum_range)
+    momentum: float = MOMENTUM.field()
 
     name: ClassVar[str] = "agd"
     # No minibatch steps: running statistics (BatchNorm) would never be estimated.

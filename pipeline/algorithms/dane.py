@@ -35,7 +35,7 @@ Options, each off by default so that plain DANE stays the paper's:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -45,47 +45,53 @@ from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, S
 from .parts import correction as cr
 from .parts import line_search as ls
 from .parts import safeguard as sg
-from .parts.checks import (
-    at_least,
-    checked,
-    count_or_off,
-    momentum_range,
-    non_negative,
-    one_of,
-    positive,
-    rows_or_all,
-)
+from .parts.checks import at_least, count_or_off, non_negative, one_of, positive
 from .parts.diagnostics import solve_diagnostics
-from .parts.local_solver import LocalProblem, StopRule, check_trust_radius
-from .parts.server import (
-    SERVER_LR_RULES,
-    MomentumState,
-    check_server_lr,
-    init_momentum,
-    momentum_label,
-    server_lr_label,
-    server_update,
-    update_squared,
-)
+from .parts.hyperparameters import declare
+from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, StopRule, check_trust_radius
+from .parts.server import SERVER_PART, ServerStep
 from .parts.setting_error import SettingError, setting
-from .parts.solvers import Solver
+from .parts.solvers import SOLVER_PART, Solver
 
 
 @dataclass(frozen=True, kw_only=True)
 class Dane(StrategyDefaults):
-    eta: float = checked(positive)
-    mu: float = checked(non_negative)
-    solver: Solver
-    safeguard: str = checked(one_of(*sg.SAFEGUARDS), exclusive=True, default="off")
-    grad_sample: int = checked(rows_or_all, exclusive=True, default=0)  # rows of f_i, g_i; 0: all
-    grad_sample_growth: float = checked(at_least(1.0), exclusive=True, default=1.0)
-    local_theta: float = checked(non_negative, exclusive=True, default=0.0)
-    correction: str = checked(one_of(*cr.CORRECTIONS), exclusive=True, default="plain")
-    server_momentum: float = checked(momentum_range, default=0.0)
-    server_lr: float = checked(positive, exclusive=True, default=1.0)
-    server_lr_rule: str = checked(one_of(*SERVER_LR_RULES), exclusive=True, default="fixed")
-    trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
-    line_search: int = checked(count_or_off, exclusive=True, default=0)  # trial steps; 0: off
+    eta: float = declare(1.0, positive, help="DANE: step on the global gradient.")
+    mu: float = MU.field()
+    solver: Solver = field(metadata=SOLVER_PART)
+    safeguard: str = declare(
+        "off",
+        one_of(*sg.SAFEGUARDS),
+        exclusive=True,
+        help="DANE: off | backtrack | adaptive-mu (halve rejected steps).",
+    )
+    grad_sample: int = cr.GRAD_SAMPLE.field()  # rows of f_i, g_i; 0: all
+    grad_sample_growth: float = declare(
+        1.0,
+        at_least(1.0),
+        exclusive=True,
+        help="DANE: grow the gradient sample by this per round.",
+    )
+    local_theta: float = declare(
+        0.0,
+        non_negative,
+        exclusive=True,
+        help="DANE: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K.",
+    )
+    correction: str = declare(
+        "plain",
+        one_of(*cr.CORRECTIONS),
+        exclusive=True,
+        help="DANE: plain | shrink (scale g_i - g by its sampled signal-to-noise).",
+    )
+    server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
+    trust_radius: float = TRUST_RADIUS.field()  # 0: none
+    line_search: int = declare(
+        0,
+        count_or_off,
+        exclusive=True,
+        help="DANE, skewed shards: best of N steps 2, 1, 1/2.. on the loss; 0: off.",
+    )
     seed: int = 0  # the run's seed: which rows grad_sample takes
 
     name: ClassVar[str] = "dane"
@@ -103,20 +109,17 @@ class Dane(StrategyDefaults):
                 f"{setting('grad_sample', 'N')} rows; pass {setting('grad_sample', 'N')} as well"
             )
         check_trust_radius(self.trust_radius, self.solver)
-        if self.line_search and (self.safeguard != "off" or self.server_momentum):
+        if self.line_search and (self.safeguard != "off" or self.server.server_momentum):
             raise SettingError(
                 f"{setting('line_search')} chooses the step itself; it does not combine with "
                 f"{setting('safeguard')} or {setting('server_momentum')}: pass one of them"
             )
-        check_server_lr(self.server_lr, self.server_lr_rule)
-        if (self.server_lr != 1.0 or self.server_lr_rule != "fixed") and (
-            self.safeguard != "off" or self.line_search
-        ):
+        if not self.server.scales_nothing and (self.safeguard != "off" or self.line_search):
             raise SettingError(
                 f"{setting('server_lr')} and {setting('server_lr_rule')} scale the averaged step;"
                 f" {setting('safeguard')} and {setting('line_search')} choose it: pass one"
             )
-        if self.server_momentum and self.safeguard != "off":
+        if self.server.server_momentum and self.safeguard != "off":
             raise SettingError(
                 f"{setting('server_momentum')} and {setting('safeguard')} do not combine "
                 "(momentum would carry a "
@@ -127,7 +130,7 @@ class Dane(StrategyDefaults):
     def state_type(self) -> type | None:  # type: ignore[override]
         if self.safeguard != "off":
             return sg.SafeguardState
-        return MomentumState if self.server_momentum else None
+        return self.server.state_type
 
     def label(self) -> str:
         parts = [self.name, f"eta={self.eta:g}", f"mu={self.mu:g}"]
@@ -145,16 +148,11 @@ class Dane(StrategyDefaults):
             parts.append(f"radius={self.trust_radius:g}")
         if self.line_search:
             parts.append(f"line-search={self.line_search}")
-        label = " ".join([*parts, self.solver.label()])
-        return (
-            label
-            + momentum_label(self.server_momentum)
-            + server_lr_label(self.server_lr, self.server_lr_rule)
-        )
+        return " ".join([*parts, self.solver.label()]) + self.server.label()
 
     def init_state(self, weights: torch.Tensor) -> Any:
         if self.safeguard == "off":
-            return init_momentum(self.server_momentum, weights)
+            return self.server.init_state(weights)
         return sg.SafeguardState(
             anchor=weights.clone(),
             step=torch.zeros_like(weights),
@@ -193,7 +191,7 @@ class Dane(StrategyDefaults):
             problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=self._stop_rule(g)
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
-        metrics |= update_squared(self.server_lr_rule, ctx.weights, solution.weights)
+        metrics |= self.server.shard_metrics(ctx.weights, solution.weights)
         diagnostics = solve_diagnostics(problem, ctx.weights, solution.weights, self.seed)
         if factor is not None:
             diagnostics["correction_factor"] = factor
@@ -276,11 +274,10 @@ class Dane(StrategyDefaults):
             metrics = {"line_search_step": step, "line_search_loss": loss}
             return RoundUpdate(weights=weights, state=end.state, metrics=metrics)
         if not isinstance(end.state, sg.SafeguardState):
-            weights, state, metrics = server_update(
-                beta=self.server_momentum, state=end.state, weights=end.weights,
-                proposal=end.mean.tensors["weights"], lr=self.server_lr,
-                rule=self.server_lr_rule, metrics=end.mean.metrics,
-            )  # fmt: skip
+            proposal = end.mean.tensors["weights"]
+            weights, state, metrics = self.server.step(
+                end.state, end.weights, proposal, end.mean.metrics
+            )
             return RoundUpdate(weights=weights, state=state, metrics=metrics)
         decision = end.broadcasts[0].decision
         weights, state = sg.next_weights(

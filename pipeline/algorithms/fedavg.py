@@ -5,25 +5,23 @@ Legend: w = weights at the start of the round, v_i = shard i's weights after K s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .base import RoundEnd, RoundUpdate
-from .fedprox import SolveAndAverage
-from .parts.checks import checked, momentum_range, one_of, positive
 from .parts.local_solver import LocalSolver
-from .parts.server import SERVER_LR_RULES, check_server_lr
+from .parts.server import SERVER_PART, ServerStep
 from .parts.setting_error import SettingError, setting
+from .parts.solve_and_average import SolveAndAverage
 
 
 @dataclass(frozen=True, kw_only=True)
 class FedAvg(SolveAndAverage):
     """Solve-and-average with K local steps; reports a pseudo-gradient norm."""
 
-    solver: LocalSolver
-    server_momentum: float = checked(momentum_range, default=0.0)  # FedAvgM above 0
-    server_lr: float = checked(positive, exclusive=True, default=1.0)
-    server_lr_rule: str = checked(one_of(*SERVER_LR_RULES), exclusive=True, default="fixed")
+    server: ServerStep = field(
+        default_factory=ServerStep, metadata=SERVER_PART
+    )  # FedAvgM with server momentum above 0
 
     name: ClassVar[str] = "fedavg"
 
@@ -35,7 +33,6 @@ class FedAvg(SolveAndAverage):
                 f"({setting('local_solver', 'steps')}); for exact local solves use "
                 f"{setting('algorithm')} one-shot or fedprox"
             )
-        check_server_lr(self.server_lr, self.server_lr_rule)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         v = end.mean.tensors["weights"]

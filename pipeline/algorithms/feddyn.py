@@ -21,17 +21,16 @@ ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.checks import checked, non_negative
 from .parts.diagnostics import solve_diagnostics
-from .parts.local_solver import LocalProblem, check_trust_radius
+from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
 from .parts.setting_error import SettingError, setting
-from .parts.solvers import Solver
+from .parts.solvers import SOLVER_PART, Solver
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,9 +40,10 @@ class FedDynShardState:
 
 @dataclass(frozen=True, kw_only=True)
 class FedDyn(StrategyDefaults):
-    mu: float = checked(non_negative)  # alpha; above 0 (checked below: --mu 0 is the default)
-    solver: Solver  # K steps; or exact (lbfgs, cg) on convex models, as the paper's analysis
-    trust_radius: float = checked(non_negative, exclusive=True, default=0.0)  # 0: none
+    mu: float = MU.field()  # alpha; above 0 (checked below: --mu 0 is the default)
+    # K steps; or exact (lbfgs, cg) on convex models, as the paper's analysis
+    solver: Solver = field(metadata=SOLVER_PART)
+    trust_radius: float = TRUST_RADIUS.field()  # 0: none
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
 
     name: ClassVar[str] = "feddyn"

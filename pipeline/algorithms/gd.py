@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.checks import checked, positive
+from .parts.local_solver import LOCAL_LR
 
 
 @dataclass(frozen=True, kw_only=True)
 class Gd(StrategyDefaults):
-    local_lr: float = checked(positive)  # the step size (1/L)
+    local_lr: float = LOCAL_LR.field()  # the step size (1/L)
 
     name: ClassVar[str] = "gd"
     # No minibatch steps: running statistics (BatchNorm) would never be estimated.

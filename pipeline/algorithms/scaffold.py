@@ -13,7 +13,7 @@ state, c_i each shard's own state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -21,6 +21,7 @@ import torch
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
 from .parts.local_solver import LocalProblem, LocalSolver
 from .parts.setting_error import SettingError, setting
+from .parts.solvers import SOLVER_PART
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +36,7 @@ class ScaffoldShardState:
 
 @dataclass(frozen=True, kw_only=True)
 class Scaffold(StrategyDefaults):
-    solver: LocalSolver
+    solver: LocalSolver = field(metadata=SOLVER_PART)
 
     name: ClassVar[str] = "scaffold"
     phases: ClassVar[tuple[str, ...]] = ("local_train",)

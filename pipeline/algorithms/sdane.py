@@ -20,24 +20,24 @@ and reaches the shards as the round's data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
 from ..round.objective import ShardObjective
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.checks import checked, non_negative, rows_or_all
-from .parts.local_solver import LocalProblem, StopRule
+from .parts.correction import GRAD_SAMPLE
+from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.setting_error import SettingError, setting
-from .parts.solvers import Solver
+from .parts.solvers import SOLVER_PART, Solver
 
 
 @dataclass(frozen=True, kw_only=True)
 class Sdane(StrategyDefaults):
-    mu: float = checked(non_negative)  # lam; above 0 (checked below: --mu 0 is DANE's default)
-    solver: Solver
-    grad_sample: int = checked(rows_or_all, exclusive=True, default=0)  # as DANE's
+    mu: float = MU.field()  # lam; above 0 (checked below: --mu 0 is DANE's default)
+    solver: Solver = field(metadata=SOLVER_PART)
+    grad_sample: int = GRAD_SAMPLE.field()  # as DANE's
     seed: int = 0
 
     name: ClassVar[str] = "sdane"

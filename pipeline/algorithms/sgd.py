@@ -12,8 +12,8 @@ from typing import ClassVar
 import torch
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.checks import at_least_one, checked, momentum_range, one_of, positive
-from .parts.schedule import SCHEDULES, lr_factor
+from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
+from .parts.schedule import lr_factor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,10 +23,10 @@ class SgdState:
 
 @dataclass(frozen=True, kw_only=True)
 class Sgd(StrategyDefaults):
-    local_lr: float = checked(positive)  # the step size (named like the shared flag)
-    batch_size: int = checked(at_least_one)
-    momentum: float = checked(momentum_range, default=0.9)
-    lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
+    local_lr: float = LOCAL_LR.field()  # the step size (named like the shared flag)
+    batch_size: int = BATCH_SIZE.field()
+    momentum: float = MOMENTUM.field()
+    lr_schedule: str = LR_SCHEDULE.field()
     rounds: int = 1  # the schedule's span (--rounds)
 
     name: ClassVar[str] = "sgd"

@@ -1,21 +1,26 @@
 """The five sections of a run's settings (data, model, algorithm, cluster, run).
 
-Each section is a frozen, keyword-only dataclass: a field's default is stated here once (the
-CLI's help shows it from here) and its comment says what it means. Sections check their own
-values and raise SettingError naming the field; the algorithm section's hyperparameters are
-checked by the algorithm that uses them (algorithms/: each strategy validates its own fields
-when the registry builds it). config.py joins the sections into RunConfig.
+Each section is a frozen, keyword-only dataclass. A field is declared once with its default
+and its help text (`declare`; the CLI's flags and help, the TOML keys and the API's keywords
+are made from it). Sections check their own values and raise SettingError naming the field.
+The algorithm section is generated: its fields are the hyperparameters the algorithms and
+their parts declare where they use them (algorithms.SETTINGS), each checked by its declared
+rule. config.py joins the sections into RunConfig.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..algorithms import ALGORITHMS, SETTINGS
 from ..algorithms.parts.checks import at_least_one, non_negative, one_of, positive
+from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import parse_augment
+from ..round.topology import TREE_FROM_WORKERS
 from ..round.transport import TRANSPORTS
 
 DTYPES = ("float32", "float64")
@@ -29,17 +34,31 @@ BROADCASTS = ("auto", "direct", "tree", "allgather")
 
 @dataclass(frozen=True, kw_only=True)
 class DataSettings:
-    store: str | None = None  # None: the embedded default (digits, one shard per worker)
+    store: str | None = declare(None, help="Store to train on (default: embedded digits).")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:
-    model: str = "small-cnn"
-    dtype: str = "float32"
-    l2: float | None = None  # L2 penalty lambda; None: the store's "l2" attribute (0 if none)
-    # Random flips and crops of every local step's minibatch: flip, crop=P, or flip,crop=P.
-    augment: str = ""
-    precision: str = "fp32"  # fp32 | bf16 (autocast; weights stay in dtype)
+    model: str = declare(
+        "small-cnn",
+        help="A built-in name: small-cnn | lenet | compact-cnn | cnn1d | resnet8 | mlp | "
+        "linear | logistic; or your own: FILE.py:NAME or package.module:NAME, a callable "
+        "returning an nn.Module, called with whichever of sample_shape, in_channels, "
+        "num_classes it names (torchvision.models:resnet18 works as it is).",
+    )
+    dtype: str = declare("float32", help="float32 | float64.")
+    # None: the store's "l2" attribute (0 if none)
+    l2: float | None = declare(None, help="L2 penalty lambda (default: the store's l2, else 0).")
+    augment: str = declare(
+        "",
+        help="Images: random flips and crops of each local minibatch: flip | crop=P | "
+        "flip,crop=P (pad P, crop back).",
+    )
+    precision: str = declare(
+        "fp32",
+        help="fp32 | bf16: bf16 computes the layers in bfloat16 (torch.autocast, on GPUs and on "
+        "CPU) with float32 weights, gradients and sums; needs --dtype float32.",
+    )
 
     def check_model(self) -> None:
         one_of(*DTYPES)("dtype", self.dtype)
@@ -54,57 +73,61 @@ class ModelSettings:
             non_negative("l2", self.l2)
 
 
-@dataclass(frozen=True, kw_only=True)
-class AlgorithmSettings:
-    """The algorithm and every hyperparameter; the algorithm picks those it uses."""
+def _algorithm_settings() -> type:
+    """The algorithm section: `algorithm`, then every declared hyperparameter (a fresh field
+    of its one declaration, so the default, rule and help are that declaration's)."""
+    algorithm = declare("dane", help=" | ".join(ALGORITHMS) + ".")
+    fields = [("algorithm", str, algorithm)]
+    fields += [
+        (name, gathered.type, gathered.declaration.field()) for name, gathered in SETTINGS.items()
+    ]
+    return dataclasses.make_dataclass(
+        "AlgorithmSettings",
+        fields,
+        frozen=True,
+        kw_only=True,
+        namespace={
+            "__module__": __name__,
+            "__doc__": "The algorithm and every hyperparameter; the algorithm picks those it uses.",
+        },
+    )
 
-    algorithm: str = "dane"
-    eta: float = 1.0
-    mu: float = 0.0
-    local_steps: int = 30
-    local_lr: float = 0.05
-    local_optimizer: str = "sgd"
-    local_solver: str = "steps"  # steps: K minibatch steps; lbfgs / cg: solve to local_tol
-    local_tol: float = 1e-10  # lbfgs / cg: stop at ||grad|| <= tol * ||grad at start||
-    rho: float = 1.0  # admm: penalty of the consensus constraint
-    momentum: float = 0.9
-    batch_size: int = 32
-    safeguard: str = "off"  # dane: off | backtrack | adaptive-mu (algorithms/safeguard.py)
-    grad_sample: int = 0  # dane: rows per shard for f_i and grad f_i, fixed per run; 0: all
-    grad_sample_growth: float = 1.0  # dane: the sample grows by this factor each round
-    local_theta: float = 0.0  # dane: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K
-    # dane: plain (the paper's g_i - eta g) | shrink (g_i - g scaled by its signal-to-noise)
-    correction: str = "plain"
-    server_momentum: float = 0.0  # dane, fedavg, fedprox: momentum on the averaged step
-    server_lr: float = 1.0  # dane, fedavg, fedprox: w + s (mean_i v_i - w); 1: the average
-    server_lr_rule: str = "fixed"  # fixed (s = server_lr) | fedexp (s from the updates' spread)
-    trust_radius: float = 0.0  # dane, feddyn: every local iterate within ||v - w|| <= R; 0: none
-    line_search: int = 0  # dane: try N step sizes 2, 1, 1/2, ... along the averaged step
-    lr_schedule: str = "constant"  # local_lr across rounds: constant | cosine | step
-    local_clip: float = 0.0  # steps solver: clip each local step's gradient to this norm; 0: off
-    lr_warmup: int = 0  # steps solver: local_lr rises linearly over this many rounds; 0: none
+
+AlgorithmSettings = _algorithm_settings()
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSettings:
-    workers: int = 2
-    threads_per_worker: int = 1
-    device: str = "auto"
-    scheduler: str | None = None
-    scheduler_file: str | None = None  # what `dask scheduler --scheduler-file` wrote (HPC)
-    host: str = "127.0.0.1"
-    dashboard_address: str = "127.0.0.1:8787"
-    # The round's shape: allgather (rounds chained on the cluster), direct or tree (each round
-    # from the driver, a phase's input sent from one worker or relayed), or auto
-    # (topology.chains_rounds). Results are the same bit for bit.
-    broadcast: str = "auto"
-    # How the all-gather form's sums travel: float32 as computed, or bfloat16 (transport.py).
-    transport: str = "float32"
-    timeout: float = 60.0
+    workers: int = declare(2, help="Workers of a started cluster.")
+    threads_per_worker: int = declare(1, help="Threads per worker.")
+    device: str = declare("auto", help="auto (a GPU where a worker sees one) | cpu | cuda.")
+    scheduler: str | None = declare(None, help="Address of a running Dask scheduler to use.")
+    # What `dask scheduler --scheduler-file` wrote (HPC).
+    scheduler_file: str | None = declare(
+        None, help="A running scheduler's `--scheduler-file` (jobqueue)."
+    )
+    host: str = declare("127.0.0.1", help="Interface a started cluster binds.")
+    dashboard_address: str = declare("127.0.0.1:8787", help="Dashboard address.")
+    # The round's shape (topology.chains_rounds); results are the same bit for bit.
+    broadcast: str = declare(
+        "auto",
+        help="allgather (one task per worker and phase, rounds chained on the cluster, the "
+        "driver off their path) | direct | tree (each round from the driver) | auto (allgather "
+        f"where it pays on a 10 Gbit/s link, else tree from {TREE_FROM_WORKERS} workers).",
+    )
+    # How the all-gather form's sums travel (transport.py).
+    transport: str = declare(
+        "float32",
+        help="float32 | bfloat16: how the workers' sums travel in the all-gather form; bfloat16 "
+        "sends the local solutions as their change from w, half the bytes, summed in float32.",
+    )
+    timeout: float = declare(
+        60.0, help="Seconds to wait for a cluster, or a silent scheduler, before stopping."
+    )
     # TLS for `scheduler` (tls://...); None: Dask's own config (distributed.comm.tls.*).
-    tls_ca_file: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
+    tls_ca_file: str | None = declare(None, help="--scheduler tls://...: CA certificate (PEM).")
+    tls_cert: str | None = declare(None, help="--scheduler tls://...: client certificate (PEM).")
+    tls_key: str | None = declare(None, help="--scheduler tls://...: client private key (PEM).")
 
     def check_cluster(self) -> None:
         one_of(*DEVICES)("device", self.device)
@@ -169,11 +192,11 @@ def scheduler_file_address(path: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    out: str = "runs/latest"
-    rounds: int = 20
-    seed: int = 0
-    eval_every: int = 1
-    stop_at_accuracy: float = 0.0  # stop once a round's test accuracy reaches this; 0: never
+    out: str = declare("runs/latest", help="Run directory.")
+    rounds: int = declare(20, help="Rounds (DANE iterations).")
+    seed: int = declare(0, help="Seed of init and sampling.")
+    eval_every: int = declare(1, help="Evaluate every N rounds.")
+    stop_at_accuracy: float = declare(0.0, help="Stop once test accuracy reaches this; 0: never.")
 
     def check_run(self) -> None:
         at_least_one("rounds", self.rounds)

@@ -1,10 +1,10 @@
-"""Rules for hyperparameters, declared on the fields that hold them.
+"""Rules for hyperparameters, the checks their declarations name (hyperparameters.py).
 
-Strategy and solver fields are named like a run's settings (local_lr) and carry their rule
-in the field's metadata: `eta: float = checked(positive)`. A class checks its own fields when
-it is built (`validate`), and the registry checks a run's settings against every class's
-rules (`check_value`), so a bad value is refused even when the chosen algorithm would not use
-it. Each rule raises a SettingError naming the field (its flag beside it) and the fix.
+A field's rule lives in its metadata: `eta: float = declare(1.0, positive, help=...)`. A
+class checks its own fields when it is built (`validate`), and the registry checks a run's
+settings against every declared rule (`check_value`), so a bad value is refused even when
+the chosen algorithm would not use it. Each rule raises a SettingError naming the field
+(its flag beside it) and the fix.
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from typing import Any
 from .setting_error import SettingError, setting
 
 Rule = Callable[[str, Any], None]
-
-
-def checked(rule: Rule | None = None, *, exclusive: bool = False, **field_args: Any) -> Any:
-    """A dataclass field with its rule; `exclusive`: a setting only this algorithm uses, which
-    is an error with any other algorithm (it would be silently ignored)."""
-    return dataclasses.field(metadata={"rule": rule, "exclusive": exclusive}, **field_args)
 
 
 def validate(instance: Any) -> None:

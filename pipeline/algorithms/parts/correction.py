@@ -33,8 +33,17 @@ from __future__ import annotations
 import torch
 
 from ...round.objective import ShardObjective
+from .checks import rows_or_all
+from .hyperparameters import Declaration
 
 CORRECTIONS = ("plain", "shrink")
+# The gradient sample dane and sdane take f_i and g_i on (declared once, hyperparameters.py).
+GRAD_SAMPLE = Declaration(
+    default=0,
+    rule=rows_or_all,
+    exclusive=True,
+    help="DANE: rows per shard for the gradient, fixed per run; 0: all.",
+)
 # The gradient phase's metrics that carry the shards' noise to the broadcast (averaged with
 # the shards' weights w_j = n_j / n): n_j * V_j and N_j / n_j (sample rows per shard row).
 NOISE_ROWS = "correction_noise_rows"

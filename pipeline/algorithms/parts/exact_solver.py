@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import checked, one_of, relative_tolerance, validate
+from .checks import one_of, relative_tolerance, validate
+from .hyperparameters import declare
 from .local_solver import LocalProblem, Solution, StopRule
 
 EXACT_METHODS = ("lbfgs", "cg")
@@ -30,7 +31,9 @@ class ExactSolver:
     """--local-solver lbfgs | cg, to --local-tol: an exact (to a tolerance) local solve."""
 
     local_solver: str  # lbfgs | cg (the run's choice of solver: solvers.make_solver)
-    local_tol: float = checked(relative_tolerance)
+    local_tol: float = declare(
+        1e-10, relative_tolerance, help="lbfgs/cg: relative gradient-norm tolerance."
+    )
     max_newton_steps: int = 50
     max_iterations: int = 5000  # CG iterations per Newton step, or L-BFGS iterations
 

@@ -20,13 +20,35 @@ from dataclasses import dataclass
 import torch
 
 from ...round.objective import ShardObjective
-from .checks import at_least_one, checked, momentum_range, non_negative, one_of, positive, validate
+from .checks import at_least_one, momentum_range, non_negative, one_of, positive, validate
+from .hyperparameters import Declaration, declare
 from .schedule import SCHEDULES, lr_factor
 from .setting_error import SettingError, setting
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 # (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
 StopRule = Callable[[torch.Tensor, torch.Tensor], bool]
+
+# Settings more than one class takes, each declared here once (hyperparameters.py).
+MU = Declaration(
+    default=0.0,
+    rule=non_negative,
+    help="Proximal strength (dane, fedprox; sdane lam, feddyn alpha: > 0).",
+)
+TRUST_RADIUS = Declaration(
+    default=0.0,
+    rule=non_negative,
+    exclusive=True,
+    help="Skewed shards (dane, feddyn): steps within ||v - w|| <= R; 0: off.",
+)
+LOCAL_LR = Declaration(default=0.05, rule=positive, help="Learning rate, gd/agd step.")
+BATCH_SIZE = Declaration(default=32, rule=at_least_one, help="Minibatch size per shard.")
+MOMENTUM = Declaration(default=0.9, rule=momentum_range, help="SGD momentum (agd: beta).")
+LR_SCHEDULE = Declaration(
+    default="constant",
+    rule=one_of(*SCHEDULES),
+    help="--local-lr across rounds: constant | cosine | step.",
+)
 
 
 @dataclass(frozen=True)
@@ -85,15 +107,21 @@ class Solution:
 class LocalSolver:
     """At most K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
 
-    local_steps: int = checked(at_least_one)
-    local_lr: float = checked(positive)
-    batch_size: int = checked(at_least_one)
-    local_optimizer: str = checked(one_of(*LOCAL_OPTIMIZERS), default="sgd")
-    momentum: float = checked(momentum_range, default=0.9)
-    lr_schedule: str = checked(one_of(*SCHEDULES), default="constant")
-    local_clip: float = checked(non_negative, default=0.0)  # 0: no clipping
+    local_steps: int = declare(30, at_least_one, help="Local solver steps K.")
+    local_lr: float = LOCAL_LR.field()
+    batch_size: int = BATCH_SIZE.field()
+    local_optimizer: str = declare("sgd", one_of(*LOCAL_OPTIMIZERS), help="sgd | adam.")
+    momentum: float = MOMENTUM.field()
+    lr_schedule: str = LR_SCHEDULE.field()
+    local_clip: float = declare(
+        0.0, non_negative, help="Skewed shards: clip local step gradients to this norm; 0: off."
+    )
     # Rounds over which the lr rises linearly to --local-lr (round t of R: t / R of it); 0: none.
-    lr_warmup: int = checked(non_negative, default=0)
+    lr_warmup: int = declare(
+        0,
+        non_negative,
+        help="Local steps: --local-lr rises linearly over this many rounds; 0: off.",
+    )
     rounds: int = 1  # the schedule's span (--rounds)
 
     def __post_init__(self) -> None:

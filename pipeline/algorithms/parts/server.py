@@ -9,10 +9,14 @@ DANE it is the momentum form of an accelerated outer loop. m is the driver state
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from .checks import momentum_range, one_of, positive, validate
+from .hyperparameters import build, declare, part
 from .setting_error import SettingError, setting
 
 
@@ -106,3 +110,72 @@ def server_update(
     )
     reported = {"server_lr": scale} if (rule != "fixed" or lr != 1.0) else {}
     return new_weights, new_state, reported
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerStep:
+    """The server's step on the averaged update, one part that dane, fedavg and fedprox take
+    (SERVER_PART); its default is the plain average, w' = mean_i v_i."""
+
+    server_momentum: float = declare(
+        0.0, momentum_range, help="dane/fedavg/fedprox: momentum on the averaged step."
+    )
+    server_lr: float = declare(
+        1.0,
+        positive,
+        exclusive=True,
+        help="dane/fedavg/fedprox: step s on the averaged update, w + s (mean v - w).",
+    )
+    server_lr_rule: str = declare(
+        "fixed",
+        one_of(*SERVER_LR_RULES),
+        exclusive=True,
+        help="fixed (s = --server-lr) | fedexp (s from the local updates' spread).",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        check_server_lr(self.server_lr, self.server_lr_rule)
+
+    @property
+    def is_plain(self) -> bool:
+        """The plain average: no momentum, s = 1."""
+        return not self.server_momentum and self.scales_nothing
+
+    @property
+    def scales_nothing(self) -> bool:
+        return self.server_lr == 1.0 and self.server_lr_rule == "fixed"
+
+    @property
+    def state_type(self) -> type | None:
+        return MomentumState if self.server_momentum else None
+
+    def init_state(self, weights: torch.Tensor) -> MomentumState | None:
+        return init_momentum(self.server_momentum, weights)
+
+    def label(self) -> str:
+        return momentum_label(self.server_momentum) + server_lr_label(
+            self.server_lr, self.server_lr_rule
+        )
+
+    def shard_metrics(self, weights: torch.Tensor, solution: torch.Tensor) -> dict[str, float]:
+        """What a shard reports for this step (FedExP's ||v_i - w||^2; nothing when fixed)."""
+        return update_squared(self.server_lr_rule, weights, solution)
+
+    def step(
+        self, state: Any, weights: torch.Tensor, proposal: torch.Tensor, metrics: dict[str, float]
+    ) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
+        """The new weights, momentum state and round metrics from the round's proposal."""
+        return server_update(
+            beta=self.server_momentum, state=state, weights=weights, proposal=proposal,
+            lr=self.server_lr, rule=self.server_lr_rule, metrics=metrics,
+        )  # fmt: skip
+
+
+def _build_server_step(settings: Mapping[str, Any]) -> ServerStep:
+    return build(ServerStep, settings)
+
+
+# The metadata of the field an algorithm takes its server step in, built from the run's
+# settings: `server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)`.
+SERVER_PART = part(_build_server_step, ServerStep)

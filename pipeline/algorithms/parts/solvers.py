@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import dataclass
 from typing import Any
 
 from .checks import one_of
 from .exact_solver import EXACT_METHODS, ExactSolver
+from .hyperparameters import build, declare, part
 from .local_solver import LocalSolver
 from .setting_error import SettingError, setting
 
@@ -16,9 +17,20 @@ Solver = LocalSolver | ExactSolver
 LOCAL_SOLVERS = ("steps", *EXACT_METHODS)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SolverChoice:
+    """Which solver a run asks for: the setting that picks between the solvers' types."""
+
+    local_solver: str = declare(
+        "steps",
+        one_of(*LOCAL_SOLVERS),
+        help="steps (K steps) | lbfgs | cg (exact; convex models).",
+    )
+
+
 def make_solver(settings: Mapping[str, Any]) -> Solver:
     """--local-solver steps: K minibatch steps; lbfgs | cg: an exact solve (convex models)."""
-    kind = settings.get("local_solver", "steps")
+    kind = settings.get("local_solver", SolverChoice().local_solver)
     one_of(*LOCAL_SOLVERS)("local_solver", kind)
     if kind != "steps" and settings.get("local_clip"):
         raise SettingError(
@@ -26,6 +38,9 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
             f"{kind} solves the local problem exactly: drop {setting('local_clip')} or use "
             f"{setting('local_solver', 'steps')}"
         )
-    solver_type = LocalSolver if kind == "steps" else ExactSolver
-    names = {f.name for f in fields(solver_type) if f.name in settings}
-    return solver_type(**{name: settings[name] for name in names})
+    return build(LocalSolver if kind == "steps" else ExactSolver, settings)
+
+
+# The metadata of the field an algorithm takes its local solver in:
+# `solver: Solver = field(metadata=SOLVER_PART)`.
+SOLVER_PART = part(make_solver, SolverChoice, LocalSolver, ExactSolver)
