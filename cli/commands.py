@@ -133,26 +133,13 @@ def train(
     presets/skew-dane.toml (README, "Non-iid data").
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
-    from ..pipeline.run.loop import train as run_training
-    from ..pipeline.run.rundir import RunDir, check_same_run
-    from ..pipeline.setup.config import check_settings, resolve_config
-    from ..pipeline.setup.run_setup import ensure_default_store
+    from ..pipeline.run import loop
+    from ..pipeline.run.plan import plan_run
     from .console import TrainingProgress, quiet_cluster_logs
 
-    base: dict[str, Any] = {}
-    if resume:
-        out_dir = flags["out"] or resolve_config(file=config, flags={}).out
-        base = RunDir(Path(out_dir)).saved_config()
-        check_settings(base, "config.toml")
-    resolved = resolve_config(file=config, flags=flags, base=base)
-    if resolved.store is None:
-        resolved = resolve_config(
-            file=config, flags={**flags, "store": str(ensure_default_store(resolved))}, base=base
-        )
-    if resume:
-        check_same_run(base, resolved)
+    resolved = plan_run(flags, file=config, resume=resume)
     with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
-        summary = run_training(resolved, resume=resume, callbacks=progress.callbacks())
+        summary = loop.train(resolved, resume=resume, callbacks=progress.callbacks())
     accuracy = summary["final_test_accuracy"]
     typer.echo(
         f"{summary['algorithm']}: {summary['rounds']} rounds, test accuracy "

@@ -19,13 +19,14 @@ SURFACE: dict[str, tuple[str, str]] = {
     "read_toml": ("setup.config", "read_toml"),
     "to_toml": ("setup.config", "to_toml"),
     # a run: its set-up, the Dask loop, the single-process reference, what they write
+    "plan_run": ("run.plan", "plan_run"),
     "RunSetup": ("setup.run_setup", "RunSetup"),
     "prepare_run": ("setup.run_setup", "prepare_run"),
     "prepare_store": ("setup.run_setup", "prepare_store"),
     "initial_state": ("setup.run_setup", "initial_state"),
     "initial_weights": ("setup.run_setup", "initial_weights"),
     "make_client": ("run.cluster", "make_client"),
-    "run_training": ("run.loop", "train"),
+    "train": ("run.loop", "train"),  # a RunConfig's run (dask_dane.train: keywords)
     "Callbacks": ("run.loop", "Callbacks"),
     "TrainingDiverged": ("run.loop", "TrainingDiverged"),
     "run_reference": ("run.reference", "run_reference"),

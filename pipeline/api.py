@@ -2,7 +2,8 @@
 
 The names are the CLI's: `train(store, model=..., algorithm=..., **settings)` takes the
 `dane train` flags as keywords (local_lr=0.05 for --local-lr) and checks them the same way,
-so a notebook and the command line describe a run identically.
+so a notebook and the command line describe a run identically. The defaults shown in the
+signatures are the settings' own (RunConfig's and PartitionSpec's fields), not copies.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from ..datasets.partition import PartitionSpec
 from ..datasets.raw import RawDataset
 from ..datasets.store import write_store
 from ..models.user import callable_name
-from .run.loop import train as run_training
+from .run import loop
 from .run.metrics import read_metrics
-from .run.rundir import RunDir, check_same_run
-from .setup.config import RunConfig, check_settings, resolve_config
-from .setup.run_setup import ensure_default_store
+from .run.plan import plan_run
+from .run.rundir import RunDir
+from .setup.config import RunConfig, check_settings
 from .trained import export_module, load_model, read_trained
 
 ModelArg = str | Callable[..., nn.Module]
@@ -54,10 +55,10 @@ class TrainResult:
 def train(
     store: str | Path | None = None,
     *,
-    model: ModelArg = "small-cnn",
-    algorithm: str = "dane",
+    model: ModelArg = RunConfig.model,
+    algorithm: str = RunConfig.algorithm,
     client: Any = None,
-    workers: int = 2,
+    workers: int = RunConfig.workers,
     out: str | Path | None = None,
     resume: bool = False,
     **settings: Any,
@@ -94,7 +95,7 @@ def train(
     builder = None if isinstance(model, str) else model
     settings = {**settings, "algorithm": algorithm, "workers": workers}
     config = _train_config(store, model, out, resume=resume, settings=settings)
-    summary = run_training(config, resume=resume, client=client, model=builder)
+    summary = loop.train(config, resume=resume, client=client, model=builder)
     run_dir = RunDir(Path(config.out))
     return TrainResult(
         model=load_model(run_dir.root, model=builder),
@@ -112,23 +113,13 @@ def _train_config(
     resume: bool,
     settings: dict[str, Any],
 ) -> RunConfig:
-    """The RunConfig of `train`'s arguments, checked as `dane train` checks its flags.
-
-    With `resume`, the saved run's settings are the base and must name the same run; with
-    no store, the embedded digits data is written on first use (as the CLI does).
-    """
+    """The RunConfig of `train`'s arguments: keywords checked as `dane train` checks its
+    flags, then planned as the CLI plans them (plan_run: resume, the default store)."""
     flags = check_settings(settings, "dask_dane.train")
     flags["model"] = model if isinstance(model, str) else callable_name(model)
     flags["out"] = str(out) if out is not None else _fresh_run_dir(settings["algorithm"])
-    base = RunDir(Path(flags["out"])).saved_config() if resume else None
     flags["store"] = None if store is None else str(store)
-    config = resolve_config(file=None, flags=flags, base=base)
-    if config.store is None:
-        flags["store"] = str(ensure_default_store(config))
-        config = resolve_config(file=None, flags=flags, base=base)
-    if base is not None:
-        check_same_run(base, config)
-    return config
+    return plan_run(flags, resume=resume)
 
 
 def _fresh_run_dir(algorithm: str) -> str:
@@ -141,12 +132,12 @@ def prepare(
     *,
     train: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
-    shards: int = 2,
-    partition: str = "iid",
+    shards: int = PartitionSpec.num_shards,
+    partition: str = PartitionSpec.kind,
     num_classes: int | None = None,
-    seed: int = 0,
-    alpha: float = 0.5,
-    classes_per_shard: int = 2,
+    seed: int = PartitionSpec.seed,
+    alpha: float = PartitionSpec.alpha,
+    classes_per_shard: int = PartitionSpec.classes_per_shard,
     force: bool = False,
 ) -> Path:
     """Write a store from NumPy arrays; return its path.

@@ -27,8 +27,8 @@ from ...pipeline import (
     TrainingDiverged,
     initial_weights,
     prepare_run,
+    train,
 )
-from ...pipeline import run_training as train
 from ..common.specs import run_config
 from .problem import ConvergenceSpec, Problem, cell_config, prepare_problem
 from .report import THRESHOLD, summarize

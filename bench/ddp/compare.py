@@ -115,8 +115,7 @@ class CompareSpec:
 
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
-    from ...pipeline import TrainingDiverged, make_client
-    from ...pipeline import run_training as train
+    from ...pipeline import TrainingDiverged, make_client, train
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)

@@ -29,8 +29,8 @@ def check(workdir: Path, device: str = "cuda") -> dict:
         prepare_run,
         prepare_store,
         run_reference,
+        train,
     )
-    from ...pipeline import run_training as train
     from ..common.specs import run_config
 
     store = workdir / "digits-tabular-4.zarr"

@@ -193,8 +193,7 @@ def run_workers(
     dependent scheduling step (round_profile.py), under "profile"; `hop_bytes`: the hop
     passing that many bytes too (the benchmark's model).
     """
-    from ...pipeline import Callbacks
-    from ...pipeline import run_training as train
+    from ...pipeline import Callbacks, train
 
     config = spec.config(workers)
     roundlog = _RoundLog()

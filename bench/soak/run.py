@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from ...pipeline import Callbacks, RunConfig, make_client, prepare_store
-from ...pipeline import run_training as train
+from ...pipeline import Callbacks, RunConfig, make_client, prepare_store, train
 from ..common.specs import run_config
 
 if TYPE_CHECKING:

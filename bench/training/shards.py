@@ -78,8 +78,7 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
     """Every shard count on one cluster, one after another; returns the JSON-able result."""
     from contextlib import nullcontext
 
-    from ...pipeline import make_client
-    from ...pipeline import run_training as train
+    from ...pipeline import make_client, train
 
     spec = spec.validate()
     stores = Path(spec.workdir) / "stores"

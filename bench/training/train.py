@@ -89,8 +89,7 @@ def run_all(
     on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
     """Train every run on one cluster; `on_run` receives the result so far after each run."""
-    from ...pipeline import make_client
-    from ...pipeline import run_training as train
+    from ...pipeline import make_client, train
 
     results: list[dict[str, Any]] = []
     with make_client(runs[0][1]) as client:
