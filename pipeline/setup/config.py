@@ -14,6 +14,7 @@ configuration is written to the run directory as config.toml, one [table] per se
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +87,16 @@ class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, 
             raise SettingError(in_flags(err)) from None
         return self
 
+    @functools.cached_property
+    def built_strategy(self) -> Strategy:
+        # Built once per config, by validate(): the strategy is a frozen function of the
+        # fields, so the set-up (run_setup.py) takes this one rather than building another.
+        # cached_property writes the instance's __dict__, which a frozen dataclass allows.
+        return make_strategy(self.algorithm, self.as_dict())
+
     def strategy(self) -> Strategy:
         """The algorithm with its hyperparameters (algorithms/ registry)."""
-        return make_strategy(self.algorithm, self.as_dict())
+        return self.built_strategy
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
