@@ -179,23 +179,32 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_
     assert "10.213.7.1:8787" in driver_log
 
 
-def _faulted(digits_stores, tmp_path, faults: tuple[str, ...], rounds: int) -> dict:
-    """DANE on 2 namespaced workers at 100 Mbit/s: undisturbed, then under each fault."""
+@pytest.fixture(scope="module")
+def faulted(digits_stores, tmp_path_factory) -> dict[str, dict]:
+    """DANE on 2 namespaced workers at 100 Mbit/s: undisturbed, then under each fault, on
+    one namespaced cluster; the runs by fault. The faults share one undisturbed run (each
+    faulted run is compared with it), which CI's time counted once per test before."""
     from dask_dane.bench.network.faults import run_faults
 
+    tmp_path = tmp_path_factory.mktemp("faults")
     spec = NetworkSpec(
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
-        methods=("dane",), rounds=rounds, local_steps=40, workdir=str(tmp_path / "net"),
+        methods=("dane",), rounds=FAULTED_ROUNDS, local_steps=40, workdir=str(tmp_path / "net"),
     )  # fmt: skip
-    return run_faults(spec, faults=faults, log=lambda line: None)
+    result = run_faults(spec, faults=("partition", "flap", "collapse"), log=lambda line: None)
+    assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
+    return {run["fault"]: run for run in result["runs"]}
+
+
+# Rounds of the faulted runs: each fault lands half a round after round 1 and must find the
+# run still going (fault_after_rounds), the partition for PARTITION_S.
+FAULTED_ROUNDS = 12
 
 
 @needs_netns
 @pytest.mark.cluster
-def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digits_stores, tmp_path):
-    result = _faulted(digits_stores, tmp_path, ("partition",), rounds=20)
-
-    undisturbed, partitioned = result["runs"]
+def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(faulted):
+    undisturbed, partitioned = faulted["none"], faulted["partition"]
     assert undisturbed["fault"] == "none" and undisturbed["exit_code"] == 0
     assert partitioned["fault"] == "partition"
     assert partitioned["exit_code"] == 0 or partitioned["resumed"]
@@ -208,18 +217,15 @@ def test_a_worker_partitioned_past_its_heartbeat_timeout_changes_no_weight(digit
     recovered = partitioned["shards_reloaded"] or partitioned["resumed"]
     retried = partitioned["attempts"] > partitioned["rounds"]
     assert recovered or retried or partitioned["cost_s"] >= WORKER_TTL_S, partitioned
-    assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
 
 
 @needs_netns
 @pytest.mark.cluster
-def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(digits_stores, tmp_path):
-    result = _faulted(digits_stores, tmp_path, ("flap", "collapse"), rounds=12)
-
-    undisturbed, *faulted = result["runs"]
+def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(faulted):
+    undisturbed = faulted["none"]
     assert undisturbed["fault"] == "none" and undisturbed["exit_code"] == 0
-    assert [run["fault"] for run in faulted] == ["flap", "collapse"]
-    for run in faulted:
+    assert list(faulted) == ["none", "partition", "flap", "collapse"]
+    for run in (faulted["flap"], faulted["collapse"]):
         assert run["exit_code"] == 0 or run["resumed"], run
         assert run["weights_equal"], run
         assert run["fault_landed_s"] is not None and run["fault_after_rounds"] >= 1, run
@@ -228,7 +234,6 @@ def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(digits_stor
         # undisturbed. Counted on the rounds alone: the whole process's wall time also holds
         # a cluster's start, whose noise (measured -1.9 s once) can exceed a flap's cost.
         assert run["rounds_cost_s"] is not None and run["rounds_cost_s"] > 0, run
-    assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
 
 
 def _network_run(method: str, rate: str, measured: float, reached: float | None) -> dict:
