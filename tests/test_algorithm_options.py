@@ -89,8 +89,8 @@ def test_the_gradient_sample_grows_by_its_factor_up_to_the_shard():
     )
     objective = _quadratic_shard(n=64)
 
-    sizes = [dane._sampled(objective, t).num_samples for t in (1, 2, 3, 4, 5)]
-    first, third = dane._sampled(objective, 1), dane._sampled(objective, 3)
+    sizes = [dane.gradient.rows(objective, t).num_samples for t in (1, 2, 3, 4, 5)]
+    first, third = dane.gradient.rows(objective, 1), dane.gradient.rows(objective, 3)
 
     assert sizes == [10, 20, 40, 64, 64]
     # Nested samples: round 3 reads round 1's rows and more.

@@ -16,6 +16,7 @@ from torch import nn
 from dask_dane.pipeline.algorithms.base import LocalContext
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.parts import correction as cr
+from dask_dane.pipeline.algorithms.parts.gradient_estimate import GradientEstimate
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.round.aggregate import ShardReport, mean_of, to_partial, tree_reduce
 from dask_dane.pipeline.round.objective import ShardObjective
@@ -51,8 +52,8 @@ def _objective(z: np.ndarray) -> ShardObjective:
 
 def _dane(grad_sample: int, eta: float = 1.0) -> Dane:
     solver = LocalSolver(local_steps=1, local_lr=0.1, batch_size=8)
-    return Dane(eta=eta, mu=0.0, solver=solver, grad_sample=grad_sample, correction="shrink",
-                seed=SEED)  # fmt: skip
+    gradient = GradientEstimate(grad_sample=grad_sample, correction="shrink", seed=SEED)
+    return Dane(eta=eta, mu=0.0, solver=solver, gradient=gradient, seed=SEED)
 
 
 def _factors(strategy: Dane, shards: list[np.ndarray], p: torch.Tensor) -> list[float]:
@@ -66,7 +67,9 @@ def _factors(strategy: Dane, shards: list[np.ndarray], p: torch.Tensor) -> list[
     ]
     broadcast = strategy.broadcast(0, mean_of(tree_reduce([to_partial(r) for r in reports])), None)
     return [
-        strategy._linear(_context(1, o, p, broadcast.tensors, out), broadcast.tensors["grad"])[1]
+        strategy.gradient.linear(
+            _context(1, o, p, broadcast.tensors, out), broadcast.tensors["grad"], strategy.eta
+        )[1]
         for o, out in zip(objectives, outputs, strict=True)
     ]
 

@@ -12,6 +12,7 @@ from dask_dane.pipeline.algorithms.base import LocalContext, LocalOutput, RoundE
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.parts import safeguard as sg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
+from dask_dane.pipeline.algorithms.parts.update_rule import UpdateRule
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.reference import run_reference
@@ -96,7 +97,7 @@ def test_the_last_halving_is_accepted_and_nan_is_backtracked():
 
 
 def test_dane_skips_the_solve_and_moves_half_the_step_from_the_anchor():
-    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack")
+    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, update_rule=UpdateRule(safeguard="backtrack"))
     w = torch.tensor([3.0, 5.0, -7.0])  # anchor + step, whose loss turned out higher
 
     sent, solved, update = _decide_and_update(dane, _state(anchor_loss=1.0), w, loss=1.5)
@@ -111,7 +112,7 @@ def test_dane_skips_the_solve_and_moves_half_the_step_from_the_anchor():
 
 def test_a_second_rejection_quarters_the_step():
     state = _state(anchor_loss=1.0, halvings=1)
-    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack")
+    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, update_rule=UpdateRule(safeguard="backtrack"))
     w = torch.tensor([2.0, 3.0, -3.0])
 
     _, _, update = _decide_and_update(dane, state, w, loss=1.2)
@@ -120,7 +121,7 @@ def test_a_second_rejection_quarters_the_step():
 
 
 def test_an_accepted_round_makes_w_the_anchor_and_the_solves_the_next_step():
-    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, safeguard="backtrack")
+    dane = Dane(eta=1.0, mu=0.0, solver=SOLVER, update_rule=UpdateRule(safeguard="backtrack"))
     w = torch.tensor([3.0, 5.0, -7.0])
     v = torch.tensor([4.0, 5.0, -6.0])
 

@@ -52,6 +52,11 @@ def part(builder: Callable[[Mapping[str, Any]], Any], *types: type) -> Mapping[s
     return MappingProxyType({"part": builder, "part_types": types})
 
 
+def part_of(cls: type) -> Mapping[str, Any]:
+    """`part` for a part built from the settings by name (`build`), as most parts are."""
+    return part(lambda settings: build(cls, settings), cls)
+
+
 def declared_fields(cls: type) -> Iterable[tuple[dataclasses.Field, type]]:
     """Every declared field of `cls` and of the parts it takes, with the class that holds it."""
     for f in dataclasses.fields(cls):

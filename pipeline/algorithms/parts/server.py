@@ -9,14 +9,13 @@ DANE it is the momentum form of an accelerated outer loop. m is the driver state
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .checks import momentum_range, one_of, positive, validate
-from .hyperparameters import build, declare, part
+from .hyperparameters import declare, part_of
 from .setting_error import SettingError, setting
 
 
@@ -172,10 +171,6 @@ class ServerStep:
         )  # fmt: skip
 
 
-def _build_server_step(settings: Mapping[str, Any]) -> ServerStep:
-    return build(ServerStep, settings)
-
-
 # The metadata of the field an algorithm takes its server step in, built from the run's
 # settings: `server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)`.
-SERVER_PART = part(_build_server_step, ServerStep)
+SERVER_PART = part_of(ServerStep)
