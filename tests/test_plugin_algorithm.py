@@ -93,3 +93,22 @@ def test_a_setting_declared_twice_is_refused():
     assert set(gather([First])) == {"rate"}
     with pytest.raises(TypeError, match="declares the setting 'rate' again"):
         gather([First, Second])
+
+
+def test_every_setting_has_one_declaration_that_the_run_settings_and_the_cli_show():
+    import dataclasses
+
+    from dask_dane.cli.options import run_config_parameters, with_default
+    from dask_dane.pipeline.algorithms import SETTINGS
+    from dask_dane.pipeline.setup.config import AlgorithmSettings, RunConfig
+
+    algorithm = {f.name: f for f in dataclasses.fields(AlgorithmSettings)}
+    assert set(algorithm) == {"algorithm", *SETTINGS}
+    for name, gathered in SETTINGS.items():
+        assert algorithm[name].metadata["declaration"] is gathered.declaration
+        assert algorithm[name].default == gathered.declaration.default
+    helps = {p.name: p.annotation.__metadata__[0].help for p in run_config_parameters()}
+    for f in dataclasses.fields(RunConfig):
+        declared = f.metadata["declaration"]
+        assert declared.help.strip(), f"{f.name} has no help text"
+        assert helps[f.name] == with_default(declared.help, f.default)
