@@ -3,7 +3,8 @@
 tests/plugins/damped_average.py is an algorithm written outside the package with one
 hyperparameter (`damping`). Here a throwaway distribution's metadata registers it with one
 entry-point line, and the `dane` command line trains it, takes `--damping`, lists it in
---help and refuses a bad value by its declared rule, with nothing else edited.
+--help and refuses a bad value by its declared rule, with nothing else edited. A second
+entry point names a module that does not exist: it is reported in one line and left out.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def _installed_plugin(root: Path) -> Path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: damped-average\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
         f"[{PLUGIN_GROUP}]\ndamped-average = damped_average:DampedAverage\n"
+        "broken = no_such_module_here:Broken\n"  # a plugin that does not import
     )
     return root
 
@@ -51,6 +53,9 @@ def test_a_toy_algorithm_registered_from_outside_trains_through_the_cli(digits_s
 
     listed = _dane("train", "--help", path=path)
     assert listed.returncode == 0, listed.stderr
+    # The broken plugin is one line on stderr, and the rest of the command line works.
+    (warning,) = listed.stderr.splitlines()
+    assert "broken = no_such_module_here:Broken" in warning and "left out" in warning
     assert "--damping" in listed.stdout and "damped-average" in listed.stdout
     assert "[0.5]" in " ".join(listed.stdout.split()), listed.stdout
 

@@ -14,6 +14,7 @@ Its declared hyperparameters become run settings, `dane train` flags and TOML ke
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
@@ -61,15 +62,30 @@ PLUGIN_GROUP = "dask_dane.algorithms"  # entry points naming further Strategy cl
 
 
 def _registry() -> dict[str, type]:
-    """The built-in algorithms, then those installed packages register under PLUGIN_GROUP."""
+    """The built-in algorithms, then those installed packages register under PLUGIN_GROUP.
+
+    A plugin that does not import, or names no new algorithm, is reported in one line and
+    left out: one broken package must not stop every `dane` command (it then reads as an
+    unknown --algorithm, with the known ones listed).
+    """
     registry: dict[str, type] = {cls.name: cls for cls in BUILT_IN}
     for point in entry_points(group=PLUGIN_GROUP):
-        cls = point.load()
-        if getattr(cls, "name", None) != point.name or point.name in registry:
-            raise TypeError(
-                f"entry point {point.name} = {point.value} ({PLUGIN_GROUP}) must name a Strategy "
-                f"class whose `name` is {point.name!r}, and no algorithm of that name may exist"
+        where = f"the algorithm plugin {point.name} = {point.value} ({PLUGIN_GROUP})"
+        try:
+            cls = point.load()
+        except Exception as err:  # whatever its import raised: report it, keep the rest
+            logging.getLogger(__name__).warning(
+                "%s does not import (%s: %s); it is left out", where, type(err).__name__, err
             )
+            continue
+        if getattr(cls, "name", None) != point.name or point.name in registry:
+            logging.getLogger(__name__).warning(
+                "%s must name a Strategy class whose `name` is %r, and no algorithm of that "
+                "name may exist already; it is left out",
+                where,
+                point.name,
+            )
+            continue
         registry[point.name] = cls
     return registry
 
