@@ -30,13 +30,13 @@ train: $(STAMP)
 	$(VENV)/bin/dane train --out $(RUN_DIR)
 
 # The whole suite, printing its slowest tests (docs/testing.md: where the time goes): the
-# tests that start no process on both cores (pytest-xdist: 83 s there against 134 s on
-# one), then the cluster tests one at a time (their workers already use both cores: on two
-# pytest processes they ran slower).
+# tests that start no process on both cores (pytest-xdist, a file to a process: 84 s there
+# against 134 s on one), then the cluster tests one at a time (their workers already use
+# both cores: on two pytest processes they ran slower).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -m "not cluster" -n 2 --durations=10
+	$(PY) -m pytest -m "not cluster" -n 2 --dist loadfile --durations=10
 	$(PY) -m pytest -m cluster --durations=40
 
 # The same suite with line and branch coverage (docs/testing.md). Apart from `make test`:

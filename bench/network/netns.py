@@ -23,6 +23,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 NAMESPACE_PREFIX = "dane-net-"  # every namespace this module creates starts with this
+PROBE_PREFIX = f"{NAMESPACE_PREFIX}probe"  # check_can_run's, named with the process id
 SUBNET = "10.213.7"  # /24, only ever inside the namespaces
 SCHEDULER_NODE = "s"
 BRIDGE = "bridge0"  # in the hub namespace
@@ -65,9 +66,24 @@ def rate_bytes_per_s(rate: str) -> float:
 
 
 def leftovers() -> list[str]:
-    """Namespaces an earlier run left behind (killed before it could remove them)."""
+    """Namespaces an earlier run left behind (killed before it could remove them). The probe
+    of a process still running is not one: it is being checked now (check_can_run; two test
+    processes import the namespaced tests' module at once)."""
     names = [line.split()[0] for line in _ip("netns", "list").splitlines() if line.strip()]
-    return sorted(n for n in names if n.startswith(NAMESPACE_PREFIX))
+    return sorted(n for n in names if n.startswith(NAMESPACE_PREFIX) and not _live_probe(n))
+
+
+def _live_probe(name: str) -> bool:
+    pid = name.removeprefix(PROBE_PREFIX)
+    if not name.startswith(PROBE_PREFIX) or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)  # signal 0: only asks whether the process is there
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, and another user's
+        pass
+    return True
 
 
 def cleanup() -> list[str]:
@@ -91,7 +107,7 @@ def check_can_run() -> None:
             f"namespaces of an earlier run are still there ({', '.join(left)}); "
             "remove them with --cleanup"
         )
-    probe = f"{NAMESPACE_PREFIX}probe{os.getpid()}"
+    probe = f"{PROBE_PREFIX}{os.getpid()}"
     try:
         _ip("netns", "add", probe)
         _ip("-n", probe, "link", "set", "lo", "up")
