@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from traceback import format_exception
 from dataclasses import replace
 
 import pytest
@@ -89,7 +90,7 @@ def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
          "--json", str(tmp_path / "shards.json"), "--plot", str(tmp_path / "shards.png")],
     )  # fmt: skip
 
-    assert done.exit_code == 0, done.output
+    assert done.exit_code == 0, done.output + "".join(format_exception(*done.exc_info))
     result = json.loads((tmp_path / "shards.json").read_text())
     assert [r["shards"] for r in result["runs"]] == [1, 2, 4]
     for run in result["runs"]:
