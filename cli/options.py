@@ -21,27 +21,13 @@ from ..datasets.builtin import MNIST1D_SAMPLES, SYNTHETIC_SAMPLES
 from ..datasets.idx import FASHION_MNIST_DIR
 from ..datasets.partition import PartitionSpec
 from ..datasets.raw import SourceOptions
+from ..pipeline.algorithms.parts.hyperparameters import with_default
 from ..pipeline.setup.config import SECTIONS, RunConfig
 
 ARGUMENTS = ("store",)  # fields given by position rather than as --flags
 # `dane train`'s own options, beside RunConfig's.
 ConfigFile = Annotated[Path | None, typer.Option(help="TOML file of settings; flags override it.")]
 Resume = Annotated[bool, typer.Option(help="Continue the run in --out.")]
-
-
-def shown_default(value: object) -> str | None:
-    """A default as --help shows it (as one would type it); None for a setting left unset."""
-    if value is None:
-        return None
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value) if value != "" else "none"
-
-
-def with_default(text: str, default: object) -> str:
-    """A help text with the default appended: 'Learning rate [0.05].'"""
-    shown = shown_default(default)
-    return text if shown is None else f"{text.removesuffix('.')} [{shown}]."
 
 
 def run_config_parameters() -> list[inspect.Parameter]:

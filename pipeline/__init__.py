@@ -18,6 +18,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "check_settings": ("setup.config", "check_settings"),
     "read_toml": ("setup.config", "read_toml"),
     "to_toml": ("setup.config", "to_toml"),
+    "with_default": ("algorithms.parts.hyperparameters", "with_default"),  # help + [default]
     # a run: its set-up, the Dask loop, the single-process reference, what they write
     "plan_run": ("run.plan", "plan_run"),
     "RunSetup": ("setup.run_setup", "RunSetup"),

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from dask_dane.bench.common.specs import spec_of
 from dask_dane.bench.network.faults import WORKER_TTL_S
 from dask_dane.bench.network.model import Network, dask_round_comm_s
 from dask_dane.bench.network.netns import (
@@ -81,13 +82,15 @@ def test_a_rate_that_is_not_one_is_refused(text):
 def test_the_spec_refuses_unknown_methods_and_rates(digits_stores):
     store = str(digits_stores[2])
     with pytest.raises(ValueError, match="--methods takes"):
-        NetworkSpec(store=store, model="small-cnn", methods=("dane", "adam")).validate()
+        spec_of(NetworkSpec, store=store, model="small-cnn", methods=("dane", "adam")).validate()
     with pytest.raises(ValueError, match="not a rate"):
-        NetworkSpec(store=store, model="small-cnn", bandwidths=("fast",)).validate()
+        spec_of(NetworkSpec, store=store, model="small-cnn", bandwidths=("fast",)).validate()
 
 
 def test_a_gradient_sample_is_given_to_dane_alone(digits_stores):
-    spec = NetworkSpec(store=str(digits_stores[2]), model="small-cnn", grad_sample=100).validate()
+    spec = spec_of(
+        NetworkSpec, store=str(digits_stores[2]), model="small-cnn", grad_sample=100
+    ).validate()
     assert spec.dask_config("dane").grad_sample == 100
     assert spec.dask_config("fedavg").grad_sample == spec.dask_config("sgd").grad_sample == 0
     # DANE reads 100 gradient rows a shard and iteration, not the shard's 719.
@@ -97,7 +100,9 @@ def test_a_gradient_sample_is_given_to_dane_alone(digits_stores):
 def test_every_method_gets_the_images_of_n_dane_iterations(digits_stores):
     # Digits, 2 shards: DANE reads every shard row once for its gradient and K x B rows in
     # its solve, per iteration; FedAvg, SGD and DDP are given as many images.
-    spec = NetworkSpec(store=str(digits_stores[2]), model="small-cnn", rounds=3, local_steps=20)
+    spec = spec_of(
+        NetworkSpec, store=str(digits_stores[2]), model="small-cnn", rounds=3, local_steps=20
+    )
     rows = open_store(digits_stores[2]).num_train  # 1438: 1797 less the 20 % test split
     assert rows == 1438
     budget = 3 * (rows + 2 * 20 * 64)
@@ -145,7 +150,7 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_
     from dask_dane.bench.network.bench import run_network
 
     namespaces, links = _namespaces(), _host_links()
-    spec = NetworkSpec(
+    spec = spec_of(NetworkSpec,
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
         methods=("dane", "ddp"), rounds=3, local_steps=10, workdir=str(tmp_path / "net"),
     )  # fmt: skip
@@ -187,7 +192,7 @@ def faulted(digits_stores, tmp_path_factory) -> dict[str, dict]:
     from dask_dane.bench.network.faults import run_faults
 
     tmp_path = tmp_path_factory.mktemp("faults")
-    spec = NetworkSpec(
+    spec = spec_of(NetworkSpec,
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
         methods=("dane",), rounds=FAULTED_ROUNDS, local_steps=40, workdir=str(tmp_path / "net"),
     )  # fmt: skip

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from traceback import format_exception
 from dataclasses import replace
+from traceback import format_exception
 
 import pytest
 from typer.testing import CliRunner
@@ -149,18 +149,19 @@ def test_shards_bench_refuses_a_config_that_names_a_store(tmp_path):
 
 
 def test_shards_bench_local_epochs_sets_the_steps_that_pass_once_over_a_shard(tmp_path):
-    from dask_dane.bench.training.shards import ShardsSpec
+    from dask_dane.bench.training.shards import ShardsSpec, read_config
 
     config = tmp_path / "run.toml"
     config.write_text('model = "small-cnn"\nlocal_steps = 5\nbatch_size = 32\n')
-    spec = ShardsSpec(config=str(config), local_epochs=2.0).validate()
+    run = read_config(config)
+    spec = ShardsSpec(run=run, local_epochs=2.0).validate()
 
     # 6400 rows over m shards, 2 passes of batches of 32: 400 / m steps.
     steps = [spec.run_config(m, "x.zarr", rows=6400).local_steps for m in (1, 2, 4, 8)]
     assert steps == [400, 200, 100, 50]
-    assert ShardsSpec(config=str(config)).run_config(4, "x.zarr", rows=6400).local_steps == 5
+    assert ShardsSpec(run=run).run_config(4, "x.zarr", rows=6400).local_steps == 5
     with pytest.raises(ValueError, match="--local-epochs"):
-        ShardsSpec(config=str(config), local_epochs=0.0).validate()
+        ShardsSpec(run=run, local_epochs=0.0).validate()
 
 
 def test_ddp_rows_warm_up_linearly_to_the_scaled_lr_and_then_follow_the_schedule():

@@ -103,8 +103,9 @@ def test_a_setting_declared_twice_is_refused():
 def test_every_setting_has_one_declaration_that_the_run_settings_and_the_cli_show():
     import dataclasses
 
-    from dask_dane.cli.options import run_config_parameters, with_default
+    from dask_dane.cli.options import run_config_parameters
     from dask_dane.pipeline.algorithms import SETTINGS
+    from dask_dane.pipeline.algorithms.parts.hyperparameters import with_default
     from dask_dane.pipeline.setup.config import AlgorithmSettings, RunConfig
 
     algorithm = {f.name: f for f in dataclasses.fields(AlgorithmSettings)}

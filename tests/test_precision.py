@@ -98,9 +98,11 @@ def test_bf16_dask_run_equals_the_reference_bit_for_bit(digits_stores, cluster_c
 
 
 def test_bench_precision_times_both_precisions_from_the_same_start(digits_stores, tmp_path):
+    from dask_dane.bench.common.specs import spec_of
     from dask_dane.bench.gpu.precision import PrecisionSpec, precision_table, run_precision
 
-    spec = PrecisionSpec(store=str(digits_stores[4]), model="small-cnn", steps=2, repeats=2)
+    spec = spec_of(PrecisionSpec, store=str(digits_stores[4]), model="small-cnn", steps=2,
+                   repeats=2)  # fmt: skip
 
     result = run_precision(spec)
 

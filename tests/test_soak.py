@@ -7,6 +7,7 @@ import json
 import pytest
 
 from dask_dane.bench.common.output import write_json
+from dask_dane.bench.common.specs import spec_of
 from dask_dane.bench.soak.run import LIMIT_DRIFT, SoakSpec, census, markdown_table, run_soak
 
 pytestmark = pytest.mark.cluster
@@ -16,7 +17,7 @@ def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
     # 60 rounds after warm-up: one step of the allocator (tens of KiB, at a random round)
     # moves a Theil-Sen slope by about its size over the rounds measured; over 20 rounds it
     # read 4.3-5.5 KiB a round with no leak, too close to the 4 KiB bound.
-    spec = SoakSpec(rounds=70, warmup=10, workers=2, local_steps=3, workdir=str(tmp_path))
+    spec = spec_of(SoakSpec, rounds=70, warmup=10, workers=2, local_steps=3, workdir=str(tmp_path))
 
     result = run_soak(spec.validate(), log=lambda line: None)
 
@@ -55,7 +56,7 @@ def test_short_soak_leaves_nothing_behind_and_stays_flat(tmp_path):
 
 def test_soak_spec_rejects_too_few_rounds_after_warm_up():
     with pytest.raises(ValueError, match="--warmup"):
-        SoakSpec(rounds=20, warmup=15).validate()
+        spec_of(SoakSpec, rounds=20, warmup=15).validate()
 
 
 def test_census_tells_data_from_recorded_rounds_and_rounds_in_flight():

@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from dask_dane.cli.commands import app
-from dask_dane.cli.options import shown_default
 from dask_dane.pipeline.algorithms import SettingError, make_strategy
+from dask_dane.pipeline.algorithms.parts.hyperparameters import shown_default
 from dask_dane.pipeline.setup.config import RunConfig, in_flags, scheduler_file_address
 
 

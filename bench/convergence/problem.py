@@ -20,7 +20,7 @@ from ...pipeline import (
     prepare_run,
     prepare_store,
 )
-from ..common.specs import run_config
+from ..common.specs import option, run_config
 
 PROBLEMS = ("ridge", "logistic")
 BENCH_ALGORITHMS = ("dane", "admm", "one-shot", "gd", "agd", "fedprox")
@@ -31,19 +31,29 @@ LOGISTIC_L2 = 1e-3  # digits-tabular has no recorded lambda; this one keeps it w
 class ConvergenceSpec:
     """One benchmark grid; see `dane bench convergence --help` for the meaning of each."""
 
-    problem: str = "ridge"
-    machines: tuple[int, ...] = (4, 16, 64)
-    samples: tuple[int, ...] = (6000, 10000, 14000)
-    mus: tuple[float, ...] = (0.0, 0.015)
-    eta: float = 1.0
-    rounds: int = 30
-    seeds: int = 3
-    algorithms: tuple[str, ...] = ("dane",)
-    local_solver: str = "cg"
-    local_tol: float = 1e-10
-    rho: float | None = None  # admm; None: sqrt(L * lambda_min) of the full Hessian
-    l2: float | None = None  # None: the store's (ridge: 0.005), logistic: LOGISTIC_L2
-    workdir: str = "bench-out/convergence"
+    problem: str = option(
+        "ridge", help="ridge (synthetic-ridge, linear) | logistic (digits-tabular)."
+    )
+    machines: tuple[int, ...] = option((4, 16, 64), help="Shard counts m, comma-separated.")
+    samples: tuple[int, ...] = option(
+        (6000, 10000, 14000), help="ridge: training samples N, comma-separated."
+    )
+    mus: tuple[float, ...] = option(
+        (0.0, 0.015), flag="--mu", help="DANE (and fedprox) mu values, comma-separated."
+    )
+    eta: float = option(1.0, help="DANE eta.")
+    rounds: int = option(30, help="Iterations per run.")
+    seeds: int = option(3, help="Seeds (data, partition, init) per cell.")
+    algorithms: tuple[str, ...] = option(
+        ("dane",), help="Comma-separated: dane, admm, one-shot, gd, agd, fedprox."
+    )
+    local_solver: str = option("cg", help="Exact local solver: cg | lbfgs.")
+    local_tol: float = option(1e-10, help="Its relative gradient tolerance.")
+    # admm; None: sqrt(L * lambda_min) of the full Hessian.
+    rho: float | None = option(None, help="admm penalty (default: sqrt(L * lambda_min)).")
+    # None: the store's (ridge: 0.005), logistic: LOGISTIC_L2.
+    l2: float | None = option(None, help="L2 lambda (default: ridge 0.005, logistic 1e-3).")
+    workdir: str = option("bench-out/convergence", help="Where stores and run directories go.")
 
     def validate(self) -> ConvergenceSpec:
         if self.problem not in PROBLEMS:

@@ -4,25 +4,24 @@ plain PyTorch: the baseline)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ..common.options import (
-    BatchSize,
     GradSample,
     JsonOut,
     LocalSteps,
-    Model,
     Networks,
     PlotOut,
-    Seed,
-    Store,
-    Workdir,
     networks_or_standard,
     save_result,
-    spec_from_options,
+    spec_from_flags,
+    spec_options,
 )
+from .compare import CompareSpec
+from .single import SingleSpec
+from .spec import DdpSpec
 
 DEFAULT_TARGETS = (0.88,)
 Targets = Annotated[
@@ -42,39 +41,24 @@ Runs = Annotated[
 ]
 
 
+@spec_options(DdpSpec)  # the DDP run's options, then the comparison's own
+@spec_options(CompareSpec)
 def ddp(
-    ctx: typer.Context,
-    store: Store,
-    model: Model = "lenet",
-    workers: Annotated[int, typer.Option(help="DDP ranks = Dask workers.")] = 2,
-    epochs: Annotated[float, typer.Option(help="DDP: passes over the training set.")] = 2.0,
-    batch_size: BatchSize = 64,
-    lr: Annotated[
-        float, typer.Option(help="Learning rate (DDP, SGD, DANE's local solver).")
-    ] = 0.05,
-    momentum: Annotated[float, typer.Option(help="Momentum.")] = 0.9,
-    eval_every: Annotated[int, typer.Option(help="DDP: steps between evaluations.")] = 50,
+    *,
     dane_rounds: Annotated[int, typer.Option(help="DANE iterations.")] = 20,
     local_steps: LocalSteps = 50,
     grad_sample: GradSample = 1000,
     sgd_rounds: Annotated[int, typer.Option(help="dask-dane synchronous SGD rounds.")] = 200,
     runs: Runs = None,
     target: Targets = None,
-    single: Annotated[
-        bool, typer.Option(help="Also train in one process (same cores, same global batch).")
-    ] = True,
-    seed: Seed = 0,
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = "cpu",
     network: Networks = None,
-    workdir: Workdir = Path("bench-out/ddp"),
     json_out: JsonOut = None,
     plot_out: PlotOut = None,
+    **flags: Any,
 ) -> None:
     """PyTorch DDP, one process and dask-dane's methods on the same shards, side by side."""
-    options = ctx.params  # every option by name, as the spec's fields are named
-    from .compare import CompareSpec, default_runs, read_runs, run_compare
+    from .compare import default_runs, read_runs, run_compare
     from .report import compare_plot, compare_table
-    from .spec import DdpSpec
 
     targets = tuple(target or DEFAULT_TARGETS)
     dask_runs = (
@@ -88,10 +72,10 @@ def ddp(
             sgd_eval_every=10,
         )
     )
-    spec = spec_from_options(
+    spec = spec_from_flags(
         CompareSpec,
-        options,
-        ddp=spec_from_options(DdpSpec, options, target=targets[0]),
+        flags,
+        ddp=spec_from_flags(DdpSpec, flags, target=targets[0]),
         runs=dask_runs,
         targets=targets,
         networks=networks_or_standard(network),
@@ -100,41 +84,15 @@ def ddp(
     save_result(result, json_out, plot_out=plot_out, plot=compare_plot, table=compare_table)
 
 
+@spec_options(SingleSpec)
 def single(
-    ctx: typer.Context,
-    store: Store,
-    model: Model = "lenet",
-    epochs: Annotated[float, typer.Option(help="Passes over the training set.")] = 2.0,
-    batch_size: BatchSize = 64,
-    lr: Annotated[float, typer.Option(help="Learning rate (SGD with momentum).")] = 0.05,
-    momentum: Annotated[float, typer.Option(help="Momentum.")] = 0.9,
-    lr_schedule: Annotated[
-        str, typer.Option(help="constant | cosine | step, over the steps.")
-    ] = "constant",
-    warmup_epochs: Annotated[
-        float, typer.Option(help="Raise the lr linearly from --warmup-lr over these epochs.")
-    ] = 0.0,
-    warmup_lr: Annotated[float, typer.Option(help="The lr the warm-up starts from.")] = 0.0,
-    eval_every: Annotated[int, typer.Option(help="Steps between evaluations.")] = 50,
-    seed: Seed = 0,
-    target: Targets = None,
-    threads: Annotated[int, typer.Option(help="Torch threads; 0: every core.")] = 0,
-    l2: Annotated[
-        float | None, typer.Option(help="L2 penalty lambda (default: the store's, else 0).")
-    ] = None,
-    augment: Annotated[
-        str, typer.Option(help="Random flips / crops of each minibatch: flip | crop=P | both.")
-    ] = "",
-    json_out: JsonOut = None,
-    plot_out: PlotOut = None,
+    *, target: Targets = None, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any
 ) -> None:
     """One process, plain PyTorch: the same model, data and weights, no Dask (the baseline)."""
-    options = ctx.params  # every option by name, as the spec's fields are named
-    from .single import SingleSpec, markdown_table, plot, run_single
+    from .single import markdown_table, plot, run_single
 
-    spec = spec_from_options(
-        SingleSpec, options, targets=tuple(target or DEFAULT_TARGETS)
-    ).validate()
+    targets = tuple(target or DEFAULT_TARGETS)
+    spec = spec_from_flags(SingleSpec, flags, targets=targets).validate()
     save_result(
         run_single(spec, log=typer.echo),
         json_out,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...pipeline import RunConfig, RunDir
-from ..common.specs import require_at_least_one, run_tables
+from ..common.specs import option, require_at_least_one, run_tables
 from ..network.model import Network
 from .projection import project
 from .run import DdpSpec, run_ddp
@@ -68,8 +68,8 @@ class CompareSpec:
     ddp: DdpSpec
     runs: tuple[DaskRun, ...]
     targets: tuple[float, ...] = (0.88,)
-    single: bool = True  # also the single-process run (same cores, same global batch)
-    workdir: str = "bench-out/ddp"
+    single: bool = option(True, help="Also train in one process (same cores, same global batch).")
+    workdir: str = option("bench-out/ddp", help="Where stores and run directories go.")
     networks: tuple[Network, ...] = ()
 
     def validate(self) -> CompareSpec:

@@ -24,7 +24,7 @@ import torch
 from ...models.flat import flatten_parameters
 from ...pipeline import RunConfig, evaluate, lr_factor, parse_augment, prepare_run
 from ..common.output import percent
-from ..common.specs import run_config
+from ..common.specs import option, run_config
 from .plain_torch import (
     epoch_batches,
     initial_model,
@@ -39,24 +39,31 @@ from .plain_torch import (
 class SingleSpec:
     """One single-process run; see `dane bench single --help`."""
 
-    store: str
-    model: str = "lenet"
-    epochs: float = 2.0
-    batch_size: int = 64
-    lr: float = 0.05
-    momentum: float = 0.9
-    lr_schedule: str = "constant"  # over the steps, as --lr-schedule spans a run's rounds
+    store: str = option(help="Store to train on (written by `dane prepare`).")
+    model: str = option("lenet", help="Model.")
+    epochs: float = option(2.0, help="Passes over the training set.")
+    batch_size: int = option(64, help="Minibatch size.")
+    lr: float = option(0.05, help="Learning rate (SGD with momentum).")
+    momentum: float = option(0.9, help="Momentum.")
+    # Over the steps, as --lr-schedule spans a run's rounds.
+    lr_schedule: str = option("constant", help="constant | cosine | step, over the steps.")
     # Goyal et al. (2017)'s gradual warm-up: the lr rises linearly from warmup_lr to --lr
     # over the first warmup_epochs (0: none), as a large batch m*B at m times the lr needs.
-    warmup_epochs: float = 0.0
-    warmup_lr: float = 0.0
-    eval_every: int = 50  # steps between test evaluations
-    seed: int = 0
+    warmup_epochs: float = option(
+        0.0, help="Raise the lr linearly from --warmup-lr over these epochs."
+    )
+    warmup_lr: float = option(0.0, help="The lr the warm-up starts from.")
+    eval_every: int = option(50, help="Steps between evaluations.")
+    seed: int = option(0, help="Seed of data order and initial weights.")
     targets: tuple[float, ...] = (0.88,)  # test accuracies whose first crossing is reported
-    threads: int = 0  # torch threads; 0: every core of the machine
+    threads: int = option(0, help="Torch threads; 0: every core.")
     dtype: str = "float32"
-    l2: float | None = None  # the L2 penalty lambda, as `dane train --l2` (None: the store's)
-    augment: str = ""  # random flips / crops of each minibatch, as `dane train --augment`
+    # The L2 penalty lambda, as `dane train --l2` (None: the store's).
+    l2: float | None = option(None, help="L2 penalty lambda (default: the store's, else 0).")
+    augment: str = option(
+        "", help="Random flips / crops of each minibatch (as `dane train --augment`): "
+        "flip | crop=P | both."
+    )  # fmt: skip
 
     def validate(self) -> SingleSpec:
         if not (math.isfinite(self.epochs) and self.epochs > 0):

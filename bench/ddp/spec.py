@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ...pipeline import RunConfig, RunSetup, prepare_run, shard_placement
-from ..common.specs import run_config
+from ..common.specs import option, run_config
 
 DEVICES = ("auto", "cpu", "cuda")
 # A rank blocked this long in a collective (a peer died) raises instead of waiting forever;
@@ -21,18 +21,19 @@ COLLECTIVE_TIMEOUT_S = 300.0
 class DdpSpec:
     """One DDP benchmark run; see `dane bench ddp --help`."""
 
-    store: str  # a store written by `dane prepare`
-    model: str = "lenet"
-    workers: int = 2  # DDP ranks = processes on 127.0.0.1
-    epochs: float = 2.0  # passes over the training set (fractional allowed)
-    batch_size: int = 64  # per rank
-    lr: float = 0.05
-    momentum: float = 0.9
-    eval_every: int = 50  # steps between test evaluations (rank 0)
-    seed: int = 0
+    store: str = option(help="Store to train on (written by `dane prepare`).")
+    model: str = option("lenet", help="Model.")
+    # DDP ranks = processes on 127.0.0.1.
+    workers: int = option(2, help="DDP ranks = Dask workers.")
+    epochs: float = option(2.0, help="DDP: passes over the training set.")
+    batch_size: int = option(64, help="Minibatch size per rank (per shard).")
+    lr: float = option(0.05, help="Learning rate (DDP, SGD, DANE's local solver).")
+    momentum: float = option(0.9, help="Momentum.")
+    eval_every: int = option(50, help="DDP: steps between evaluations (rank 0).")
+    seed: int = option(0, help="Seed of data order and initial weights.")
     target: float = 0.88  # test accuracy whose first crossing is reported
     dtype: str = "float32"
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = option("cpu", help="auto | cpu | cuda.")
     stop_at_target: bool = False  # stop at the first evaluation at or above `target`
 
     def validate(self) -> DdpSpec:

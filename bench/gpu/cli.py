@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from ..common.options import JsonOut, PlotOut, save_result, spec_from_flags, spec_options
+from .precision import PrecisionSpec
 
 
 def gpu_correctness(
@@ -25,27 +28,13 @@ def gpu_correctness(
     typer.echo(f"{result['detail']} {result['verdict']}")
 
 
-def precision(
-    store: Annotated[Path, typer.Option(help="A store of images (dane prepare ...).")],
-    model: Annotated[str, typer.Option(help="A model name (dane models).")] = "lenet",
-    device: Annotated[str, typer.Option(help="auto | cpu | cuda.")] = "auto",
-    steps: Annotated[int, typer.Option(help="Timed local steps a repeat.")] = 50,
-    batch_size: Annotated[int, typer.Option(help="Rows a minibatch.")] = 64,
-    repeats: Annotated[int, typer.Option(help="Timed repeats; the median is reported.")] = 3,
-    json_out: Annotated[Path | None, typer.Option("--json", help="JSON file to write.")] = None,
-    plot_out: Annotated[Path | None, typer.Option("--plot", help="PNG file to write.")] = None,
-) -> None:
+@spec_options(PrecisionSpec)
+def precision(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) -> None:
     """One process's time a local step in fp32 and in bf16 (--precision), on DEVICE."""
-    from ..common.output import save_results
-    from .precision import PrecisionSpec, precision_plot, precision_table, run_precision
+    from .precision import precision_plot, precision_table, run_precision
 
-    spec = PrecisionSpec(
-        store=str(store), model=model, device=device, steps=steps, batch_size=batch_size,
-        repeats=repeats,
-    )  # fmt: skip
-    result = run_precision(spec)
-    save_results(result, json_out=json_out, plot_out=plot_out, plot=precision_plot,
-                 table=precision_table, echo=typer.echo)  # fmt: skip
+    result = run_precision(spec_from_flags(PrecisionSpec, flags))
+    save_result(result, json_out, plot_out=plot_out, plot=precision_plot, table=precision_table)
 
 
 COMMANDS = {"gpu-correctness": gpu_correctness, "precision": precision}

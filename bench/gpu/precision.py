@@ -13,28 +13,33 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import torch
+
+from ...pipeline import RunConfig
+from ..common.specs import option, run_defaults, spec_record
 
 WARMUP_STEPS = 5
 
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionSpec:
-    store: str
-    model: str = "lenet"
-    device: str = "auto"
-    steps: int = 50
-    batch_size: int = 64
-    repeats: int = 3
-    local_lr: float = 0.05
-    seed: int = 0
+    """One precision benchmark; see `dane bench precision --help`."""
+
+    RUN_FLAGS: ClassVar = ("store", "model", "device", "batch_size", "local_lr", "seed")
+    REQUIRED: ClassVar = ("store",)
+    RUN_HELP: ClassVar = {"store": "A store of images (dane prepare ...)."}
+    # The local steps' settings; its precision is set to each of fp32 and bf16 in turn.
+    run: RunConfig = field(default_factory=run_defaults(model="lenet", batch_size=64))
+    steps: int = option(50, help="Timed local steps a repeat.")
+    repeats: int = option(3, help="Timed repeats; the median is reported.")
 
     def validate(self) -> PrecisionSpec:
-        for name in ("steps", "batch_size", "repeats"):
-            if getattr(self, name) < 1:
+        for name, value in (("steps", self.steps), ("batch_size", self.run.batch_size),
+                            ("repeats", self.repeats)):  # fmt: skip
+            if value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
         return self
 
@@ -46,14 +51,14 @@ def _sync(device: torch.device) -> None:
 
 def _time_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) -> dict[str, Any]:
     """Median seconds a step over `repeats` runs of `steps` steps; the loss reached."""
-    rng = torch.Generator().manual_seed(spec.seed)
+    rng = torch.Generator().manual_seed(spec.run.seed)
     w = weights.to(objective.x.device)
 
     def step(w: torch.Tensor) -> tuple[torch.Tensor, float]:
         w = w.detach().requires_grad_(True)
-        loss = objective.batch_loss(w, objective.sample_rows(spec.batch_size, rng))
+        loss = objective.batch_loss(w, objective.sample_rows(spec.run.batch_size, rng))
         (grad,) = torch.autograd.grad(loss, w)
-        return (w - spec.local_lr * grad).detach(), float(loss.detach())
+        return (w - spec.run.local_lr * grad).detach(), float(loss.detach())
 
     for _ in range(WARMUP_STEPS):
         w, loss = step(w)
@@ -70,22 +75,18 @@ def _time_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) -> d
 
 def run_precision(spec: PrecisionSpec) -> dict[str, Any]:
     """fp32 then bf16 on shard 0 of the store, in this process; JSON-able."""
-    from ...pipeline import RunConfig, initial_weights, prepare_run
+    from ...pipeline import initial_weights, prepare_run
 
     spec = spec.validate()
     rows: dict[str, Any] = {}
     for precision in ("fp32", "bf16"):
-        config = RunConfig(
-            store=spec.store, model=spec.model, device=spec.device, precision=precision,
-            batch_size=spec.batch_size, seed=spec.seed,
-        ).validate()  # fmt: skip
-        setup = prepare_run(config)
+        setup = prepare_run(replace(spec.run, precision=precision).validate())
         objective = setup.objectives()[0]
-        weights = initial_weights(setup.spec, spec.seed)
+        weights = initial_weights(setup.spec, spec.run.seed)
         rows[precision] = _time_steps(objective, weights, spec)
         rows[precision]["device"] = str(objective.x.device)
     ratio = rows["bf16"]["step_s"] / rows["fp32"]["step_s"]
-    return {"spec": asdict(spec), "precisions": rows, "bf16_over_fp32": ratio}
+    return {"spec": spec_record(spec), "precisions": rows, "bf16_over_fp32": ratio}
 
 
 def precision_table(result: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ...pipeline import RunDir
+from ..common.specs import spec_record
 from ..ddp.compare import dask_curve, ddp_method, targets_reached
 from ..ddp.projection import model_copies
 from . import probe as allreduce_probe
@@ -58,10 +59,10 @@ def run_network(spec: NetworkSpec, log: Callable[[str], None] = print) -> dict[s
     work = Path(spec.workdir)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        with NetnsCluster(workers=spec.workers) as cluster:
+        with NetnsCluster(workers=spec.run.workers) as cluster:
             fixed = _calibrate(cluster, spec, work, log)
             cluster.shape(spec.bandwidths[0])
-            idle = idle_control_rate(cluster, work / "logs" / "idle", timeout=spec.timeout)
+            idle = idle_control_rate(cluster, work / "logs" / "idle", timeout=spec.run.timeout)
             runs = [
                 _one_run(
                     cluster, spec, (method, mode), rate, (fixed.get(method, 0.0), idle), work, log
@@ -75,8 +76,8 @@ def run_network(spec: NetworkSpec, log: Callable[[str], None] = print) -> dict[s
     finally:
         signal.signal(signal.SIGTERM, previous)
     return {
-        "spec": {**spec.__dict__, "bandwidths": list(spec.bandwidths)},
-        "workers": spec.workers,
+        "spec": {**spec_record(spec), "bandwidths": list(spec.bandwidths)},
+        "workers": spec.run.workers,
         "target": spec.target,
         "images_budget": spec.images_budget(),
         "calibration": {
@@ -97,7 +98,7 @@ def _calibrate(
         log(f"calibrating {method} on unshaped links ...")
         config = spec.dask_config(method, rounds=CALIBRATION_ROUNDS)
         run = run_dask(
-            cluster, config, work / "logs" / f"{method}-calibration", timeout=spec.timeout
+            cluster, config, work / "logs" / f"{method}-calibration", timeout=spec.run.timeout
         )
         rows = RunDir(Path(config.out)).rows()
         if run["exit_code"] != 0 or not rows:
@@ -136,7 +137,7 @@ def _one_run(
         if len(spec.broadcasts) > 1:
             config = replace(config, out=f"{config.out}-{mode}")
         shutil.rmtree(config.out, ignore_errors=True)
-        run = run_dask(cluster, config, logs, timeout=spec.timeout)
+        run = run_dask(cluster, config, logs, timeout=spec.run.timeout)
         row = _dask_row(run, Path(config.out), spec, net, fixed_s)
     row = {"method": method, "bandwidth": rate, **row}
     counted = row["comm_bytes"] + row["driver_bytes"]
@@ -168,7 +169,7 @@ def _dask_row(
         "process_wall_s": run["process_wall_s"],
         "rounds": len(rows),
         "measured_s": curve[-1]["train_wall_s"] if curve else 0.0,
-        "projected_s": _project_dask(rows, spec.workers, net, fixed_s, form),
+        "projected_s": _project_dask(rows, spec.run.workers, net, fixed_s, form),
         "broadcast": form,
         # Equal across --broadcast modes: the form changes where bytes go, not one bit.
         "weights_sha256": _weights_hash(out) if rows else None,
@@ -220,9 +221,9 @@ def _ddp_row(
 ) -> dict[str, Any]:
     """The DDP run's row. Projected: its own compute per step plus gloo's all-reduce as the
     probe measured it on this link (allreduce_probe.py says why not bytes / rate)."""
-    method = ddp_method(ddp, spec.batch_size * spec.workers, (spec.target or 1.0,))
+    method = ddp_method(ddp, spec.run.batch_size * spec.run.workers, (spec.target or 1.0,))
     steps = ddp["steps"]
-    ring_s = ring_allreduce_s(net, spec.workers, ddp["model_bytes"])
+    ring_s = ring_allreduce_s(net, spec.run.workers, ddp["model_bytes"])
     return {
         "allreduce_probe_s": allreduce_s,
         "allreduce_ring_model_s": ring_s,
@@ -240,7 +241,7 @@ def _ddp_row(
         "time_to_target_s": method["time_to_target_s"] if spec.target else None,
         "final_test_accuracy": method["final_test_accuracy"],
         "best_test_accuracy": method["best_test_accuracy"],
-        "images": steps * spec.batch_size * spec.workers,
+        "images": steps * spec.run.batch_size * spec.run.workers,
         "curve": method["curve"],
     }
 

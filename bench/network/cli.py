@@ -7,28 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ..common.options import (
-    BatchSize,
-    JsonOut,
-    LocalSteps,
-    Model,
-    PlotOut,
-    Seed,
-    save_result,
-    spec_from_options,
-)
+from ..common.options import JsonOut, PlotOut, save_result, spec_from_flags, spec_options
+from .spec import NetworkSpec
 
-Bandwidth = Annotated[str, typer.Option(help="Link rates to measure, comma-separated tc rates.")]
-Methods = Annotated[str, typer.Option(help="Comma-separated, of dane, ddp, sgd, fedavg.")]
-Broadcast = Annotated[
-    str, typer.Option(help="dask-dane runs once per mode given: auto, direct, tree, allgather.")
-]
-Target = Annotated[
-    float | None, typer.Option(help="Test accuracy: report the time to it, stop there.")
-]
-ExtraConfig = Annotated[
-    Path | None, typer.Option(help="One more DANE-family run: a `dane train --config` TOML.")
-]
 Faults = Annotated[
     bool,
     typer.Option(
@@ -41,34 +22,14 @@ Cleanup = Annotated[
 ]
 
 
+@spec_options(NetworkSpec)
 def network(
-    ctx: typer.Context,
-    store: Annotated[
-        str | None, typer.Option(help="Store to train on (written by `dane prepare`).")
-    ] = None,
-    model: Model = "compact-cnn",
-    workers: Annotated[int, typer.Option(help="Worker namespaces (Dask workers, DDP ranks).")] = 2,
-    bandwidth: Bandwidth = "1gbit,100mbit,10mbit",
-    methods: Methods = "dane,ddp,sgd,fedavg",
-    broadcast: Broadcast = "auto",
-    rounds: Annotated[
-        int, typer.Option(help="DANE iterations; the others read as many images.")
-    ] = 10,
-    target: Target = None,
-    config: ExtraConfig = None,
-    local_steps: LocalSteps = 50,
-    grad_sample: Annotated[int, typer.Option(help="DANE: gradient rows per shard; 0: all.")] = 0,
-    batch_size: BatchSize = 64,
-    lr: Annotated[float, typer.Option(help="Learning rate of every method.")] = 0.05,
-    seed: Seed = 0,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 120.0,
+    *,
     faults: Faults = False,
     cleanup: Cleanup = False,
-    workdir: Annotated[Path, typer.Option(help="Run directories and logs.")] = Path(
-        "bench-out/network"
-    ),
     json_out: JsonOut = None,
     plot_out: PlotOut = None,
+    **flags: Any,
 ) -> None:
     """Every method on real links: workers in network namespaces behind shaped veth links.
 
@@ -76,22 +37,12 @@ def network(
     """
     from .netns import NetnsUnavailable, check_can_run
     from .netns import cleanup as remove_leftovers
-    from .spec import NetworkSpec
 
     if cleanup:
         removed = remove_leftovers()
         typer.echo(f"removed {len(removed)} namespace(s): {', '.join(removed) or 'none'}")
         return
-    if store is None:
-        raise ValueError("--store is required (a store written by `dane prepare`)")
-    spec = spec_from_options(
-        NetworkSpec,
-        ctx.params,
-        bandwidths=tuple(b.strip() for b in bandwidth.split(",") if b.strip()),
-        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-        broadcasts=tuple(m.strip() for m in broadcast.split(",") if m.strip()),
-        config=str(config) if config else None,
-    ).validate()
+    spec = spec_from_flags(NetworkSpec, flags).validate()
     try:
         check_can_run()
     except NetnsUnavailable as err:

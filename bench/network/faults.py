@@ -48,12 +48,13 @@ def run_faults(
     work = Path(spec.workdir) / "faults"
     method = next(iter(spec.dask_methods()))
     runs = []
-    with NetnsCluster(workers=spec.workers) as cluster:
+    with NetnsCluster(workers=spec.run.workers) as cluster:
         for fault in ("none", *faults):
             cluster.shape(rate)
             log(f"{method} at {rate}, fault: {fault} ...")
             config = replace(spec.dask_config(method), out=str(work / fault), stop_at_accuracy=0.0)
-            runs.append(_faulted_run(cluster, config, fault, work / "logs" / fault, spec.timeout))
+            logs = work / "logs" / fault
+            runs.append(_faulted_run(cluster, config, fault, logs, spec.run.timeout))
     baseline = runs[0]
     for run in runs:
         run["weights_equal"] = torch.equal(run.pop("weights"), baseline["weights_ref"])

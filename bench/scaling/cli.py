@@ -3,64 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ..common.options import (
-    BatchSize,
-    GradSample,
     JsonOut,
-    LocalSteps,
-    Model,
     Networks,
     PlotOut,
-    Store,
-    Workdir,
     networks_or_standard,
     parse_numbers,
     save_result,
-    spec_from_options,
+    spec_from_flags,
+    spec_options,
 )
+from .spec import ScalingSpec
 
 
+@spec_options(ScalingSpec)
 def scaling(
-    ctx: typer.Context,
-    store: Store,
-    model: Model = "lenet",
-    algorithm: Annotated[str, typer.Option(help="Algorithm.")] = "dane",
-    shards: Annotated[
-        int | None, typer.Option(help="Shards the store must hold (checked).")
-    ] = None,
-    workers: Annotated[str, typer.Option(help="Worker counts, comma-separated.")] = "1,2,4",
-    rounds: Annotated[
-        int,
-        typer.Option(help="Rounds per count after a warm-up one; medians leave out the last."),
-    ] = 5,
-    local_steps: LocalSteps = 10,
-    batch_size: BatchSize = 64,
-    grad_sample: GradSample = 0,
-    device: Annotated[str, typer.Option(help="cpu | cuda (one worker per GPU).")] = "cpu",
-    reference: Annotated[bool, typer.Option(help="Also time reference.py.")] = True,
-    fixed_cost: Annotated[bool, typer.Option(help="Also time tiny rounds.")] = True,
-    network: Networks = None,
-    workdir: Workdir = Path("bench-out/scaling"),
-    json_out: JsonOut = None,
-    plot_out: PlotOut = None,
+    *, network: Networks = None, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any
 ) -> None:
     """Strong scaling: the same data and work on 1, 2, 4... workers, each round taken apart."""
-    options = ctx.params  # every option by name, as the spec's fields are named
     from .report import markdown_table, plot
-    from .run import ScalingSpec, run_scaling
+    from .run import run_scaling
 
-    spec = spec_from_options(
-        ScalingSpec,
-        options,
-        workers=parse_numbers(workers, "--workers", int),
-        networks=networks_or_standard(network),
-    ).validate()
+    spec = spec_from_flags(ScalingSpec, flags, networks=networks_or_standard(network))
     save_result(
-        run_scaling(spec, log=typer.echo),
+        run_scaling(spec.validate(), log=typer.echo),
         json_out,
         plot_out=plot_out,
         plot=plot,

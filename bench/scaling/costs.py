@@ -28,7 +28,7 @@ def reference_rounds(spec: Any) -> dict[str, Any]:
     torch.set_num_threads(1)
     try:
         setup = prepare_run(spec.config(1))
-        run = run_reference(setup, rounds=spec.rounds + 1, num_workers=1)
+        run = run_reference(setup, rounds=spec.run.rounds + 1, num_workers=1)
     finally:
         torch.set_num_threads(threads)
     walls = [h["wall_s"] for h in run.history][1:-1]
@@ -44,9 +44,10 @@ def fixed_cost(
 
     shards = prepare_run(spec.config(1)).store.num_shards
     store = workdir / f"tiny-{shards}.zarr"
-    prepare_store("digits-tabular", store, shards=shards, seed=spec.seed, replace=True)
-    tiny = replace(
-        spec,
+    seed = spec.run.seed
+    prepare_store("digits-tabular", store, shards=shards, seed=seed, replace=True)
+    tiny_run = replace(
+        spec.run,
         store=str(store),
         model="logistic",
         local_steps=1,
@@ -54,18 +55,18 @@ def fixed_cost(
         grad_sample=0,
         device="cpu",
         dtype="float64",  # the digits-tabular store holds float64 features
-        rounds=max(spec.rounds, 20),
-        workdir=str(workdir / "tiny"),
+        rounds=max(spec.run.rounds, 20),
     )
+    tiny = replace(spec, run=tiny_run, workdir=str(workdir / "tiny"))
     tiny_setup = prepare_run(tiny.config(1))
     # A hop is counted passing the benchmark's own model (not the tiny one): a round's unit.
-    hop_bytes = sizeof(initial_weights(prepare_run(spec.config(1)).spec, spec.seed))
-    model_bytes = sizeof(initial_weights(tiny_setup.spec, spec.seed))
+    hop_bytes = sizeof(initial_weights(prepare_run(spec.config(1)).spec, seed))
+    model_bytes = sizeof(initial_weights(tiny_setup.spec, seed))
     tasks = tasks_per_round(tiny_setup)
     results = []
     for workers in spec.workers:
         run = run_workers(
-            tiny, workers, model_bytes, profile_round=tiny.rounds // 2, hop_bytes=hop_bytes
+            tiny, workers, model_bytes, profile_round=tiny_run.rounds // 2, hop_bytes=hop_bytes
         )
         median = run["median"]
         hop = run["profile"]["hop"]

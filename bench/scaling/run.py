@@ -34,77 +34,12 @@ from dask.sizeof import sizeof
 
 from ...pipeline import RunConfig, initial_weights, prepare_run
 from ...pipeline.round import sizes  # noqa: F401  (true sizes of tensors for sizeof)
-from ..common.specs import run_config
-from ..network.model import (
-    Network,
-)
+from ..common.specs import spec_record
 from . import memory
 from . import profile as round_profile
 from .costs import fixed_cost, projection, reference_rounds
 from .profile import tasks_per_round
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScalingSpec:
-    """One scaling benchmark; see `dane bench scaling --help`."""
-
-    store: str
-    model: str = "lenet"
-    algorithm: str = "dane"
-    shards: int | None = None  # None: the store's; else must match it
-    workers: tuple[int, ...] = (1, 2, 4)
-    rounds: int = 5
-    local_steps: int = 10
-    batch_size: int = 64
-    grad_sample: int = 0
-    device: str = "cpu"  # cpu | cuda (one worker per GPU)
-    dtype: str = "float32"
-    reference: bool = True
-    fixed_cost: bool = True
-    seed: int = 0
-    workdir: str = "bench-out/scaling"
-    networks: tuple[Network, ...] = ()
-
-    def validate(self) -> ScalingSpec:
-        if not self.workers or min(self.workers) < 1:
-            raise ValueError(f"--workers must list counts of at least 1 (got {self.workers})")
-        if self.rounds < 2:
-            # rounds + 1 run: the warm-up round and the last (evaluated) one are left out.
-            raise ValueError(
-                f"--rounds must be at least 2, so that one round is measured (got {self.rounds})"
-            )
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"--device must be cpu or cuda (got {self.device!r})")
-        setup = prepare_run(self.config(1))  # store, model, settings: ValueError with a fix
-        if self.shards is not None and self.shards != setup.store.num_shards:
-            raise ValueError(
-                f"--shards {self.shards}, but {self.store} holds {setup.store.num_shards} "
-                f"shards; prepare it with `dane prepare ... --shards {self.shards}`"
-            )
-        if self.device == "cuda":
-            _check_gpus(max(self.workers))
-        return self
-
-    def config(self, workers: int) -> RunConfig:
-        """The run on `workers` workers: this spec's settings, rounds + 1 (the warm-up)."""
-        return run_config(
-            self,
-            out=str(Path(self.workdir) / f"run-{workers}"),
-            workers=workers,
-            rounds=self.rounds + 1,
-            grad_sample=self.grad_sample if self.algorithm == "dane" else 0,
-            eval_every=10**6,  # only the last round evaluates (left out: it is the slowest)
-        )
-
-
-def _check_gpus(workers: int) -> None:
-    if not torch.cuda.is_available():
-        raise ValueError("--device cuda, but torch sees no GPU here; use --device cpu")
-    if workers > torch.cuda.device_count():
-        raise ValueError(
-            f"--device cuda runs one worker per GPU; --workers asks for {workers} but "
-            f"{torch.cuda.device_count()} GPU(s) are visible"
-        )
+from .spec import ScalingSpec
 
 
 @dataclass
@@ -124,9 +59,9 @@ def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     setup = prepare_run(spec.config(1))
-    model_bytes = sizeof(initial_weights(setup.spec, spec.seed))
+    model_bytes = sizeof(initial_weights(setup.spec, spec.run.seed))
     result: dict[str, Any] = {
-        "spec": {**asdict(spec), "networks": [asdict(n) for n in spec.networks]},
+        "spec": {**spec_record(spec), "networks": [asdict(n) for n in spec.networks]},
         "machine": _machine(),
         "model_bytes": model_bytes,
         "num_shards": setup.store.num_shards,

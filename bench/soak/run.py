@@ -20,14 +20,14 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from ...pipeline import Callbacks, RunConfig, make_client, prepare_store, train
-from ..common.specs import run_config
+from ...pipeline import Callbacks, make_client, prepare_store, train
+from ..common.specs import spec_record
+from .spec import SoakSpec
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -45,38 +45,6 @@ SOAK_DASK_CONFIG = {
     "distributed.admin.low-level-log-length": 20,
     "distributed.worker.profile.cycle": "100ms",
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class SoakSpec:
-    """One soak run; see `dane bench soak --help`."""
-
-    rounds: int = 300
-    warmup: int = 30
-    workers: int = 2
-    algorithm: str = "dane"
-    model: str = "mlp"
-    local_steps: int = 5
-    seed: int = 0
-    workdir: str = "bench-out/soak"
-
-    def validate(self) -> SoakSpec:
-        if self.warmup < 1 or self.rounds < self.warmup + 10:
-            raise ValueError(
-                f"--rounds must exceed --warmup by at least 10 (got {self.rounds} and "
-                f"{self.warmup}); e.g. --rounds 300 --warmup 30"
-            )
-        self.config(Path(self.workdir))
-        return self
-
-    def config(self, workdir: Path) -> RunConfig:
-        """The soaked run: this spec's settings on a digits store of one shard per worker."""
-        return run_config(
-            self,
-            store=str(workdir / f"digits-{self.workers}shards.zarr"),
-            out=str(workdir / "run"),
-            eval_every=10,
-        )
 
 
 def _rss() -> int:
@@ -151,12 +119,12 @@ def _workers_rss(pids: list[int]) -> int:
 
 
 def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train spec.rounds rounds on one cluster, sampling after every round; returns the figures."""
+    """Train spec.run.rounds rounds on one cluster, sampling after each; returns the figures."""
     workdir = Path(spec.workdir)
     config = spec.config(workdir)
-    prepare_store("digits", config.store, shards=spec.workers, seed=spec.seed)
+    prepare_store("digits", config.store, shards=config.workers, seed=config.seed)
     shutil.rmtree(config.out, ignore_errors=True)
-    expected = spec.workers + 1  # the held futures: one per shard, one for the test split
+    expected = config.workers + 1  # the held futures: one per shard, one for the test split
     samples: list[dict[str, Any]] = []
     logs_at_warmup: dict[str, Any] = {}  # full, if SOAK_DASK_CONFIG does what it says
     with dask.config.set(SOAK_DASK_CONFIG), make_client(config) as client:
@@ -194,7 +162,7 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
         train(config, client=client, callbacks=Callbacks(on_round=on_round))
         total_s = time.perf_counter() - started
     return {
-        "spec": asdict(spec),
+        "spec": spec_record(spec),
         "dask_config": SOAK_DASK_CONFIG,
         "logs_at_warmup": logs_at_warmup,
         "expected_tasks": expected,

@@ -6,7 +6,7 @@ sampling error)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,10 +14,11 @@ from ..common.options import (
     JsonOut,
     PlotOut,
     Workdir,
-    parse_numbers,
     save_result,
-    spec_from_options,
+    spec_from_flags,
+    spec_options,
 )
+from .shards import ShardsSpec
 
 
 def bench_train(
@@ -56,42 +57,20 @@ def bench_train(
     save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 
+@spec_options(ShardsSpec)
 def shards(
-    ctx: typer.Context,
+    *,
     config: Annotated[
         Path, typer.Option(help="TOML of `dane train` settings (no store), run on every m.")
     ],
-    source: Annotated[str, typer.Option(help="Data source (as `dane prepare`).")] = (
-        "fashion-mnist"
-    ),
-    shards: Annotated[str, typer.Option(help="Shard counts m, comma-separated.")] = "1,2,4,8,16,32",
-    local_epochs: Annotated[
-        float | None,
-        typer.Option(help="Set --local-steps per m to this many passes over a shard."),
-    ] = None,
-    target: Annotated[float, typer.Option(help="Test accuracy to reach.")] = 0.91,
-    seed: Annotated[int, typer.Option(help="Seed of the split into shards.")] = 0,
-    ddp: Annotated[
-        bool, typer.Option(help="Also DDP at m ranks: one process, batch m*B, lr m*lr, warm-up.")
-    ] = True,
-    fedavg: Annotated[bool, typer.Option(help="Also FedAvg with the same local settings.")] = False,
-    dane: Annotated[
-        bool, typer.Option(help="The configuration's own rows (--no-dane: DDP / FedAvg alone).")
-    ] = True,
-    ddp_threads: Annotated[
-        int, typer.Option(help="Torch threads of the DDP rows' process; 0: every core.")
-    ] = 0,
-    workdir: Workdir = Path("bench-out/shards"),
     json_out: JsonOut = None,
     plot_out: PlotOut = None,
+    **flags: Any,
 ) -> None:
     """The same data split over 1, 2, 4... shards, one configuration: is accuracy kept?"""
-    options = ctx.params  # every option by name, as the spec's fields are named
-    from .shards import ShardsSpec, markdown_table, plot, run_shards
+    from .shards import markdown_table, plot, read_config, run_shards
 
-    spec = spec_from_options(
-        ShardsSpec, options, config=str(config), shards=parse_numbers(shards, "--shards", int)
-    ).validate()
+    spec = spec_from_flags(ShardsSpec, flags, run=read_config(config)).validate()
     save_result(
         run_shards(spec, log=typer.echo),
         json_out,

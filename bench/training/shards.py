@@ -13,14 +13,14 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ...datasets.store import open_store
 from ...pipeline import RunConfig, RunDir, prepare_store, read_toml
 from ..common.output import percent
-from ..common.specs import run_config
+from ..common.specs import option, run_config, spec_record
 from .ddp_rows import ddp_row
 
 
@@ -28,23 +28,26 @@ from .ddp_rows import ddp_row
 class ShardsSpec:
     """See `dane bench shards --help`."""
 
-    source: str = "fashion-mnist"
-    shards: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    config: str  # a TOML of `dane train` settings (no store: it is made per shard count)
+    RUN_FLAGS: ClassVar = ()  # the run's settings come from --config (read_config)
+    run: RunConfig  # the configuration run on every m (its store is made per shard count)
+    source: str = option("fashion-mnist", help="Data source (as `dane prepare`).")
+    shards: tuple[int, ...] = option((1, 2, 4, 8, 16, 32), help="Shard counts m, comma-separated.")
     # If given, --local-steps is set per m so that a local solve passes over its shard this
     # many times: every iteration then does the same work, whatever m.
-    local_epochs: float | None = None
-    target: float = 0.91
-    seed: int = 0  # of the split into shards
+    local_epochs: float | None = option(
+        None, help="Set --local-steps per m to this many passes over a shard."
+    )
+    target: float = option(0.91, help="Test accuracy to reach.")
+    seed: int = option(0, help="Seed of the split into shards.")
     # Beside DANE at every m: DDP at m ranks (ddp_rows.py: one process, batch m*B, linear
     # lr scaling and warm-up) and FedAvg with the same local settings, at the same budget.
-    ddp: bool = True
-    fedavg: bool = False
+    ddp: bool = option(True, help="Also DDP at m ranks: one process, batch m*B, lr m*lr, warm-up.")
+    fedavg: bool = option(False, help="Also FedAvg with the same local settings.")
     # The configuration's own rows; off to run the DDP (or FedAvg) rows alone, e.g. on a
     # machine busy with other work: their accuracy does not depend on the machine's load.
-    dane: bool = True
-    ddp_threads: int = 0  # torch threads of the DDP rows' one process; 0: every core
-    workdir: str = "bench-out/shards"
+    dane: bool = option(True, help="The configuration's own rows (--no-dane: DDP / FedAvg alone).")
+    ddp_threads: int = option(0, help="Torch threads of the DDP rows' process; 0: every core.")
+    workdir: str = option("bench-out/shards", help="Where stores and run directories go.")
 
     def validate(self) -> ShardsSpec:
         if not self.shards or min(self.shards) < 1:
@@ -59,19 +62,24 @@ class ShardsSpec:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
         if self.local_epochs is not None and not self.local_epochs > 0:
             raise ValueError(f"--local-epochs must be above 0 (got {self.local_epochs})")
-        if "store" in read_toml(self.config):
-            raise ValueError(f"{self.config} names a store; drop it: each shard count has its own")
         self.run_config(1, "unused")
         return self
 
     def run_config(self, shards: int, store: str, rows: int = 0) -> RunConfig:
         """The configuration on m = `shards` shards of `rows` training rows in all."""
-        config = run_config(**read_toml(self.config))
         out = str(Path(self.workdir) / "runs" / f"m{shards}")
-        steps = config.local_steps
+        steps = self.run.local_steps
         if self.local_epochs is not None and rows:
-            steps = max(1, round(self.local_epochs * rows / shards / config.batch_size))
-        return replace(config, store=store, out=out, local_steps=steps).validate()
+            steps = max(1, round(self.local_epochs * rows / shards / self.run.batch_size))
+        return replace(self.run, store=store, out=out, local_steps=steps).validate()
+
+
+def read_config(path: str | Path) -> RunConfig:
+    """--config: a TOML of `dane train` settings, which must leave the store out."""
+    settings = read_toml(path)
+    if "store" in settings:
+        raise ValueError(f"{path} names a store; drop it: each shard count has its own")
+    return run_config(**settings)
 
 
 def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -100,7 +108,7 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
             if spec.ddp:
                 ddp_runs.append(ddp_row(config, m, rows, spec.target, log, spec.ddp_threads))
     first = (runs or fedavg_runs or [{"config": config.as_dict()}])[0]
-    result = {"spec": asdict(spec), "config": first["config"], "runs": runs}
+    result = {"spec": spec_record(spec), "config": first["config"], "runs": runs}
     return {**result, "ddp_runs": ddp_runs, "fedavg_runs": fedavg_runs}
 
 
@@ -118,7 +126,7 @@ def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[s
     return {
         "shards": m,
         "config": config.as_dict(),
-        "final_test_accuracy": evaluated[-1]["test_accuracy"],
+        "final_test_accuracy": evaluated[-1]["test_accuracy"],  # eval_every: the last too
         "best_test_accuracy": max(r["test_accuracy"] for r in evaluated),
         "rounds_to_target": hit["round"] if hit else None,
         "comm_rounds_to_target": hit["comm_rounds"] if hit else None,

@@ -46,6 +46,21 @@ def declare(default: Any, rule: Rule | None = None, *, help: str, exclusive: boo
     return Declaration(default=default, rule=rule, help=help, exclusive=exclusive).field()
 
 
+def shown_default(value: object) -> str | None:
+    """A default as --help shows it (as one would type it); None for a setting left unset."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if value != "" else "none"
+
+
+def with_default(text: str, default: object) -> str:
+    """A help text with the default appended: 'Learning rate [0.05].'"""
+    shown = shown_default(default)
+    return text if shown is None else f"{text.removesuffix('.')} [{shown}]."
+
+
 def part(builder: Callable[[Mapping[str, Any]], Any], *types: type) -> Mapping[str, Any]:
     """The metadata of a field the registry fills with `builder(settings)`; `types`: the
     classes it may build. `solver: Solver = field(metadata=SOLVER_PART)`."""
