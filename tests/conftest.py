@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +167,37 @@ def not_a_module(num_classes):
 
 NOT_CALLABLE = 3
 '''
+
+
+def _dane_here(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.CompletedProcess:
+    """`dane ARGS` through cli.main() in this process (in `cwd`, DANE_CACHE `cache`, default
+    cwd/cache), its output and exit status captured as a `dane` subprocess's would be: for
+    tests whose point is not the process boundary (an interpreter start costs 4 s of CPU,
+    most of it importing torch; docs/testing.md)."""
+    from dask_dane import cli
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    old_argv, old_cache = sys.argv, os.environ.get("DANE_CACHE")
+    sys.argv, os.environ["DANE_CACHE"] = ["dane", *args], str(cache or cwd / "cache")
+    status = 0
+    try:
+        with contextlib.chdir(cwd), redirect_stdout(stdout), redirect_stderr(stderr):
+            cli.main()
+    except SystemExit as done:
+        status = done.code if isinstance(done.code, int) else int(done.code is not None)
+    finally:
+        sys.argv = old_argv
+        if old_cache is None:
+            os.environ.pop("DANE_CACHE", None)
+        else:
+            os.environ["DANE_CACHE"] = old_cache
+    return subprocess.CompletedProcess(args, status, stdout.getvalue(), stderr.getvalue())
+
+
+@pytest.fixture(scope="session")
+def dane_here():
+    """_dane_here, for tests of any scope."""
+    return _dane_here
 
 
 def _run_cli(argv: list[str]) -> int:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import os
 import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -102,36 +99,13 @@ BAD_INPUT = {
 # The cases run as the real `dane` script in a process of their own: what only a process
 # shows (its exit status, a traceback printed on the way out, Dask's logging while a
 # scheduler is sought). The others are checks of settings and inputs that the same main()
-# makes in this process (`in_process`): an interpreter start costs 4 s of CPU (torch), and
+# makes in this process (conftest's `dane_here`): an interpreter start costs 4 s of CPU (torch), and
 # 20 of them were a minute of CI (docs/testing.md).
 IN_OWN_PROCESS = ("train-missing-store", "train-no-scheduler", "prepare-existing-store")
 
 
-def in_process(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
-    """`dane ARGS` through cli.main() in this process, its output and exit status captured
-    as run_dane returns them."""
-    from dask_dane import cli
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    old_argv, old_cache = sys.argv, os.environ.get("DANE_CACHE")
-    sys.argv, os.environ["DANE_CACHE"] = ["dane", *args], str(cache)
-    status = 0
-    try:
-        with contextlib.chdir(cwd), redirect_stdout(stdout), redirect_stderr(stderr):
-            cli.main()
-    except SystemExit as done:
-        status = done.code if isinstance(done.code, int) else int(done.code is not None)
-    finally:
-        sys.argv = old_argv
-        if old_cache is None:
-            os.environ.pop("DANE_CACHE", None)
-        else:
-            os.environ["DANE_CACHE"] = old_cache
-    return subprocess.CompletedProcess(args, status, stdout.getvalue(), stderr.getvalue())
-
-
 @pytest.fixture(scope="module")
-def bad_input_runs(inputs, tmp_path_factory) -> dict[str, tuple]:
+def bad_input_runs(inputs, tmp_path_factory, dane_here) -> dict[str, tuple]:
     """Every BAD_INPUT case, each in its own folder: IN_OWN_PROCESS side by side in
     subprocesses while the others run in this process, one after another.
 
@@ -147,7 +121,7 @@ def bad_input_runs(inputs, tmp_path_factory) -> dict[str, tuple]:
 
     with ThreadPoolExecutor(max_workers=len(IN_OWN_PROCESS)) as pool:
         own = {case: pool.submit(run, case, run_dane) for case in IN_OWN_PROCESS}
-        runs = {case: run(case, in_process) for case in BAD_INPUT if case not in own}
+        runs = {case: run(case, dane_here) for case in BAD_INPUT if case not in own}
         runs |= {case: future.result() for case, future in own.items()}
     after = _listing(inputs["root"])
     return {case: (*runs[case], before, after) for case in BAD_INPUT}

@@ -1,6 +1,9 @@
 """Every command as a user runs it (issue 15, item 3): `dane train` with the options no other
 test runs, `dane evaluate` with and without --best and its errors, a resume that carries the
-safeguard's state, and the embedded default store. Real processes, so all carry `cluster`.
+safeguard's state, and the embedded default store. Where the process boundary is what a test
+checks (`python -m`, a scheduler and worker started as a user starts them) they run as real
+processes (`dane`); elsewhere through the same cli.main() in this process (`dane_here`,
+conftest.py), on the shared cluster where a run needs one. All carry `cluster`.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,10 +44,11 @@ COMMON = ("--model", "small-cnn", "--workers", "2", "--dashboard-address", "127.
 
 
 @pytest.fixture(scope="module")
-def adam_run(digits_stores, tmp_path_factory) -> Path:
-    """DANE with Adam local steps, evaluated every 2nd round, 2 threads a worker."""
+def adam_run(digits_stores, tmp_path_factory, dane_here) -> Path:
+    """DANE with Adam local steps, evaluated every 2nd round, 2 threads a worker (a cluster
+    this run starts, in this process)."""
     root = tmp_path_factory.mktemp("adam")
-    done = dane(
+    done = dane_here(
         "train", str(digits_stores[4]), *COMMON, "--rounds", "5", "--eval-every", "2",
         "--local-optimizer", "adam", "--local-lr", "0.01", "--threads-per-worker", "2",
         "--local-steps", "10", "--out", str(root / "run"), cwd=root,
@@ -62,14 +67,14 @@ def test_eval_every_evaluates_every_nth_round_and_the_last(adam_run):
     assert rows[-1]["test_accuracy"] > 0.5  # Adam trained it (10 classes)
 
 
-def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run):
+def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run, dane_here):
     rows = _rows(adam_run)
     summary = json.loads((adam_run / "summary.json").read_text())
     best_row = max((r for r in rows if r["test_accuracy"] is not None),
                    key=lambda r: r["test_accuracy"])  # fmt: skip
 
-    latest = dane("evaluate", str(adam_run), cwd=adam_run.parent)
-    best = dane("evaluate", str(adam_run), "--best", cwd=adam_run.parent)
+    latest = dane_here("evaluate", str(adam_run), cwd=adam_run.parent)
+    best = dane_here("evaluate", str(adam_run), "--best", cwd=adam_run.parent)
 
     pattern = r"^(\w+\.pt) \(round (\d+)\): test loss ([\d.]+), test accuracy ([\d.]+)$"
     name, round_index, loss, accuracy = re.match(pattern, latest.stdout.strip()).groups()
@@ -101,7 +106,7 @@ def test_a_checkpoint_scored_in_this_process_gives_the_runs_own_figures(adam_run
         evaluate_checkpoint(dataclasses.replace(config, model="mlp"), run.latest)
 
 
-def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp_path):
+def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp_path, dane_here):
     other = tmp_path / "other"
     other.mkdir()
     (other / "checkpoints").mkdir()
@@ -117,8 +122,8 @@ def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp
     saved = torch.load(adam_run / "checkpoints" / "latest.pt", weights_only=True)
     torch.save({**saved, "checkpoint_version": 999}, future / "checkpoints" / "latest.pt")
 
-    mismatch = dane("evaluate", str(other), cwd=tmp_path)
-    unknown = dane("evaluate", str(future), cwd=tmp_path)
+    mismatch = dane_here("evaluate", str(other), cwd=tmp_path)
+    unknown = dane_here("evaluate", str(future), cwd=tmp_path)
 
     for done, message in ((mismatch, "does not fit model 'mlp'"), (unknown, "unknown version")):
         assert done.returncode == 2
@@ -126,18 +131,19 @@ def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp
         assert "Traceback" not in done.stderr
 
 
-def test_a_resumed_safeguarded_run_ends_where_an_unbroken_one_does(digits_stores, tmp_path):
+def test_a_resumed_safeguarded_run_ends_where_an_unbroken_one_does(
+    digits_stores, tmp_path, cluster_client, dane_here
+):
     # eta 4 overshoots, so the safeguard rejects steps: its anchor, step and halvings must
     # survive the checkpoint for the resumed run to take the same decisions.
-    args = (str(digits_stores[2]), *COMMON, "--safeguard", "backtrack", "--eta", "4",
-            "--local-steps", "5", "--dtype", "float64")  # fmt: skip
-    # The unbroken run and the first half do not depend on each other: side by side.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        whole, first = pool.map(
-            lambda run: dane("train", *args, "--rounds", run[0], "--out", run[1], cwd=tmp_path),
-            [("6", str(tmp_path / "whole")), ("3", str(tmp_path / "split"))],
-        )
-    rest = dane(
+    args = (str(digits_stores[2]), "--model", "small-cnn", "--safeguard", "backtrack",
+            "--eta", "4", "--local-steps", "5", "--dtype", "float64",
+            "--scheduler", cluster_client.scheduler.address)  # fmt: skip
+    whole, first = (
+        dane_here("train", *args, "--rounds", rounds, "--out", str(tmp_path / out), cwd=tmp_path)
+        for rounds, out in (("6", "whole"), ("3", "split"))
+    )
+    rest = dane_here(
         "train", "--rounds", "6", "--out", str(tmp_path / "split"), "--resume", cwd=tmp_path
     )
 
@@ -154,11 +160,16 @@ def test_a_resumed_safeguarded_run_ends_where_an_unbroken_one_does(digits_stores
     assert torch.equal(*weights)
 
 
-def test_train_without_a_store_prepares_and_reuses_the_embedded_default(tmp_path):
-    cache = tmp_path / "cache"
+def test_train_without_a_store_prepares_and_reuses_the_embedded_default(
+    tmp_path, cluster_client, dane_here
+):
+    cache, scheduler = tmp_path / "cache", ("--scheduler", cluster_client.scheduler.address)
 
-    first = dane("train", "--rounds", "1", "--out", str(tmp_path / "a"), cwd=tmp_path, cache=cache)
-    again = dane("train", "--rounds", "1", "--out", str(tmp_path / "b"), cwd=tmp_path, cache=cache)
+    def train(out: str) -> subprocess.CompletedProcess:
+        args = ("train", "--rounds", "1", "--out", str(tmp_path / out), *scheduler)
+        return dane_here(*args, cwd=tmp_path, cache=cache)
+
+    first, again = train("a"), train("b")
 
     assert first.returncode == again.returncode == 0, first.stderr
     stores = list(cache.rglob("zarr.json"))
@@ -167,7 +178,7 @@ def test_train_without_a_store_prepares_and_reuses_the_embedded_default(tmp_path
     assert accuracy[0] == accuracy[1] > 0.3  # the same store and seed: the same result
 
 
-def test_prepare_takes_every_partition_and_size_option(tmp_path):
+def test_prepare_takes_every_partition_and_size_option(tmp_path, dane_here):
     from dask_dane.datasets.store import label_histograms, open_store
 
     store = tmp_path / "s.zarr"
@@ -175,11 +186,11 @@ def test_prepare_takes_every_partition_and_size_option(tmp_path):
                "--image-size", "6", "--test-fraction", "0.25", "--seed", "2")  # fmt: skip
     skew = ("--shards", "4", "--partition", "label-skew", "--classes-per-shard", "3")
 
-    dirichlet = dane(*prepare, "--shards", "3", "--partition", "dirichlet", "--alpha", "0.3",
-                     cwd=tmp_path)  # fmt: skip
+    dirichlet = dane_here(*prepare, "--shards", "3", "--partition", "dirichlet", "--alpha",
+                          "0.3", cwd=tmp_path)  # fmt: skip
     first = open_store(store)
-    kept = dane(*prepare, *skew, cwd=tmp_path)
-    forced = dane(*prepare, *skew, "--force", cwd=tmp_path)
+    kept = dane_here(*prepare, *skew, cwd=tmp_path)
+    forced = dane_here(*prepare, *skew, "--force", cwd=tmp_path)
     second = open_store(store)
 
     assert dirichlet.returncode == 0, dirichlet.stderr
@@ -192,7 +203,7 @@ def test_prepare_takes_every_partition_and_size_option(tmp_path):
     assert all((h > 0).sum() <= 3 for h in label_histograms(second))
 
 
-def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_path):
+def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_path, dane_here):
     # The HPC convention: `dask scheduler --scheduler-file F` writes F, workers and the
     # driver read the address from it. Here: a real scheduler and worker, as a user starts them.
     file = tmp_path / "scheduler.json"
@@ -209,7 +220,13 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        done = dane(
+        # The scheduler writes the file once it listens (a driver started before that is
+        # told the file does not exist, tests/test_cli_errors.py).
+        waited = 0.0
+        while not file.exists() and waited < 60:
+            time.sleep(0.1)
+            waited += 0.1
+        done = dane_here(
             "train", str(digits_stores[2]), "--model", "small-cnn", "--rounds", "2",
             "--local-steps", "5", "--scheduler-file", str(file), "--timeout", "60",
             "--out", str(tmp_path / "run"), cwd=tmp_path,
@@ -220,7 +237,7 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
         toml = tmp_path / "runs.toml"
         toml.write_text('[defaults]\nmodel = "small-cnn"\nrounds = 1\nlocal_steps = 3\n'
                         '[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n')  # fmt: skip
-        bench = dane(
+        bench = dane_here(
             "bench", "train", "--configs", str(toml), "--store", str(digits_stores[2]),
             "--scheduler-file", str(file), "--json", str(tmp_path / "bench.json"),
             "--workdir", str(tmp_path / "bench"), cwd=tmp_path,
@@ -236,7 +253,7 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
     # A scheduler killed without cleaning up leaves its file behind (this one removed it on
     # its way out): a stale file is one clear line.
     file.write_text(written)
-    stale = dane(
+    stale = dane_here(
         "train", str(digits_stores[2]), "--scheduler-file", str(file), "--timeout", "5",
         "--out", str(tmp_path / "stale"), cwd=tmp_path,
     )  # fmt: skip
@@ -249,15 +266,16 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
 def test_version_and_python_dash_m_run_the_same_app(tmp_path):
     import dask_dane
 
-    by_script = dane("--version", cwd=tmp_path)
-    by_module = subprocess.run(
-        [sys.executable, "-m", "dask_dane", "--version"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    refused = subprocess.run(
-        [sys.executable, "-m", "dask_dane", "info", str(tmp_path / "absent.zarr")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    def module(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dask_dane", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    # Three processes that do not depend on each other: side by side.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        script = pool.submit(dane, "--version", cwd=tmp_path)
+        by_module = pool.submit(module, "--version")
+        refused = pool.submit(module, "info", str(tmp_path / "absent.zarr"))
+        by_script, by_module, refused = script.result(), by_module.result(), refused.result()
 
     assert by_script.returncode == by_module.returncode == 0
     assert by_script.stdout == by_module.stdout == f"dask-dane {dask_dane.__version__}\n"

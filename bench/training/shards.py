@@ -122,11 +122,15 @@ def _train_and_sum_up(train, client, config: RunConfig, m: int, target: float) -
 def _summary(m: int, config: RunConfig, target: float, seconds: float) -> dict[str, Any]:
     rows = RunDir(Path(config.out)).rows()
     evaluated = [r for r in rows if r["test_accuracy"] is not None]
+    if not evaluated:  # the last round always evaluates: a run that ended without one failed
+        raise RuntimeError(
+            f"the run at m = {m} ({config.out}) recorded {len(rows)} rounds and no evaluation"
+        )
     hit = next((r for r in evaluated if r["test_accuracy"] >= target), None)
     return {
         "shards": m,
         "config": config.as_dict(),
-        "final_test_accuracy": evaluated[-1]["test_accuracy"],  # eval_every: the last too
+        "final_test_accuracy": evaluated[-1]["test_accuracy"],
         "best_test_accuracy": max(r["test_accuracy"] for r in evaluated),
         "rounds_to_target": hit["round"] if hit else None,
         "comm_rounds_to_target": hit["comm_rounds"] if hit else None,
