@@ -20,6 +20,26 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 
 
+def _fork_workers_from_a_warm_server() -> None:
+    """LocalCluster workers started in this process fork from a server that has imported
+    the engine (torch among it) once, instead of each importing it again (about 4 s of CPU
+    a worker). Distributed's own test suite starts its workers this way. A `dane` process
+    the tests start keeps Dask's default (spawn), as a user's does."""
+    import multiprocessing.forkserver
+
+    import dask
+    import distributed.utils
+
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    distributed.utils.get_mp_context()  # distributed sets its own preload list first
+    preload = multiprocessing.forkserver._forkserver._preload_modules or []
+    engine = ["dask_dane.pipeline.round.tasks", "dask_dane.pipeline.round.worker_round"]
+    multiprocessing.forkserver.set_forkserver_preload([*preload, *engine])
+
+
+_fork_workers_from_a_warm_server()
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_torch():
     # Workers run torch with one thread; the in-process reference must too, so both add
