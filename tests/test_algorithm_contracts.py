@@ -189,7 +189,8 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
 
     values = {"grad_sample": 10, "grad_sample_growth": 2.0, "local_theta": 1.0,
               "trust_radius": 1.0, "line_search": 2, "safeguard": "backtrack",
-              "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp"}  # fmt: skip
+              "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp",
+              "server_nesterov": True}  # fmt: skip
     exclusive = {
         name for name, owners in _exclusive_fields().items()
         if owners[0][1].metadata.get("exclusive")

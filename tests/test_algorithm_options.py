@@ -111,6 +111,8 @@ CASES = {
         lr_schedule="cosine",
     ),
     "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
+    # DiLoCo's outer step (OpenDiLoCo's settings): Nesterov momentum 0.9, outer lr 0.7.
+    "diloco": dict(algorithm="fedavg", server_momentum=0.9, server_nesterov=True, server_lr=0.7),
     "dane-trust": dict(algorithm="dane", trust_radius=0.05),  # binds here: steps 0.2-0.4 free
     "feddyn": dict(algorithm="feddyn", mu=0.1),
     "feddyn-clip": dict(algorithm="feddyn", mu=0.1, local_clip=0.5),  # skew-dane.toml's form
@@ -128,6 +130,7 @@ CASES = {
 COPIES = {
     "dane-fast": 4,
     "fedavgm": 2,
+    "diloco": 2,
     "dane-trust": 4,
     "feddyn": 2,  # the tilt a_i stays on its shard
     "feddyn-clip": 2,
@@ -144,6 +147,7 @@ COPIES = {
 PER_ROUND_COPIES = {
     "dane-fast": 5,
     "fedavgm": 3,
+    "diloco": 3,
     "dane-trust": 5,
     "feddyn": 3,
     "feddyn-clip": 3,

@@ -83,6 +83,12 @@ def _write(tmp_path, text: str):
     return path
 
 
+def test_read_toml_reads_a_boolean_setting(tmp_path):
+    path = _write(tmp_path, "server-nesterov = true\n")
+
+    assert read_toml(path) == {"server_nesterov": True}
+
+
 def test_read_toml_converts_dashes_and_ints_for_floats(tmp_path):
     path = _write(tmp_path, 'local-lr = 1\nrounds = 4\nalgorithm = "fedavg"\n')
 
@@ -113,6 +119,8 @@ def test_read_toml_rejects_unknown_key_naming_it(tmp_path):
         ("rounds = true", "rounds"),
         ('eta = "1.0"', "eta"),
         ("model = 3", "model"),
+        ("server_nesterov = 1", "server_nesterov"),  # a bool setting takes true or false
+        ('server_nesterov = "yes"', "server_nesterov"),
     ],
 )
 def test_read_toml_rejects_wrong_type_naming_the_key(tmp_path, line, key):

@@ -8,8 +8,11 @@ step s and the new weights are computed independently of the project's code.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 import zarr
 
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
@@ -43,6 +46,41 @@ def _local_solutions(info, w: np.ndarray) -> list[np.ndarray]:
             v = v - LR * (2 * x[a:b].T @ (x[a:b] @ v - y[a:b]) / (b - a) + 2 * L2 * v)
         solutions.append(v)
     return solutions
+
+
+@pytest.mark.parametrize("nesterov", [False, True], ids=["heavy-ball", "nesterov"])
+def test_server_momentum_is_torch_sgd_on_the_outer_gradient_over_three_rounds(
+    least_squares, nesterov
+):
+    # DiLoCo's outer optimiser (Douillard et al. 2023): torch.optim.SGD on the outer
+    # gradient w - mean_i v_i, here with OpenDiLoCo's lr 0.7 and momentum 0.9. The oracle is
+    # torch's own optimiser, stepped on a parameter whose .grad is set by hand.
+    beta, outer_lr = 0.9, 0.7
+    config = dataclasses.replace(
+        _config(least_squares, server_momentum=beta, server_nesterov=nesterov,
+                server_lr=outer_lr),
+        rounds=3,
+    ).validate()  # fmt: skip
+    w0 = initial_weights(prepare_run(config).spec, config.seed)
+    param = torch.nn.Parameter(w0.clone())
+    outer = torch.optim.SGD([param], lr=outer_lr, momentum=beta, nesterov=nesterov)
+    for _ in range(3):
+        w = param.detach().numpy().copy()
+        average = np.mean(_local_solutions(least_squares, w), axis=0)
+        param.grad = torch.from_numpy(w - average)
+        outer.step()
+
+    run = run_reference(prepare_run(config), rounds=3, num_workers=2)
+
+    np.testing.assert_allclose(run.weights.numpy(), param.detach().numpy(), rtol=1e-12,
+                               atol=1e-14)  # fmt: skip
+    assert [h["server_lr"] for h in run.history] == [outer_lr] * 3
+
+
+def test_nesterov_without_momentum_is_refused_naming_both_settings(least_squares):
+    with pytest.raises(ValueError, match="--server-nesterov is a form of momentum; set "
+                       "--server-momentum above 0"):  # fmt: skip
+        _config(least_squares, server_nesterov=True)
 
 
 @pytest.mark.parametrize("server_lr", [0.5, 1.7])

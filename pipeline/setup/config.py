@@ -119,7 +119,9 @@ def _field_types() -> dict[str, tuple[type, ...]]:
     types: dict[str, tuple[type, ...]] = {}
     for f in dataclasses.fields(RunConfig):
         text = str(f.type)
-        if "float" in text:
+        if f.type is bool or text == "bool":
+            types[f.name] = (bool,)
+        elif "float" in text:
             types[f.name] = (int, float)
         elif "int" in text:
             types[f.name] = (int,)
@@ -141,7 +143,8 @@ def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
             raise ValueError(
                 f"{origin}: unknown key {raw_key!r}; known keys: {', '.join(sorted(types))}"
             )
-        if isinstance(value, bool) or not isinstance(value, types[key]):
+        # A TOML boolean is a Python bool, which is an int too: only a bool field takes one.
+        if isinstance(value, bool) != (types[key] == (bool,)) or not isinstance(value, types[key]):
             expected = " or ".join(t.__name__ for t in types[key])
             raise ValueError(
                 f"{origin}: key {raw_key!r} must be {expected}, got {type(value).__name__}"
@@ -209,9 +212,14 @@ def to_toml(config: RunConfig) -> str:
             value = getattr(config, f.name)
             if value is None:
                 continue
-            text = _toml_string(value) if isinstance(value, str) else repr(value)
-            lines.append(f"{f.name} = {text}")
+            lines.append(f"{f.name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"  # TOML's spelling, not Python's
+    return _toml_string(value) if isinstance(value, str) else repr(value)
 
 
 def _toml_string(value: str) -> str:

@@ -1,10 +1,16 @@
-"""The server's step on the averaged update: momentum (--server-momentum) and a step size.
+"""The server's step on the averaged update: momentum (--server-momentum), Nesterov's form of
+it (--server-nesterov) and a step size (--server-lr).
 
 Legend: w = weights at the start of the round, w_avg = the round's proposal (the mean of the
-local solutions), m = the momentum of the averaged steps, beta = --server-momentum.
-    m' = beta * m + (w_avg - w);    w' = w + m'
-With beta = 0 it is the plain average. FedAvg with it is FedAvgM (Hsu, Qi & Brown 2019); on
-DANE it is the momentum form of an accelerated outer loop. m is the driver state.
+local solutions), s = the step size, D = s (w_avg - w) the averaged step, m = the momentum of
+the averaged steps, beta = --server-momentum.
+    heavy ball:  m' = beta * m + D;    w' = w + m'
+    Nesterov:    m' = beta * m + D;    w' = w + D + beta * m'
+With beta = 0 both are the plain step w + D (the average itself at s = 1). These are
+torch.optim.SGD's two forms applied to the outer gradient w - w_avg with lr s (so D = -s g):
+FedAvg with the heavy ball is FedAvgM (Hsu, Qi & Brown 2019); with Nesterov, s = 0.7 and
+beta = 0.9 it is DiLoCo's outer step (Douillard et al. 2023; OpenDiLoCo's settings). m is the
+driver state, checkpointed with the run; the step acts on the weights, never on buffers.
 """
 
 from __future__ import annotations
@@ -29,17 +35,33 @@ def init_momentum(beta: float, weights: torch.Tensor) -> MomentumState | None:
 
 
 def momentum_step(
-    beta: float, state: MomentumState | None, weights: torch.Tensor, proposal: torch.Tensor
+    beta: float,
+    state: MomentumState | None,
+    weights: torch.Tensor,
+    proposal: torch.Tensor,
+    nesterov: bool = False,
 ) -> tuple[torch.Tensor, MomentumState | None]:
     """The new weights and state: the proposal itself without momentum (state None)."""
     if state is None:
         return proposal, None
-    velocity = beta * state.velocity + (proposal - weights)
-    return weights + velocity, MomentumState(velocity=velocity)
+    step = proposal - weights
+    velocity = beta * state.velocity + step
+    moved = step + beta * velocity if nesterov else velocity
+    return weights + moved, MomentumState(velocity=velocity)
 
 
-def momentum_label(beta: float) -> str:
-    return f" server-momentum={beta:g}" if beta else ""
+def momentum_label(beta: float, nesterov: bool = False) -> str:
+    if not beta:
+        return ""
+    return f" server-momentum={beta:g}" + (" nesterov" if nesterov else "")
+
+
+def check_nesterov(nesterov: bool, beta: float) -> None:
+    if nesterov and not beta:
+        raise SettingError(
+            f"{setting('server_nesterov')} is a form of momentum; set "
+            f"{setting('server_momentum')} above 0 (DiLoCo: 0.9) or drop it"
+        )
 
 
 # A server step size on the averaged update (--server-lr, --server-lr-rule):
@@ -101,11 +123,12 @@ def server_update(
     lr: float = 1.0,
     rule: str = "fixed",
     metrics: dict[str, float] | None = None,
+    nesterov: bool = False,
 ) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
     """The new weights, momentum state and round metrics (the step size s, where not 1)."""
     scale = server_scale(rule, lr, metrics or {}, weights, proposal)
     new_weights, new_state = momentum_step(
-        beta, state, weights, scaled_proposal(weights, proposal, scale)
+        beta, state, weights, scaled_proposal(weights, proposal, scale), nesterov
     )
     reported = {"server_lr": scale} if (rule != "fixed" or lr != 1.0) else {}
     return new_weights, new_state, reported
@@ -131,10 +154,16 @@ class ServerStep:
         exclusive=True,
         help="fixed (s = --server-lr) | fedexp (s from the local updates' spread).",
     )
+    server_nesterov: bool = declare(
+        False,
+        exclusive=True,
+        help="dane/fedavg/fedprox: Nesterov's form of --server-momentum (DiLoCo's outer step).",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
         check_server_lr(self.server_lr, self.server_lr_rule)
+        check_nesterov(self.server_nesterov, self.server_momentum)
 
     @property
     def is_plain(self) -> bool:
@@ -153,7 +182,7 @@ class ServerStep:
         return init_momentum(self.server_momentum, weights)
 
     def label(self) -> str:
-        return momentum_label(self.server_momentum) + server_lr_label(
+        return momentum_label(self.server_momentum, self.server_nesterov) + server_lr_label(
             self.server_lr, self.server_lr_rule
         )
 
@@ -168,6 +197,7 @@ class ServerStep:
         return server_update(
             beta=self.server_momentum, state=state, weights=weights, proposal=proposal,
             lr=self.server_lr, rule=self.server_lr_rule, metrics=metrics,
+            nesterov=self.server_nesterov,
         )  # fmt: skip
 
 
