@@ -113,6 +113,12 @@ CASES = {
     "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
     # DiLoCo's outer step (OpenDiLoCo's settings): Nesterov momentum 0.9, outer lr 0.7.
     "diloco": dict(algorithm="fedavg", server_momentum=0.9, server_nesterov=True, server_lr=0.7),
+    # K per round (--local-steps-schedule): QSR over the cosine's decay, capped at 32; post-local
+    # SGD's one step a round for 2 rounds, then K.
+    "fedavg-qsr": dict(
+        algorithm="fedavg", lr_schedule="cosine", local_steps_schedule="qsr", local_steps_max=32
+    ),
+    "fedavg-post-local": dict(algorithm="fedavg", local_steps_schedule="post-local", sync_rounds=2),
     "dane-trust": dict(algorithm="dane", trust_radius=0.05),  # binds here: steps 0.2-0.4 free
     "feddyn": dict(algorithm="feddyn", mu=0.1),
     "feddyn-clip": dict(algorithm="feddyn", mu=0.1, local_clip=0.5),  # skew-dane.toml's form
@@ -131,6 +137,8 @@ COPIES = {
     "dane-fast": 4,
     "fedavgm": 2,
     "diloco": 2,
+    "fedavg-qsr": 2,
+    "fedavg-post-local": 2,
     "dane-trust": 4,
     "feddyn": 2,  # the tilt a_i stays on its shard
     "feddyn-clip": 2,
@@ -148,6 +156,8 @@ PER_ROUND_COPIES = {
     "dane-fast": 5,
     "fedavgm": 3,
     "diloco": 3,
+    "fedavg-qsr": 3,
+    "fedavg-post-local": 3,
     "dane-trust": 5,
     "feddyn": 3,
     "feddyn-clip": 3,
@@ -209,6 +219,12 @@ def test_dask_run_equals_reference_and_counts_its_bytes(
             assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert [r["comm_bytes"] for r in rows] == [COPIES[case] * num_params * 8] * 3
     assert rows[-1]["cum_images"] == sum(r["images"] for r in rows)
+    # K_t x B rows on each of the 4 shards, one communication round each, as they fell:
+    # cosine factors 1, 0.75, 0.25 give K = 8, floor(8 / 0.75^2) = 14, then 128 capped at 32.
+    steps = {"fedavg-qsr": [8, 14, 32], "fedavg-post-local": [1, 1, 8]}.get(case)
+    if steps:
+        assert [r["images"] for r in rows] == [k * 16 * 4 for k in steps]
+        assert [r["comm_rounds"] for r in rows] == [1, 2, 3]
     if case == "dane-line-search":
         assert all(r["line_search_step"] in (2.0, 1.0, 0.5) for r in rows)
         assert [r["comm_rounds"] for r in rows] == [3, 6, 9]

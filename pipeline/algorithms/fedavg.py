@@ -37,7 +37,8 @@ class FedAvg(SolveAndAverage):
     def update(self, end: RoundEnd) -> RoundUpdate:
         v = end.mean.tensors["weights"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
-        pseudo_grad = (end.weights - v) / (self.solver.local_steps * self.solver.local_lr)
+        steps = self.solver.steps(end.round_index)  # K_t (--local-steps-schedule)
+        pseudo_grad = (end.weights - v) / (steps * self.solver.local_lr)
         weights, state, metrics = self.server_step_from(end)
         return RoundUpdate(
             weights=weights,

@@ -82,7 +82,8 @@ class Scaffold(StrategyDefaults):
         y = end.mean.tensors["weights"]
         control = end.state.control + end.mean.tensors["control_delta"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
-        pseudo_grad = (end.weights - y) / (self.solver.local_steps * self.solver.local_lr)
+        steps = self.solver.steps(end.round_index)  # K_t (--local-steps-schedule)
+        pseudo_grad = (end.weights - y) / (steps * self.solver.local_lr)
         return RoundUpdate(
             weights=y,
             state=ScaffoldState(control=control),

@@ -22,6 +22,7 @@ import torch
 from ...round.objective import ShardObjective
 from .checks import at_least_one, momentum_range, non_negative, one_of, positive, validate
 from .hyperparameters import Declaration, declare
+from .local_steps_schedule import LOCAL_STEPS_SCHEDULES, QSR_DEFAULT_CAP, local_steps_at
 from .schedule import SCHEDULES, lr_factor
 from .setting_error import SettingError, setting
 
@@ -122,17 +123,48 @@ class LocalSolver:
         non_negative,
         help="Local steps: --local-lr rises linearly over this many rounds; 0: off.",
     )
+    # K per round (local_steps_schedule.py): QSR grows it as --lr-schedule decays the rate;
+    # post-local takes one step a round (synchronous SGD) for --sync-rounds rounds first.
+    local_steps_schedule: str = declare(
+        "constant",
+        one_of(*LOCAL_STEPS_SCHEDULES),
+        help="K per round: constant | qsr (grows as the lr decays) | post-local.",
+    )
+    local_steps_max: int = declare(
+        0, non_negative, help=f"qsr: most local steps a round; 0: {QSR_DEFAULT_CAP} K."
+    )
+    sync_rounds: int = declare(
+        0, non_negative, help="post-local: rounds of one local step each before K."
+    )
     rounds: int = 1  # the schedule's span (--rounds)
 
     def __post_init__(self) -> None:
         validate(self)
+        check_local_steps_schedule(self)
 
     def label(self) -> str:
         schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
         clip = f" clip={self.local_clip:g}" if self.local_clip else ""
         warmup = f" warmup={self.lr_warmup}" if self.lr_warmup else ""
-        return (
-            f"K={self.local_steps} lr={self.local_lr:g}{schedule}{warmup}{clip} B={self.batch_size}"
+        steps = f"K={self.local_steps}" + self._schedule_label()
+        return f"{steps} lr={self.local_lr:g}{schedule}{warmup}{clip} B={self.batch_size}"
+
+    def _schedule_label(self) -> str:
+        if self.local_steps_schedule == "qsr":
+            return "(qsr)"
+        if self.local_steps_schedule == "post-local":
+            return f"(after {self.sync_rounds} of 1)"
+        return ""
+
+    def steps(self, round_index: int) -> int:
+        """K_t: the local steps of round `round_index` (--local-steps-schedule)."""
+        return local_steps_at(
+            self.local_steps_schedule,
+            self.local_steps,
+            round_index,
+            factor=lr_factor(self.lr_schedule, round_index, self.rounds),
+            sync_rounds=self.sync_rounds,
+            cap=self.local_steps_max,
         )
 
     def lr(self, round_index: int) -> float:
@@ -165,7 +197,7 @@ class LocalSolver:
         else:
             opt = torch.optim.SGD([v], lr=lr, momentum=self.momentum)
         first_loss, steps, drawn = float("nan"), 0, 0
-        for step in range(self.local_steps):
+        for step in range(self.steps(round_index)):
             opt.zero_grad(set_to_none=False)
             drawn += 1
             loss = objective.batch_loss(v, objective.sample_rows(self.batch_size, rng))
@@ -196,6 +228,27 @@ def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
     norm = float(torch.linalg.vector_norm(grad))
     if norm > max_norm:
         grad.mul_(max_norm / norm)
+
+
+def check_local_steps_schedule(solver: LocalSolver) -> None:
+    """Each schedule's own setting only with it; a cap below K would cut K itself."""
+    schedule = solver.local_steps_schedule
+    for name, applies in (("local_steps_max", "qsr"), ("sync_rounds", "post-local")):
+        if getattr(solver, name) and schedule != applies:
+            raise SettingError(
+                f"{setting(name)} applies to {setting('local_steps_schedule', applies)}; "
+                f"drop it or set that schedule"
+            )
+    if solver.local_steps_max and solver.local_steps_max < solver.local_steps:
+        raise SettingError(
+            f"{setting('local_steps_max')} is below {setting('local_steps')}: QSR only "
+            f"lengthens the local solve; raise it or lower {setting('local_steps')}"
+        )
+    if schedule == "post-local" and not solver.sync_rounds:
+        raise SettingError(
+            f"{setting('local_steps_schedule', 'post-local')} needs {setting('sync_rounds')} "
+            "above 0 (the rounds of synchronous SGD before the local steps)"
+        )
 
 
 def check_trust_radius(radius: float, solver: object) -> None:

@@ -1,0 +1,44 @@
+"""How many local steps K_t round t takes (--local-steps-schedule), from the base K.
+
+- constant: K_t = K in every round.
+- qsr: the Quadratic Synchronization Rule (Gu, Lyu, Arora, Zhang & Huang, ICLR 2024): the
+  local steps grow as the learning rate decays, K_t = max(K, floor((alpha / lr_t)^2)). With
+  alpha = sqrt(K) --local-lr, the rate's peak takes K: K_t = floor(K / f_t^2) for the
+  --lr-schedule factor f_t in (0, 1], at least K and at most --local-steps-max (the cosine
+  factor nears 0 in the last rounds). A warm-up (--lr-warmup) does not count as decay, and
+  with --lr-schedule constant QSR is constant.
+- post-local: post-local SGD (Lin, Stich, Patel & Jaggi, ICLR 2020): one step a round, that is
+  synchronous minibatch SGD, for the first --sync-rounds rounds, then K. The paper counts the
+  switch in epochs: on m equal shards of n rows, E epochs are E n / B rounds of one step.
+"""
+
+from __future__ import annotations
+
+import math
+
+LOCAL_STEPS_SCHEDULES = ("constant", "qsr", "post-local")
+QSR_DEFAULT_CAP = 16  # --local-steps-max 0: at most 16 K local steps a round under qsr
+
+
+def local_steps_at(
+    schedule: str,
+    base: int,
+    round_index: int,
+    *,
+    factor: float = 1.0,
+    sync_rounds: int = 0,
+    cap: int = 0,
+) -> int:
+    """K_t of round `round_index` (from 1) under `schedule`, from the base K = `base`;
+    `factor`: the --lr-schedule factor of that round (qsr)."""
+    if schedule == "constant":
+        return base
+    if schedule == "post-local":
+        return 1 if round_index <= sync_rounds else base
+    assert schedule == "qsr", schedule
+    most = cap or QSR_DEFAULT_CAP * base
+    if factor <= 0:
+        return most  # the rate has decayed to nothing: as long a solve as is allowed
+    # The 1e-9 keeps a product that is a whole number in exact arithmetic from flooring to
+    # one below it (K / 0.5^2 = 4 K).
+    return min(most, max(base, math.floor(base / factor**2 + 1e-9)))
