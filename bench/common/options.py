@@ -97,14 +97,13 @@ def _own_parameters(spec_type: type) -> list[inspect.Parameter]:
         if "help" not in f.metadata:
             continue
         default, kind = f.default, hints[f.name]
+        required = default is MISSING
         flag = f.metadata.get("flag")
         declared = (flag,) if flag else ()
-        if typing.get_origin(kind) is tuple:
-            kind, default = (
-                str,
-                ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default),
-            )
-        required = default is MISSING
+        if typing.get_origin(kind) is tuple:  # typed as comma-separated text
+            kind = str
+            if not required:
+                default = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
         text = f.metadata["help"] if required else with_default(f.metadata["help"], default)
         info = typer.Option(*declared, help=text, show_default=False)
         parameters.append(_keyword(f.name, Annotated[kind, info], ... if required else default))
