@@ -198,3 +198,41 @@ def test_shards_bench_runs_the_ddp_rows_alone_without_a_cluster(tmp_path):
     assert not (tmp_path / "work" / "runs").exists()  # no dask-dane run was started
     nothing = CliRunner().invoke(app, [*common, "--no-dane", "--no-ddp"])
     assert nothing.exit_code != 0 and "leaves nothing to run" in str(nothing.exception)
+
+
+def test_the_ddp_grid_scales_the_lr_as_its_users_do_and_keeps_the_lowest_training_loss(
+    monkeypatch,
+):
+    # Issue 34: at large m, DDP's row is the best of 2 scalings x 2 warm-ups x 3 lr factors,
+    # chosen by the final training loss (the test split stays out of the choice).
+    import dask_dane.bench.training.ddp_rows as ddp_rows
+    from dask_dane.pipeline import RunConfig
+
+    config = RunConfig(store="x.zarr", local_lr=0.05, batch_size=32, rounds=10, local_steps=5)
+    settings = ddp_rows.grid_settings()
+    assert len(settings) == 12
+    sqrt = ddp_rows.ddp_spec(config, 16, 2.0, 6400, scaling="sqrt", warmup=5.0, lr_factor=2.0)
+    assert (sqrt.lr, sqrt.warmup_epochs, sqrt.batch_size) == (pytest.approx(0.4), 5.0, 512)
+    linear = ddp_rows.ddp_spec(config, 16, 2.0, 6400, lr_factor=0.5)
+    assert (linear.lr, linear.warmup_epochs) == (pytest.approx(0.4), 1.0)  # 16 x 0.05 / 2
+
+    # Made-up runs: the loss is lowest at sqrt scaling, 5 epochs, x1; the linear x2 runs
+    # diverge (nan), and their test accuracy, the highest here, must not win.
+    def fake_run(spec, log):
+        scaling = "sqrt" if spec.lr < 16 * 0.05 * 0.5 - 1e-9 else "linear"
+        diverged = scaling == "linear" and spec.lr > 16 * 0.05 * 1.5
+        loss = float("nan") if diverged else abs(spec.lr - 0.2) + 0.1 / spec.warmup_epochs
+        accuracy = 0.99 if diverged else 0.9 - loss
+        curve = [{"step": 10, "train_loss": loss, "test_accuracy": accuracy, "images": 5120}]
+        return {"curve": curve, "final_test_accuracy": accuracy, "best_test_accuracy": accuracy,
+                "steps": 10, "train_wall_s": 1.0, "threads": 1, "model_params": 10}  # fmt: skip
+
+    monkeypatch.setattr(ddp_rows, "run_single", fake_run)
+    row = ddp_rows.ddp_row(config, 16, 6400, 0.5, log=lambda line: None, grid=True)
+
+    assert row["setting"] == {"scaling": "sqrt", "warmup": 5.0, "lr_factor": 1.0}
+    assert row["lr"] == pytest.approx(0.2) and row["warmup_epochs"] == 5.0
+    assert len(row["grid"]) == 12
+    assert sorted(r["final_train_loss"] for r in row["grid"])[-2:] == [float("inf")] * 2
+    plain = ddp_rows.ddp_row(config, 16, 6400, 0.5, log=lambda line: None)
+    assert "grid" not in plain and plain["lr"] == pytest.approx(0.8)  # Goyal et al.'s rule

@@ -47,6 +47,10 @@ class ShardsSpec:
     # machine busy with other work: their accuracy does not depend on the machine's load.
     dane: bool = option(True, help="The configuration's own rows (--no-dane: DDP / FedAvg alone).")
     ddp_threads: int = option(0, help="Torch threads of the DDP rows' process; 0: every core.")
+    # ddp_rows.py: at m >= this, DDP's row is the best of a tuning grid, not Goyal et al.'s rule.
+    ddp_grid_from: int = option(
+        0, help="DDP rows at m >= this: the best of a small lr grid (ddp_rows.py); 0: off."
+    )
     workdir: str = option("bench-out/shards", help="Where stores and run directories go.")
 
     def validate(self) -> ShardsSpec:
@@ -58,6 +62,8 @@ class ShardsSpec:
             raise ValueError(
                 f"--ddp-threads must be 0 (every core) or more (got {self.ddp_threads})"
             )
+        if self.ddp_grid_from < 0:
+            raise ValueError(f"--ddp-grid-from must be 0 (off) or more (got {self.ddp_grid_from})")
         if not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
         if self.local_epochs is not None and not self.local_epochs > 0:
@@ -106,7 +112,9 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
                 fedavg = replace(config, algorithm="fedavg", out=f"{config.out}-fedavg")
                 fedavg_runs.append(_train_and_sum_up(train, client, fedavg, m, spec.target))
             if spec.ddp:
-                ddp_runs.append(ddp_row(config, m, rows, spec.target, log, spec.ddp_threads))
+                grid = bool(spec.ddp_grid_from) and m >= spec.ddp_grid_from
+                row = ddp_row(config, m, rows, spec.target, log, spec.ddp_threads, grid=grid)
+                ddp_runs.append(row)
     first = (runs or fedavg_runs or [{"config": config.as_dict()}])[0]
     result = {"spec": spec_record(spec), "config": first["config"], "runs": runs}
     return {**result, "ddp_runs": ddp_runs, "fedavg_runs": fedavg_runs}
@@ -198,11 +206,11 @@ def _beside_tables(result: dict[str, Any]) -> list[str]:
             "| ranks m | global batch | lr | epochs | final acc. | best acc. | "
             "steps to target | train time (s) |"
         )
-        title = "DDP at m ranks (one process, batch m*B, lr m*lr, warm-up):"
+        title = "DDP at m ranks (one process, batch m*B; lr m*lr and warm-up, or the grid's best):"
         lines += ["", title, "", head, "|---:" * 8 + "|"]
         for run in result["ddp_runs"]:
             lines.append(
-                f"| {run['shards']} | {run['global_batch']} | {run['lr']:g} | "
+                f"| {run['shards']} | {run['global_batch']} | {_ddp_lr(run)} | "
                 f"{run['epochs']:.2f} | {run['final_test_accuracy']:.4f} | "
                 f"{run['best_test_accuracy']:.4f} | {run['steps_to_target'] or 'not reached'} | "
                 f"{run['train_wall_s']:.0f} |"
@@ -236,3 +244,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     iterations.set_ylabel(f"iterations to {percent(result['spec']['target'])}")
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def _ddp_lr(run: dict[str, Any]) -> str:
+    """A DDP row's lr, with the grid setting that chose it (where a grid ran)."""
+    setting = run.get("setting")
+    if not setting:
+        return f"{run['lr']:g}"
+    return f"{run['lr']:g} ({setting['scaling']}, {setting['warmup']:g} ep warm-up)"
