@@ -9,7 +9,10 @@ import pytest
 from dask_dane.cli.console import quiet_cluster_logs
 
 
-def test_cluster_logs_go_to_the_run_directory_not_the_terminal(tmp_path, capsys):
+def test_cluster_logs_go_to_the_run_directory_not_the_terminal(tmp_path, capsys, monkeypatch):
+    # Tornado's logger as a process that has not configured distributed's logging has it
+    # (conftest.py imports distributed, whose logging setup turns propagation off).
+    monkeypatch.setattr(logging.getLogger("tornado"), "propagate", True)
     run = tmp_path / "run"
     with quiet_cluster_logs(run):
         # Before the run directory exists (the run is still being checked): held, not written.
