@@ -3,12 +3,24 @@
 The public Python API, the CLI's names as functions:
 
     import dask_dane
-    result = dask_dane.train("store.zarr", model="my_net.py:build", algorithm="dane", rounds=10)
+    store = dask_dane.prepare("store.zarr", "digits", shards=4)  # or train=(x, y), test=...
+    result = dask_dane.train(store, model="my_net.py:build", algorithm="dane", rounds=10)
     result.model, result.history, result.test_accuracy, result.run_dir
-    dask_dane.prepare("store.zarr", train=(x, y), test=(x_test, y_test), shards=4)
     model = dask_dane.load("runs/my-run")
 
-Its names are imported on first use, so that `dane --help` does not wait for torch.
+train
+    Train a model on a store with an algorithm; returns a TrainResult.
+prepare
+    Write a sharded store from a named source or from NumPy arrays.
+load
+    The trained nn.Module of a run directory.
+TrainResult
+    What train returns: the model, the metrics rows, the summary and the run directory.
+Callbacks
+    Functions train calls at the start, after each round and with each round's weights.
+
+Its names are imported on first use, so that `import dask_dane` and `dane --help` do not
+wait for torch.
 """
 
 from __future__ import annotations
@@ -16,20 +28,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["TrainResult", "__version__", "load", "prepare", "train"]
+__all__ = ["Callbacks", "TrainResult", "__version__", "load", "prepare", "train"]
 
 if TYPE_CHECKING:
-    from .pipeline.api import TrainResult, prepare, train
-    from .pipeline.trained import load_model as load
+    from .pipeline.api import TrainResult, load, prepare, train
+    from .pipeline.run.progress import Callbacks
+
+# name: the module under the package that defines it, imported on first use.
+_LAZY = {
+    "Callbacks": "pipeline.run.progress",  # torch-free: reaching it costs nothing
+    "TrainResult": "pipeline.api",
+    "load": "pipeline.api",
+    "prepare": "pipeline.api",
+    "train": "pipeline.api",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("TrainResult", "prepare", "train"):
-        from .pipeline import api
+    """An API name, imported on first use."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
-    if name == "load":
-        from .pipeline.trained import load_model
-
-        return load_model
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # found directly next time, without this hook
+        return value
     raise AttributeError(f"module 'dask_dane' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the API's among them before their first use."""
+    # The lazy names are listed before they are imported: dir(), help() and tab completion.
+    return sorted({*globals(), *__all__})

@@ -4,6 +4,7 @@ The names are the CLI's: `train(store, model=..., algorithm=..., **settings)` ta
 `dane train` flags as keywords (local_lr=0.05 for --local-lr) and checks them the same way,
 so a notebook and the command line describe a run identically. The defaults shown in the
 signatures are the settings' own (RunConfig's and PartitionSpec's fields), not copies.
+Errors name the keywords, not the flags (keywords.py); an unknown keyword is a TypeError.
 """
 
 from __future__ import annotations
@@ -15,30 +16,56 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from torch import nn
 
-from ..datasets.partition import PartitionSpec
-from ..datasets.raw import RawDataset
-from ..datasets.store import write_store
 from ..models.user import callable_name
+from .api_prepare import prepare
+from .keywords import check_keywords, reword, settings_keywords
 from .run import loop
+from .run.main_guard import refuse_in_spawned_import
 from .run.metrics import read_metrics
 from .run.plan import plan_run
+from .run.progress import Callbacks, ProgressLines, chain
 from .run.rundir import RunDir
 from .setup.config import RunConfig, check_settings
 from .trained import export_module, load_model, read_trained
 
+__all__ = ["Callbacks", "TrainResult", "load", "prepare", "train"]
+
 ModelArg = str | Callable[..., nn.Module]
+# train's own parameters; every other keyword is a `dane train` setting.
+_OWN = {
+    "store",
+    "model",
+    "algorithm",
+    "client",
+    "workers",
+    "out",
+    "resume",
+    "progress",
+    "callbacks",
+}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TrainResult:
-    """A finished run: the trained model, its metrics rows and where it is saved."""
+    """A finished run: the trained model, its metrics rows and where it is saved.
 
-    model: nn.Module  # final weights and buffers, in eval mode, on the CPU
-    history: list[dict[str, Any]]  # metrics.jsonl's rows, one per round
-    summary: dict[str, Any]  # summary.json
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The network with the final weights and buffers, in eval mode, on the CPU.
+    history : list of dict
+        metrics.jsonl's rows, one per round (see `Callbacks.on_round` for the keys).
+    summary : dict
+        summary.json: the final and best figures and the run's totals.
+    run_dir : pathlib.Path
+        The run directory (config.toml, metrics.jsonl, checkpoints/, summary.json).
+    """
+
+    model: nn.Module
+    history: list[dict[str, Any]]
+    summary: dict[str, Any]
     run_dir: Path
 
     @property
@@ -47,9 +74,31 @@ class TrainResult:
         return self.summary["final_test_accuracy"]
 
     def export(self, out: str | Path, *, form: str = "program") -> Path:
-        """Write `.model` as `dane export` does (form: program | state-dict); also for a model
-        from a notebook function, which the command line cannot rebuild."""
+        """Write `.model` to a file that plain PyTorch loads, as `dane export` does.
+
+        Parameters
+        ----------
+        out
+            The file to write.
+        form
+            ``"program"`` (a `torch.export` program taking raw samples) or ``"state-dict"``.
+
+        Returns
+        -------
+        pathlib.Path
+            The file written. Works for a model from a notebook function too, which the
+            command line cannot rebuild.
+        """
         return export_module(self.model, read_trained(self.run_dir)["model"], out, form=form)
+
+    def __repr__(self) -> str:
+        # Short on purpose: the history and the model are attributes to look at, not to dump.
+        accuracy = self.test_accuracy
+        shown = "None" if accuracy is None else f"{accuracy:.4f}"
+        return (
+            f"TrainResult(run_dir={str(self.run_dir)!r}, rounds={len(self.history)}, "
+            f"test_accuracy={shown}, model={type(self.model).__name__})"
+        )
 
 
 def train(
@@ -61,6 +110,8 @@ def train(
     workers: int = RunConfig.workers,
     out: str | Path | None = None,
     resume: bool = False,
+    progress: bool = True,
+    callbacks: Callbacks | None = None,
     **settings: Any,
 ) -> TrainResult:
     """Train `model` on `store` with `algorithm`; return the trained model and its metrics.
@@ -84,6 +135,12 @@ def train(
         The run directory; None makes a fresh one under ./runs.
     resume
         Continue the run in `out`.
+    progress
+        Print a line as the run starts and one per round (round, train loss, test
+        accuracy), on stderr or in the notebook; False prints nothing.
+    callbacks
+        A `Callbacks` whose functions are called at the start, after each round with its
+        metrics row, and with each round's weights.
     **settings
         Any `dane train` flag by its Python name (rounds=10, local_lr=0.05, augment="flip").
 
@@ -91,12 +148,35 @@ def train(
     -------
     TrainResult
         `.model`, `.history`, `.test_accuracy`, `.summary` and `.run_dir`.
+
+    Raises
+    ------
+    TypeError
+        For a keyword that is no setting, naming the closest one.
+    ValueError
+        For a bad setting or combination, naming the keywords and the fix; nothing is
+        written then.
     """
+    refuse_in_spawned_import()  # a worker re-running a script without a main guard
+    check_keywords(settings, settings_keywords() - _OWN, "dask_dane.train", named=_OWN)
     builder = None if isinstance(model, str) else model
     settings = {**settings, "algorithm": algorithm, "workers": workers}
-    config = _train_config(store, model, out, resume=resume, settings=settings)
-    summary = loop.train(config, resume=resume, client=client, model=builder)
+    lines = ProgressLines() if progress else None
+    watchers = [lines.callbacks()] if lines is not None else []
+    watchers += [callbacks] if callbacks is not None else []
+    try:
+        config = _train_config(store, model, out, resume=resume, settings=settings)
+        if lines is not None:
+            lines.begin(config, resume=resume)
+        summary = loop.train(
+            config, resume=resume, callbacks=chain(*watchers), client=client, model=builder
+        )
+    except ValueError as err:  # a SettingError, a refused resume, a diverged run
+        reword(err)
+        raise
     run_dir = RunDir(Path(config.out))
+    if lines is not None:
+        lines.end(summary, run_dir.root)
     return TrainResult(
         model=load_model(run_dir.root, model=builder),
         history=read_metrics(run_dir.metrics),
@@ -127,41 +207,34 @@ def _fresh_run_dir(algorithm: str) -> str:
     return str(Path("runs") / f"{algorithm}-{stamp}-{uuid.uuid4().hex[:6]}")
 
 
-def prepare(
-    out: str | Path,
-    *,
-    train: tuple[np.ndarray, np.ndarray],
-    test: tuple[np.ndarray, np.ndarray],
-    shards: int = PartitionSpec.num_shards,
-    partition: str = PartitionSpec.kind,
-    num_classes: int | None = None,
-    seed: int = PartitionSpec.seed,
-    alpha: float = PartitionSpec.alpha,
-    classes_per_shard: int = PartitionSpec.classes_per_shard,
-    force: bool = False,
-) -> Path:
-    """Write a store from NumPy arrays; return its path.
+def load(
+    run_dir: str | Path, *, best: bool = False, model: Callable[..., nn.Module] | None = None
+) -> nn.Module:
+    """The trained model of a run directory, as an nn.Module.
 
-    x is (N, C, H, W) for images (uint8 or float32), (N, C, L) for signals or (N, d) for
-    tabular rows; y holds integer labels (classification) or floats (regression).
-    `partition` is iid, label-skew (`classes_per_shard`) or dirichlet (`alpha`).
+    Parameters
+    ----------
+    run_dir
+        A run directory written by `train` or `dane train`.
+    best
+        The checkpoint of the best evaluated round rather than the last one.
+    model
+        The callable the run was trained from, needed again only when it was defined in a
+        notebook or a script (a model named by FILE.py:NAME or a package path is rebuilt).
+
+    Returns
+    -------
+    torch.nn.Module
+        The network with its trained weights and buffers, in eval mode, on the CPU. It takes
+        inputs normalised as the workers saw them (the store's per-channel mean and std).
+
+    Raises
+    ------
+    ValueError
+        If `run_dir` holds no run, or the model cannot be rebuilt without `model`.
     """
-    (x_train, y_train), (x_test, y_test) = train, test
-    y_train, y_test = np.asarray(y_train), np.asarray(y_test)
-    classification = np.issubdtype(y_train.dtype, np.integer)
-    if num_classes is None:
-        num_classes = int(max(y_train.max(), y_test.max())) + 1 if classification else 1
-    raw = RawDataset(
-        source="arrays",
-        task="classification" if classification else "regression",
-        num_classes=num_classes,
-        x_train=np.asarray(x_train),
-        y_train=y_train.astype(np.int64) if classification else y_train,
-        x_test=np.asarray(x_test),
-        y_test=y_test.astype(np.int64) if classification else y_test,
-    )
-    spec = PartitionSpec(
-        kind=partition, num_shards=shards, seed=seed, alpha=alpha,
-        classes_per_shard=classes_per_shard,
-    )  # fmt: skip
-    return Path(write_store(raw, spec, out, force=force).path)
+    try:
+        return load_model(run_dir, best=best, model=model)
+    except ValueError as err:
+        reword(err)
+        raise

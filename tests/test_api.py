@@ -38,7 +38,7 @@ def test_the_worked_example_runs_as_written(tmp_path):
 
 
 def test_unknown_settings_are_refused_by_name(tmp_path):
-    with pytest.raises(ValueError, match="unknown key 'local_rate'"):
+    with pytest.raises(TypeError, match="keyword argument 'local_rate'; did you mean 'local_lr'"):
         dask_dane.train(None, local_rate=0.1, out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from .errors import ClusterLost, TrainingDiverged
 from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
 from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
+from .progress import Callbacks  # defined beside the display built on it; re-exported here
 from .run_state import RunState
 from .rundir import RunDir
 
@@ -58,14 +59,6 @@ MAX_ROUND_ATTEMPTS = 3
 WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
 
 __all__ = ["Callbacks", "ClusterLost", "RunState", "TrainingDiverged", "train"]
-
-
-@dataclass
-class Callbacks:
-    on_start: Callable[[str, int], None] = lambda dashboard, workers: None
-    on_round: Callable[[dict[str, Any]], None] = lambda row: None
-    # After each round: (round, new weights); benchmarks use it to score every iterate.
-    on_weights: Callable[[int, torch.Tensor], None] = lambda round_index, weights: None
 
 
 def train(

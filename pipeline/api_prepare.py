@@ -1,0 +1,171 @@
+"""`dask_dane.prepare`: a store from NumPy arrays or from a named source, as `dane prepare`.
+
+A named source is the CLI's SOURCE argument (`"digits"`, `"fashion-mnist"`, `"images:DIR"`,
+`"npz:FILE"`, ...), with its options as keywords; arrays are the notebook's own data.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..datasets import location
+from ..datasets.images import image_source_options
+from ..datasets.partition import PartitionSpec, validate_partition
+from ..datasets.raw import RawDataset, SourceOptions
+from ..datasets.sources import load_source, parse_source_name
+from ..datasets.store import write_store
+from .keywords import reword
+from .run.main_guard import refuse_in_spawned_import
+
+Arrays = tuple[np.ndarray, np.ndarray]
+
+
+def prepare(
+    out: str | Path,
+    source: str | None = None,
+    *,
+    train: Arrays | None = None,
+    test: Arrays | None = None,
+    shards: int = PartitionSpec.num_shards,
+    partition: str = PartitionSpec.kind,
+    num_classes: int | None = None,
+    seed: int = PartitionSpec.seed,
+    alpha: float = PartitionSpec.alpha,
+    classes_per_shard: int = PartitionSpec.classes_per_shard,
+    test_fraction: float = SourceOptions.test_fraction,
+    samples: int | None = None,
+    image_size: str | int | None = None,
+    channels: int | None = None,
+    path: str | Path | None = None,
+    skip_bad: bool = SourceOptions.skip_bad,
+    force: bool = False,
+) -> Path:
+    """Write a sharded store from a named source or from NumPy arrays; return its path.
+
+    Parameters
+    ----------
+    out
+        Where to write the store (a path or an fsspec URL such as s3://bucket/x.zarr).
+    source
+        A source by name, as `dane prepare` takes it: ``"digits"``, ``"synthetic"``,
+        ``"mnist-1d"``, ``"fashion-mnist"``, ``"images:DIR"`` (one folder per class),
+        ``"idx:DIR"``, ``"npz:FILE"``, ``"cifar10:DIR"``, ... Give either it or `train`
+        and `test`.
+    train, test
+        ``(x, y)`` arrays: x is (N, C, H, W) for images (uint8 or float32), (N, C, L) for
+        signals or (N, d) for tabular rows; y holds integer labels (classification) or
+        floats (regression).
+    shards
+        The number of pieces the training rows are split into (one or more per worker).
+    partition
+        ``"iid"``, ``"label-skew"`` (`classes_per_shard` labels a shard) or ``"dirichlet"``
+        (label proportions drawn with concentration `alpha`).
+    num_classes
+        Arrays only: the number of classes, when y does not show them all.
+    seed
+        Seeds the partition (and a source's own split and generation).
+    alpha, classes_per_shard
+        The skew of the dirichlet and label-skew partitions.
+    test_fraction, samples, image_size, channels, path, skip_bad
+        A named source's options, as `dane prepare`'s flags: the test share of a source
+        without its own test split, the rows to generate, the image size (H or "HxW"),
+        1 (grey) or 3 (RGB) channels, where the files are, and whether to skip files Pillow
+        cannot read.
+    force
+        Replace a store already at `out`.
+
+    Returns
+    -------
+    pathlib.Path
+        The store's path, to pass to `train`.
+
+    Raises
+    ------
+    TypeError
+        If neither or both of `source` and `train`/`test` are given.
+    ValueError
+        For a bad option, an existing store without `force`, or an unknown source.
+    """
+    refuse_in_spawned_import()  # a worker re-running a script without a main guard
+    spec = PartitionSpec(
+        kind=partition, num_shards=shards, seed=seed, alpha=alpha,
+        classes_per_shard=classes_per_shard,
+    )  # fmt: skip
+    try:
+        if source is not None and (train is not None or test is not None):
+            raise TypeError("prepare() takes a source or train= and test= arrays, not both")
+        if source is not None:
+            options = _source_options(
+                source, seed=seed, test_fraction=test_fraction, samples=samples,
+                image_size=image_size, channels=channels, path=path, skip_bad=skip_bad,
+                num_classes=num_classes,
+            )  # fmt: skip
+            raw = _from_source(source, options, spec, out, force=force)
+        elif train is not None and test is not None:
+            raw = _from_arrays(train, test, num_classes)
+        else:
+            raise TypeError("prepare() needs a source ('digits', say) or train= and test= arrays")
+        return Path(write_store(raw, spec, out, force=force).path)
+    except ValueError as err:  # the store's and sources' checks name the CLI's flags
+        reword(err)
+        raise
+
+
+def _from_source(
+    source: str, options: SourceOptions, spec: PartitionSpec, out: str | Path, *, force: bool
+) -> RawDataset:
+    """The source's data, loaded once its options, the partition and `out` are checked."""
+    if location.exists(location.resolve(out)) and not force:  # before any data is loaded
+        raise ValueError(f"{out} already exists; pass force=True to replace it")
+    validate_partition(spec, num_samples=max(spec.num_shards, 1), num_classes=10)
+    raw = load_source(source, options)
+    if "skipped_files" in raw.attrs:
+        warnings.warn(f"skipped {raw.attrs['skipped_files']} unreadable file(s)", stacklevel=3)
+    return raw
+
+
+def _source_options(
+    source: str,
+    *,
+    image_size: str | int | None,
+    channels: int | None,
+    path: str | Path | None,
+    test_fraction: float,
+    samples: int | None,
+    num_classes: int | None,
+    **rest: object,
+) -> SourceOptions:
+    """The source's options, checked as `dane prepare` checks its flags (cli/commands.py)."""
+    kind, _ = parse_source_name(source)  # an unknown source fails before any work
+    size = None if image_size is None else str(image_size)
+    image_options = image_source_options(kind, image_size=size, channels=channels)
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be between 0 and 1 (got {test_fraction})")
+    if samples is not None and samples < 2:
+        raise ValueError(f"samples must be at least 2 (got {samples})")
+    given = {"num_classes": num_classes} if num_classes is not None else {}
+    return SourceOptions(
+        samples=samples, test_fraction=test_fraction, path=None if path is None else str(path),
+        **image_options, **given, **rest,
+    )  # fmt: skip
+
+
+def _from_arrays(train: Arrays, test: Arrays, num_classes: int | None) -> RawDataset:
+    """A RawDataset of the caller's arrays; the task follows y's dtype."""
+    (x_train, y_train), (x_test, y_test) = train, test
+    y_train, y_test = np.asarray(y_train), np.asarray(y_test)
+    classification = np.issubdtype(y_train.dtype, np.integer)
+    if num_classes is None:
+        num_classes = int(max(y_train.max(), y_test.max())) + 1 if classification else 1
+    return RawDataset(
+        source="arrays",
+        task="classification" if classification else "regression",
+        num_classes=num_classes,
+        x_train=np.asarray(x_train),
+        y_train=y_train.astype(np.int64) if classification else y_train,
+        x_test=np.asarray(x_test),
+        y_test=y_test.astype(np.int64) if classification else y_test,
+    )

@@ -1,0 +1,138 @@
+"""What a run tells its caller as it goes: Callbacks, and the API's progress lines built on them.
+
+The driver (loop.py, pipelined.py) calls a Callbacks object at the start and after each
+round, once the round is recorded, so whatever watches a run (the `dane train` bar, the
+notebook's lines, a benchmark scoring every iterate) stays out of the round's own work.
+This module imports neither torch nor Dask: `dask_dane.Callbacks` is cheap to reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from rich.console import Console
+
+    from ..setup.config import RunConfig
+
+__all__ = ["Callbacks", "ProgressLines", "chain"]
+
+
+def _on_start(dashboard: str, workers: int) -> None:
+    """The default: nothing."""
+
+
+def _on_round(row: dict[str, Any]) -> None:
+    """The default: nothing."""
+
+
+def _on_weights(round_index: int, weights: torch.Tensor) -> None:
+    """The default: nothing."""
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """Functions the training loop calls while a run goes; each defaults to doing nothing.
+
+    Pass one as ``dask_dane.train(..., callbacks=Callbacks(on_round=...))``. They run on the
+    driver, after the round is written to metrics.jsonl, so a slow callback delays the next
+    round's bookkeeping but never changes what is computed.
+
+    Attributes
+    ----------
+    on_start : Callable[[str, int], None]
+        Called once the cluster is up and the shards are loaded, with the dashboard's
+        address and the number of workers. Not called when a resumed run has no round left.
+    on_round : Callable[[dict], None]
+        Called after each round with its metrics row, the dict written to metrics.jsonl:
+        ``round``, ``train_loss``, ``test_loss`` and ``test_accuracy`` (None where the round
+        was not evaluated), ``wall_s``, ``comm_bytes``, ``is_best`` and the algorithm's own
+        figures.
+    on_weights : Callable[[int, torch.Tensor], None]
+        Called after ``on_round`` with the round number and the new flat parameter vector
+        (on the CPU). Do not modify it in place: the run continues from it; clone to keep it.
+    """
+
+    on_start: Callable[[str, int], None] = _on_start
+    on_round: Callable[[dict[str, Any]], None] = _on_round
+    on_weights: Callable[[int, torch.Tensor], None] = _on_weights
+
+
+def chain(*callbacks: Callbacks) -> Callbacks:
+    """One Callbacks calling each given one in turn (the progress lines, then the user's)."""
+
+    def on_start(dashboard: str, workers: int) -> None:
+        for each in callbacks:
+            each.on_start(dashboard, workers)
+
+    def on_round(row: dict[str, Any]) -> None:
+        for each in callbacks:
+            each.on_round(row)
+
+    def on_weights(round_index: int, weights: torch.Tensor) -> None:
+        for each in callbacks:
+            each.on_weights(round_index, weights)
+
+    return Callbacks(on_start=on_start, on_round=on_round, on_weights=on_weights)
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+class ProgressLines:
+    """`dask_dane.train`'s display: one line as it starts, one per round, one at the end.
+
+    Lines rather than a live bar: rich prints them alike in a terminal, a log file and
+    Jupyter (where its live bar needs ipywidgets), and each round stays on screen.
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+
+        # stderr, as progress goes in a terminal: a script's own stdout stays its own.
+        self.console = console or Console(stderr=True, highlight=False)
+        self.rounds = 0
+
+    def begin(self, config: RunConfig, *, resume: bool) -> None:
+        """Before the cluster starts: it takes seconds, and silence reads as a hang."""
+        self.rounds = config.rounds
+        verb = "resuming" if resume else "training"
+        self._print(
+            f"dask-dane: {verb} {config.algorithm} for {config.rounds} rounds into {config.out}"
+        )
+
+    def callbacks(self) -> Callbacks:
+        return Callbacks(on_start=self.on_start, on_round=self.on_round)
+
+    def on_start(self, dashboard: str, workers: int) -> None:
+        self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}")
+
+    def on_round(self, row: dict[str, Any]) -> None:
+        width = len(str(self.rounds or row["round"]))
+        parts = [
+            f"round {row['round']:>{width}}/{self.rounds or '?'}",
+            f"train loss {_number(row.get('train_loss'))}",
+        ]
+        if row.get("val_accuracy") is not None:  # where a validation split selects
+            parts.append(f"val acc {_number(row['val_accuracy'])}")
+        if row.get("test_accuracy") is not None or row.get("test_loss") is None:
+            parts.append(f"test acc {_number(row.get('test_accuracy'))}")
+        else:  # a regression task: no accuracy, the test loss says how it goes
+            parts.append(f"test loss {_number(row['test_loss'])}")
+        parts.append(f"{row.get('wall_s', 0.0):.1f} s")
+        self._print("  ".join(parts))
+
+    def end(self, summary: dict[str, Any], run_dir: object) -> None:
+        accuracy = summary.get("final_test_accuracy")
+        result = "" if accuracy is None else f", test accuracy {accuracy:.4f}"
+        self._print(f"dask-dane: done after {summary.get('rounds', '?')} rounds{result}")
+        self._print(f"dask-dane: run directory {run_dir}")
+
+    def _print(self, text: str) -> None:
+        # markup=False: a run directory or a dashboard URL may hold [brackets].
+        # soft_wrap: a long path is wrapped by the terminal, not broken by a newline.
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
