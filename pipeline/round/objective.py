@@ -3,15 +3,16 @@
 Pure torch: used by every algorithm on the workers and by the single-process reference.
 
 Models with layers that act differently in training (BatchNorm, dropout) are trained in
-training mode everywhere the algorithms look: the local steps and the full-shard passes
-(DANE's loss and gradient phase, line searches, safeguards) alike, so that DANE's correction
-grad f_i(w) is the gradient of the very objective the local steps minimise. For BatchNorm
-that objective depends on the batch, so full passes go over batches of the local steps' size
-(ModelSpec.train_batch), in the shard's fixed order, with copies of the running statistics:
-only local steps update this shard's statistics (`buffers`), which the pipeline then averages
-(tasks.run_local). Dropout masks and augmentations are drawn from generators seeded from the
-task's seed: the local steps' in step order, every full pass the same fixed draw, so f_i is
-one function within a round. Evaluation runs in eval mode with the combined statistics.
+training mode everywhere the algorithms look: the local steps and the full-shard passes (DANE's
+loss and gradient phase, line searches, safeguards) alike, so that DANE's correction grad
+f_i(w) is the gradient of the very objective the local steps minimise. For BatchNorm that
+objective depends on the batch, so full passes go over batches of the local steps' size
+(ModelSpec.train_batch; never one row), in the shard's fixed order, with copies of the running
+statistics: only local steps update this shard's statistics (`buffers`), which the pipeline
+then averages (tasks.run_local). Dropout masks and augmentations are drawn from generators
+seeded from the task's seed: the local steps' in step order, every full pass the same fixed
+draw, so f_i is one function within a round. Evaluation runs in eval mode with the combined
+statistics.
 """
 
 from __future__ import annotations
@@ -90,6 +91,13 @@ def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) 
     return total
 
 
+def full_pass_batches(rows: int, batch: int) -> int:
+    """ceil(rows / batch), or floor where that leaves a 1-row batch (BatchNorm refuses one in
+    training): c near-equal spans all hold >= 2 rows iff rows >= 2c, so others stay as were."""
+    count = -(-rows // batch)
+    return count if rows >= 2 * count else max(rows // batch, 1)
+
+
 class ShardObjective:
     """f_i(w): mean loss of `model` at flat weights w over the rows (x, y) of one shard.
 
@@ -136,24 +144,20 @@ class ShardObjective:
         )
 
     def _spans(self) -> Iterator[tuple[int, int]]:
-        """Row ranges of a full pass: memory-sized chunks, or the local steps' batches for a
-        batch-dependent model (near-equal sizes, so no batch falls to a single row)."""
-        if not (self.batch_dependent and self.train_batch):
-            for start in range(0, self.num_samples, self.chunk):
-                yield start, min(start + self.chunk, self.num_samples)
-            return
-        count = -(-self.num_samples // self.train_batch)
-        bounds = np.linspace(0, self.num_samples, count + 1).round().astype(int)
-        yield from itertools.pairwise(bounds.tolist())
+        """A full pass's row ranges: memory-sized chunks, or near-equal local-step batches."""
+        if self.batch_dependent and self.train_batch:
+            count = full_pass_batches(self.num_samples, self.train_batch)
+            bounds = np.linspace(0, self.num_samples, count + 1).round().astype(int).tolist()
+        else:
+            bounds = [*range(0, self.num_samples, self.chunk), self.num_samples]
+        yield from itertools.pairwise(bounds)
 
     def _forward(
         self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool = True, at: int = 0
     ) -> torch.Tensor:
         """The model's output at w, in w's dtype. `step`: a local step (updates the running
-        statistics, draws from step_rng); else a full pass at row `at` (fixed draws,
-        statistics kept). With precision bf16 the layers autocast compute in bfloat16 (on
-        CPU too); w, its gradient and the loss stay in float32, as mixed precision keeps
-        its master weights."""
+        statistics, draws from step_rng); else a full pass at row `at` (fixed draws, statistics
+        kept). bf16 autocasts the layers (on CPU too); w, its gradient and the loss stay fp32."""
         if self.precision == "fp32":
             return self._forward_in_dtype(w, x, step=step, train=train, at=at)
         with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
@@ -252,9 +256,8 @@ class ShardObjective:
         return total, w.grad.detach()
 
     def hessian_operator(self, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        """v -> H_i(w) v, the full-shard Hessian of f_i at w applied to v (exact solvers).
-
-        v may also be a (k, d) batch; then row j of the result is H_i(w) v_j.
+        """v -> H_i(w) v, the full-shard Hessian of f_i at w applied to v (exact solvers); a
+        (k, d) batch v gives row j = H_i(w) v_j, all k in one vectorised pass.
 
         The gradient graph is built once (create_graph) and kept, so each product is one
         backward pass; it holds the whole shard's graph, which is fine for the convex models.
@@ -267,7 +270,6 @@ class ShardObjective:
         (grad,) = torch.autograd.grad(total, w, create_graph=True)
 
         def product(v: torch.Tensor) -> torch.Tensor:
-            # A (k, d) batch of vectors gives the k products (rows) in one vectorised pass.
             batched = v.ndim == 2
             (hv,) = torch.autograd.grad(grad, w, v, retain_graph=True, is_grads_batched=batched)
             return hv.detach()

@@ -9,6 +9,7 @@ asks for another `--host` / `--dashboard-address`. A remote scheduler is reached
 
 Also the driver's requests that must not hang on a frozen scheduler: `wait_for`,
 `check_scheduler` and `bounded` (all bounded by `--timeout`; ClusterLost otherwise).
+A start from a script without a main guard ends in one line (main_guard.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..setup.config import ClusterSettings, scheduler_file_address
 from .cluster_logs import LOG_FORMAT, route_cluster_logs
 from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
 from .errors import ClusterLost
+from .main_guard import refuse_in_spawned_import, reporting_unguarded_main
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -99,7 +101,8 @@ CLUSTER_CONFIG = {
 def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     import dask
 
-    with dask.config.set(CLUSTER_CONFIG):  # read once, when the scheduler starts
+    refuse_in_spawned_import()  # a worker re-running an unguarded script leaves here
+    with dask.config.set(CLUSTER_CONFIG), reporting_unguarded_main():  # read once, at start
         return _new_cluster(config)
 
 
@@ -152,10 +155,8 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     workers of a cluster started here write their log records (a running scheduler's
     workers are the user's, and log where the user set them to).
     """
-    address = config.scheduler
-    if config.scheduler_file:
-        address = scheduler_file_address(config.scheduler_file)
-    if address:
+    address = config.scheduler_file and scheduler_file_address(config.scheduler_file)
+    if address := address or config.scheduler:
         client = _connect(config, address)
         cluster = None
     else:
