@@ -3,11 +3,14 @@
 Each figure has four panels, the same quantity against the round, the communication rounds
 (DANE's two phases count two), the cumulative bytes moved and the cumulative wall time, so runs
 of different algorithms compare on the axis that matters to the reader. Every run is one line,
-labelled with its algorithm and the settings that distinguish it (from its config.toml).
+labelled with its algorithm and the settings that distinguish it (from its config.toml). A
+resumed run is labelled with the settings it started with, and each setting a resume changed
+with its new value and the first round that ran with it: "lr=0.05 (0.1 from round 4)".
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from .run.metrics import read_metrics
 from .run.rundir import RunDir
 from .setup.config import RunConfig
+from .setup.resumed import Resume, RunRecord
 
 # (metrics field, axis title, file name)
 QUANTITIES = (
@@ -45,14 +49,50 @@ def load_run(path: str | Path) -> RunCurves:
     rows = read_metrics(run.metrics)
     if not rows:
         raise ValueError(f"{run.root} has no completed round yet; train it first")
-    return RunCurves(path=run.root, label=run_label(run.saved_config()), rows=rows)
+    record = run.record()
+    return RunCurves(path=run.root, label=run_label(record.original, record.resumes), rows=rows)
 
 
-def run_label(settings: dict[str, Any]) -> str:
+def run_label(settings: dict[str, Any], resumes: Sequence[Resume] = ()) -> str:
     """The algorithm's own label (its key settings) and the store, e.g. 'dane mu=0 K=50 ...'.
 
     `settings` are a run's saved settings (config.toml); missing ones take their defaults.
+    `resumes` (config.toml's [[resumed]]) mark what changed from which round on.
     """
+    labels = [_label(settings)]
+    for number in range(1, len(resumes) + 1):
+        labels.append(_label(RunRecord(settings, tuple(resumes[:number])).effective))
+    return _annotated(labels, [resume.after_round + 1 for resume in resumes])
+
+
+def _annotated(labels: list[str], starts: list[int]) -> str:
+    """The first label, each word that a later label changes followed by the new words and
+    the round they start: 'lr=0.05 (0.1 from round 4)'. Words are matched by their key (the
+    text before '='), so a changed value is shown beside the one it replaced."""
+    words = labels[0].split(" ")
+    notes: dict[int, list[str]] = {}  # index into words (len(words): added words) -> notes
+    last = {_key(word): word for word in words}
+    for label, start in zip(labels[1:], starts, strict=True):
+        now = {_key(word): word for word in label.split(" ")}
+        for key in [*last, *(k for k in now if k not in last)]:
+            before, after = last.get(key), now.get(key)
+            if before == after:
+                continue
+            at = next((i for i, w in enumerate(words) if _key(w) == key), len(words))
+            value = "off" if after is None else after.split("=", 1)[-1]
+            notes.setdefault(at, []).append(f"{value} from round {start}")
+        last = now
+    pieces = [w + (f" ({', '.join(notes[i])})" if i in notes else "") for i, w in enumerate(words)]
+    if len(words) in notes:
+        pieces.append(f"({', '.join(notes[len(words)])})")
+    return " ".join(pieces)
+
+
+def _key(word: str) -> str:
+    return word.split("=", 1)[0]
+
+
+def _label(settings: dict[str, Any]) -> str:
     config = RunConfig(**settings)
     label = config.strategy().label()
     if config.augment:  # the objective's own setting: runs differing only by it must differ

@@ -171,7 +171,7 @@ def _run_rounds(
         run_state.check_finite(result, t, run_dir)  # before the state takes the round
         row = round_row(
             round_index=t,
-            algorithm=setup.strategy.name,
+            strategy=setup.strategy,
             result=result,
             evaluation=outcome.evaluation,
             wall_s=time.perf_counter() - started,

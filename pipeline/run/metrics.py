@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..algorithms import Strategy
+from ..algorithms.parts.local_solver import LocalSolver
+from ..algorithms.parts.schedule import lr_factor
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
 from .checkpoint import atomic_write_bytes
@@ -66,7 +69,7 @@ FIELDS = (
 def round_row(
     *,
     round_index: int,
-    algorithm: str,
+    strategy: Strategy,
     result: RoundResult,
     evaluation: dict[str, float] | None,
     wall_s: float,
@@ -82,7 +85,7 @@ def round_row(
     accuracy = evaluation.get("accuracy") if evaluation else None
     row: dict[str, Any] = {
         "round": round_index,
-        "algorithm": algorithm,
+        "algorithm": strategy.name,
         "train_loss": metrics.get("train_loss"),
         "test_loss": evaluation["loss"] if evaluation else None,
         "test_accuracy": accuracy,
@@ -104,6 +107,7 @@ def round_row(
         "num_workers": len(compute),
         # Inside wall_s: benchmarks that time training alone subtract it.
         "eval_s": evaluation.get("eval_s") if evaluation else None,
+        **scheduled(strategy, round_index),
     }
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them.
     row.update({k: v for k, v in metrics.items() if k not in row})
@@ -112,6 +116,26 @@ def round_row(
     row["is_best"] = totals.is_best
     row.update(driver or {})
     return row
+
+
+def scheduled(strategy: Strategy, round_index: int) -> dict[str, Any]:
+    """What the schedules gave round `round_index`: `local_lr`, the rate its local steps (or
+    its step) used after --lr-schedule and --lr-warmup (None where it has no rate: an exact
+    solver), and `scheduled_local_steps`, K_t of --local-steps-schedule (the strategy's own
+    `local_steps`, where it reports one, is what a solve took, stopped early or not)."""
+    solver = getattr(strategy, "solver", None)
+    if isinstance(solver, LocalSolver):
+        return {
+            "local_lr": solver.lr(round_index),
+            "scheduled_local_steps": solver.steps(round_index),
+        }
+    if hasattr(strategy, "local_lr"):
+        # sgd, gd, agd: the rate is the step itself. Written out as sgd.update computes it
+        # (algorithms/ report no rate of their own); gd and agd have no schedule: constant.
+        schedule = getattr(strategy, "lr_schedule", "constant")
+        rounds = getattr(strategy, "rounds", 1)
+        return {"local_lr": strategy.local_lr * lr_factor(schedule, round_index, rounds)}
+    return {"local_lr": None}
 
 
 def reached_target(target: float, row: dict[str, Any]) -> bool:

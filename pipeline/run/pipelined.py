@@ -177,7 +177,7 @@ def _record(
     """The round's row, written, published and checkpointed, as loop.py records a round."""
     row = round_row(
         round_index=state.round + 1,
-        algorithm=setup.strategy.name,
+        strategy=setup.strategy,
         result=result,
         evaluation=evaluation,
         wall_s=wall_s,  # from the previous row: the round as a user waits for it

@@ -8,6 +8,7 @@ shard used twice) shows up as a difference between `train` and `run_reference`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,15 @@ class ReferenceRun:
         return self.run.shard_states
 
 
-def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> ReferenceRun:
-    """Run rounds 1..rounds; `num_workers` only sets the communication count."""
+def run_reference(
+    setup: RunSetup,
+    *,
+    rounds: int,
+    num_workers: int,
+    on_round: Callable[[RunState], None] | None = None,
+) -> ReferenceRun:
+    """Run rounds 1..rounds; `num_workers` only sets the communication count. `on_round` sees
+    the run after each round (its weights, its rows so far): what a benchmark measures there."""
     config = setup.config
     shards = [setup.load_train(i) for i in range(setup.store.num_shards)]
     test = setup.load_test()
@@ -67,13 +75,15 @@ def run_reference(setup: RunSetup, *, rounds: int, num_workers: int) -> Referenc
             evaluation = tasks.evaluate(setup.spec, test, result.weights, result.buffers)
         row = round_row(
             round_index=t,
-            algorithm=setup.strategy.name,
+            strategy=setup.strategy,
             result=result,
             evaluation=evaluation,
             wall_s=time.perf_counter() - started,  # the benchmarks' baseline round
             totals=state.advance(result, evaluation),
         )
         state.rows.append(row)
+        if on_round is not None:
+            on_round(state)
     return reference
 
 

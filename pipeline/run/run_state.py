@@ -137,8 +137,9 @@ def round_static(setup: RunSetup, index: int, layout: comm.Layout) -> RoundStati
 def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
     """A fresh RunState, or the one saved in the run directory's latest checkpoint.
 
-    Writes config.toml; the metrics file keeps the rounds the state has seen, no more, and
-    the state holds those rows from now on.
+    Writes config.toml, a resume's changes recorded after the round it continues from (known
+    once the checkpoint is read); the metrics file keeps the rounds the state has seen, no
+    more, and the state holds those rows from now on.
     """
     if not resume and run_dir.holds_run():
         raise ValueError(
@@ -146,12 +147,12 @@ def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
             "another --out"
         )
     run_dir.check_writable()
-    run_dir.write_config(setup.config)
     if resume and run_dir.latest.exists():
         remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
         state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
     else:
         state = RunState.fresh(setup)
+    run_dir.write_config(setup.config, resumed_after=state.round if resume else 0)
     state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
     return state
 

@@ -3,13 +3,15 @@ docs/architecture.md section 3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..setup.config import IDENTITY_KEYS, RunConfig, read_toml, to_toml
+from ..setup.config import IDENTITY_KEYS, RESUMABLE_KEYS, RunConfig, read_record, to_toml
+from ..setup.resumed import Change, Resume, RunRecord, add_resume
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .metrics import read_metrics
 
@@ -51,10 +53,15 @@ class RunDir:
         return self.latest.exists() or bool(read_metrics(self.metrics))
 
     def saved_config(self) -> dict[str, Any]:
-        """The settings a run was started with (for --resume)."""
+        """The settings the run's latest rounds ran with (for --resume): those it was started
+        with, and what each resume changed."""
+        return self.record().effective
+
+    def record(self) -> RunRecord:
+        """config.toml as written: the original settings and the resumes (setup/resumed.py)."""
         if not self.config.exists():
             raise ValueError(f"{self.root} holds no run to resume (no config.toml); drop --resume")
-        return read_toml(self.config)
+        return read_record(self.config)
 
     def check_writable(self) -> None:
         """Create the directory, or say why it cannot be written."""
@@ -68,19 +75,41 @@ class RunDir:
                 f"cannot write to run directory {self.root} ({err.strerror}); choose another --out"
             ) from None
 
-    def write_config(self, config: RunConfig) -> None:
-        atomic_write_bytes(self.config, lambda h: h.write(to_toml(config).encode()))
+    def write_config(self, config: RunConfig, *, resumed_after: int = 0) -> None:
+        """config.toml for a run starting with `config`. A resume after round N > 0 keeps the
+        file's original settings and adds what it changes as a [[resumed]] table; after no
+        round, no round ran with the old settings, and the file starts afresh."""
+        text = to_toml(config)
+        if resumed_after and self.config.exists():
+            record = self.record()
+            resume = Resume(resumed_after, check_same_run(record.effective, config))
+            text = to_toml(record.original, resumed=add_resume(record.resumes, resume))
+        atomic_write_bytes(self.config, lambda h: h.write(text.encode()))
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_bytes(self.summary, lambda h: h.write(text.encode()))
 
 
-def check_same_run(saved: dict[str, Any], config: RunConfig) -> None:
-    """--resume must continue the same training: same store, model, algorithm, seed, dtype."""
-    for key in IDENTITY_KEYS:
-        if key in saved and saved[key] != getattr(config, key):
+def check_same_run(saved: dict[str, Any], config: RunConfig) -> dict[str, Change]:
+    """What `config` changes of a run's `saved` settings, {setting: (old, new)}: only
+    RESUMABLE_KEYS may change; ValueError naming the first other one (IDENTITY_KEYS first).
+
+    A setting missing from `saved` was unset, or did not exist when the file was written: it
+    counts as its default, so an older config.toml resumes.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    keys = [*IDENTITY_KEYS, *(key for key in defaults if key not in IDENTITY_KEYS)]
+    changes: dict[str, Change] = {}
+    for key in keys:
+        old, new = saved.get(key, defaults[key]), getattr(config, key)
+        if old == new:
+            continue
+        if key not in RESUMABLE_KEYS:
+            made = f"{key} = {old!r}" if old is not None else f"no {key}"
             raise ValueError(
-                f"--resume: this run directory was made with {key} = {saved[key]!r}, not "
-                f"{getattr(config, key)!r}; resume with the same {key} or choose another --out"
+                f"--resume: this run directory was made with {made}, not {new!r}; resume with "
+                f"the same {key} or choose another --out"
             )
+        changes[key] = (old, new)
+    return changes

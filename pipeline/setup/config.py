@@ -8,7 +8,9 @@ TOML key and its field are one name (`flag`). Checks raise SettingError naming t
 
 Precedence: built-in defaults < a TOML file (--config) < command-line flags. The resolved
 configuration is written to the run directory as config.toml, one [table] per section, and
-`--resume` reads it back; flat keys, as older files hold them, read the same.
+`--resume` reads it back; flat keys, as older files hold them, read the same. A resume may
+change only RESUMABLE_KEYS; config.toml then keeps the original settings and records each
+resume as a [[resumed]] table (resumed.py), and reading it back gives the settings in effect.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from typing import Any
 from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
+from .resumed import RESUMED, Resume, RunRecord, parse_resumes
 from .settings import (
     DEVICES,
     DTYPES,
@@ -38,6 +42,7 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
     "DEVICES",
     "DTYPES",
     "IDENTITY_KEYS",
+    "RESUMABLE_KEYS",
     "SECTIONS",
     "AlgorithmSettings",
     "ClusterSettings",
@@ -48,6 +53,7 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
     "check_settings",
     "flag",
     "in_flags",
+    "read_record",
     "read_toml",
     "resolve_config",
     "scheduler_file_address",
@@ -57,6 +63,43 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
 
 # Settings that define what is being trained: a resumed run must not change them.
 IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
+
+# The only settings a resume may change (each change is recorded in config.toml's [[resumed]]).
+# Every other one is refused: it is part of the method the run's curve and label stand for
+# (the data, the model and its precision, the algorithm and its hyperparameters, the seed), so a
+# change would splice two different runs into one.
+RESUMABLE_KEYS = frozenset(
+    {
+        # How long to train: continuing a run further is what a resume is most often for.
+        "rounds",
+        # The local step size already changes from round to round by design (--lr-schedule,
+        # --lr-warmup), so no round's update assumes another round's rate; each row records
+        # the rate it used (metrics.py).
+        "local_lr",
+        "lr_schedule",
+        "lr_warmup",
+        # When to evaluate and when to stop: they choose what is measured, not what is trained.
+        "eval_every",
+        "stop_at_accuracy",
+        # Where and how the same rounds run. Results equal bit for bit across workers, threads,
+        # broadcast forms and clusters (both round forms sum in one fixed order, aggregate.py);
+        # a device changes the rounding of the same math only. `out`: the directory may have
+        # moved, or be spelled another way. (transport is not here: bfloat16 changes the sums.)
+        "out",
+        "workers",
+        "threads_per_worker",
+        "device",
+        "broadcast",
+        "scheduler",
+        "scheduler_file",
+        "host",
+        "dashboard_address",
+        "timeout",
+        "tls_ca_file",
+        "tls_cert",
+        "tls_key",
+    }
+)
 
 # The sections in the order config.toml lists them; their fields are RunConfig's.
 SECTIONS: dict[str, type] = {
@@ -177,7 +220,13 @@ def _flatten(settings: dict[str, Any], origin: str) -> dict[str, Any]:
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Settings from a TOML file (top-level keys, section tables, or a [train] table);
-    `preset:NAME` names a shipped preset."""
+    `preset:NAME` names a shipped preset. A resumed run's config.toml reads as the settings
+    its latest rounds ran with (its [[resumed]] changes applied)."""
+    return read_record(path).effective
+
+
+def read_record(path: str | Path) -> RunRecord:
+    """A TOML file's settings as written, and its [[resumed]] tables (resumed.py)."""
     path = presets.resolve(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -187,7 +236,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config file {path} is not valid TOML ({err}); fix the file") from None
     if isinstance(data.get("train"), dict):
         data = data["train"]
-    return check_settings(data, str(path))
+    resumes = parse_resumes(data.pop(RESUMED, []), str(path), check_settings)
+    return RunRecord(original=check_settings(data, str(path)), resumes=resumes)
 
 
 def resolve_config(
@@ -203,16 +253,29 @@ def resolve_config(
     return RunConfig(**settings).validate()
 
 
-def to_toml(config: RunConfig) -> str:
-    """config.toml text, one table per section; None values (unset settings) are left out."""
+def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] = ()) -> str:
+    """config.toml text, one table per section, then a [[resumed]] table per resume; None
+    values (unset settings) are left out. `config`: a RunConfig, or flat settings as read."""
+    values = config.as_dict() if isinstance(config, RunConfig) else config
     lines = ["# dask-dane run configuration, as resolved when the run started"]
     for name, section in SECTIONS.items():
         lines.append(f"\n[{name}]")
         for f in dataclasses.fields(section):
-            value = getattr(config, f.name)
+            value = values.get(f.name)
             if value is None:
                 continue
             lines.append(f"{f.name} = {_toml_value(value)}")
+    if resumed:
+        lines.append("\n# Each resume: the round it continued after, and what it changed")
+    for resume in resumed:
+        lines += [f"\n[[{RESUMED}]]", f"after_round = {resume.after_round}"]
+        for key, (old, new) in resume.changes.items():
+            sides = ", ".join(
+                f"{side} = {_toml_value(value)}"
+                for side, value in (("old", old), ("new", new))
+                if value is not None  # unset: TOML has no null, so the side is left out
+            )
+            lines.append(f"{key} = {{ {sides} }}")
     return "\n".join(lines) + "\n"
 
 
