@@ -18,6 +18,7 @@ from ..common.options import (
     spec_from_flags,
     spec_options,
 )
+from .defaults import DefaultsSpec
 from .shards import ShardsSpec
 
 
@@ -80,6 +81,23 @@ def shards(
     )
 
 
+@spec_options(DefaultsSpec)
+def defaults(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) -> None:
+    """Which settings a first run survives: candidates on networks with and without
+    BatchNorm, on two stores; the training loss after every round against the initial one."""
+    from .defaults import run_study
+    from .defaults_report import markdown_table, plot
+
+    spec = spec_from_flags(DefaultsSpec, flags).validate()
+    save_result(
+        run_study(spec, log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )
+
+
 def skew_summary(
     results: Annotated[
         list[Path],
@@ -130,6 +148,7 @@ def correction_noise(
 COMMANDS = {
     "train": bench_train,
     "shards": shards,
+    "defaults": defaults,
     "skew-summary": skew_summary,
     "correction-noise": correction_noise,
 }
