@@ -189,6 +189,7 @@ def test_scaffold_corrects_local_steps_with_control_variates(ridge, shard_quadra
         model="linear",
         dtype="float64",
         algorithm="scaffold",
+        local_clip=0.0,  # numpy's steps are unclipped
         local_steps=steps,
         local_lr=lr,
         batch_size=1000,
@@ -228,6 +229,7 @@ def test_fedavgm_is_fedavg_with_heavy_ball_momentum_on_the_server(ridge, shard_q
         model="linear",
         dtype="float64",
         algorithm="fedavg",
+        local_clip=0.0,  # numpy's steps are unclipped
         local_steps=steps,
         local_lr=lr,
         batch_size=1000,

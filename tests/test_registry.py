@@ -88,27 +88,27 @@ def test_each_algorithm_labels_itself_with_its_own_settings():
     )
 
     assert labels == {
-        "dane": "dane eta=1 mu=0.5 K=30 lr=0.05 B=32",
-        "sdane": "sdane mu=0.5 K=30 lr=0.05 B=32",
-        "sdane-adaptive": "sdane-adaptive mu=0.5 K=30 lr=0.05 B=32",
+        "dane": "dane eta=1 mu=0.5 K=30 lr=0.05 clip=1 B=32",
+        "sdane": "sdane mu=0.5 K=30 lr=0.05 clip=1 B=32",
+        "sdane-adaptive": "sdane-adaptive mu=0.5 K=30 lr=0.05 clip=1 B=32",
         "sgd": "sgd lr=0.05 B=32",
-        "fedavg": "fedavg K=30 lr=0.05 B=32",
-        "fedprox": "fedprox mu=0.5 K=30 lr=0.05 B=32",
-        "feddyn": "feddyn alpha=0.5 K=30 lr=0.05 B=32",
-        "scaffold": "scaffold K=30 lr=0.05 B=32",
-        "one-shot": "one-shot K=30 lr=0.05 B=32",
-        "admm": "admm rho=1 K=30 lr=0.05 B=32",
+        "fedavg": "fedavg K=30 lr=0.05 clip=1 B=32",
+        "fedprox": "fedprox mu=0.5 K=30 lr=0.05 clip=1 B=32",
+        "feddyn": "feddyn alpha=0.5 K=30 lr=0.05 clip=1 B=32",
+        "scaffold": "scaffold K=30 lr=0.05 clip=1 B=32",
+        "one-shot": "one-shot K=30 lr=0.05 clip=1 B=32",
+        "admm": "admm rho=1 K=30 lr=0.05 clip=1 B=32",
         "gd": "gd lr=0.05",
         "agd": "agd lr=0.05 momentum=0.9",
     }
     assert exact == "admm rho=0.5 cg"
     assert make_strategy("dane", options).label() == (
-        "dane eta=1 mu=0 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine B=32 "
+        "dane eta=1 mu=0 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine clip=1 B=32 "
         "server-momentum=0.9"
     )
     skew = _settings(trust_radius=2.0, line_search=4)
     assert make_strategy("dane", skew).label() == (
-        "dane eta=1 mu=0 radius=2 line-search=4 K=30 lr=0.05 B=32"
+        "dane eta=1 mu=0 radius=2 line-search=4 K=30 lr=0.05 clip=1 B=32"
     )
 
 

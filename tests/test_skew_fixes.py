@@ -38,7 +38,7 @@ def _flat_shard(d: int = 3) -> ShardObjective:
 def test_without_a_trust_region_the_steps_run_along_the_tilt_without_end():
     w = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
     c = torch.tensor([3.0, 4.0, 0.0], dtype=torch.float64)  # ||c|| = 5
-    solver = LocalSolver(local_steps=40, local_lr=0.1, batch_size=8, momentum=0.0)
+    solver = LocalSolver(local_steps=40, local_lr=0.1, batch_size=8, momentum=0.0, local_clip=0.0)
 
     free = solver.solve(LocalProblem(_flat_shard(), linear=c, anchor=w), w, _rng())
     bounded = solver.solve(LocalProblem(_flat_shard(), linear=c, anchor=w, radius=2.0), w, _rng())
@@ -107,7 +107,7 @@ def test_the_clip_caps_every_steps_gradient_and_momentum_follows_the_clipped_one
 def test_a_clip_above_every_gradient_changes_nothing():
     w = torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)
     c = torch.tensor([3.0, 4.0, 0.0], dtype=torch.float64)
-    free = LocalSolver(local_steps=6, local_lr=0.1, batch_size=8)
+    free = LocalSolver(local_steps=6, local_lr=0.1, batch_size=8, local_clip=0.0)
     loose = dataclasses.replace(free, local_clip=5.0 + 1e-9)
 
     problem = LocalProblem(_flat_shard(), linear=c, anchor=w, mu=0.5)

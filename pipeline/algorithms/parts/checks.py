@@ -76,6 +76,16 @@ def one_of(*choices: str) -> Rule:
     return rule
 
 
+def optional(rule: Rule) -> Rule:
+    """`rule`, or unset (None: the setting's own default applies where it is used)."""
+
+    def check(name: str, value: Any) -> None:
+        if value is not None:
+            rule(name, value)
+
+    return check
+
+
 def at_least(bound: float) -> Rule:
     def rule(name: str, value: float) -> None:
         if not (math.isfinite(value) and value >= bound):

@@ -20,13 +20,22 @@ from dataclasses import dataclass
 import torch
 
 from ...round.objective import ShardObjective
-from .checks import at_least_one, momentum_range, non_negative, one_of, positive, validate
+from .checks import (
+    at_least_one,
+    momentum_range,
+    non_negative,
+    one_of,
+    optional,
+    positive,
+    validate,
+)
 from .hyperparameters import Declaration, declare
 from .local_steps_schedule import LOCAL_STEPS_SCHEDULES, QSR_DEFAULT_CAP, local_steps_at
 from .schedule import SCHEDULES, lr_factor
 from .setting_error import SettingError, setting
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
+DEFAULT_CLIP = 1.0  # --local-clip unset: the local steps' gradients clipped to this norm
 # (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
 StopRule = Callable[[torch.Tensor, torch.Tensor], bool]
 
@@ -114,8 +123,15 @@ class LocalSolver:
     local_optimizer: str = declare("sgd", one_of(*LOCAL_OPTIMIZERS), help="sgd | adam.")
     momentum: float = MOMENTUM.field()
     lr_schedule: str = LR_SCHEDULE.field()
-    local_clip: float = declare(
-        0.0, non_negative, help="Skewed shards: clip local step gradients to this norm; 0: off."
+    # Unset: DEFAULT_CLIP. A first run on a network nobody tuned for must not blow up: over
+    # 15 networks and 2 stores, clipping at 1 was the one default with no spike and no run
+    # thrown to chance (`dane bench defaults`, docs/results/defaults.md, issue 34). 0 is the
+    # paper's DANE (and every algorithm's steps) unclipped.
+    local_clip: float | None = declare(
+        None,
+        optional(non_negative),
+        help=f"Clip each local step's gradient to this norm; 0: off (the paper's DANE) "
+        f"[{DEFAULT_CLIP:g}].",
     )
     # Rounds over which the lr rises linearly to --local-lr (round t of R: t / R of it); 0: none.
     lr_warmup: int = declare(
@@ -142,9 +158,14 @@ class LocalSolver:
         validate(self)
         check_local_steps_schedule(self)
 
+    @property
+    def clip_norm(self) -> float:
+        """The norm the local steps' gradients are clipped to; 0: not clipped."""
+        return DEFAULT_CLIP if self.local_clip is None else self.local_clip
+
     def label(self) -> str:
         schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
-        clip = f" clip={self.local_clip:g}" if self.local_clip else ""
+        clip = f" clip={self.clip_norm:g}" if self.clip_norm else ""
         warmup = f" warmup={self.lr_warmup}" if self.lr_warmup else ""
         steps = f"K={self.local_steps}" + self._schedule_label()
         return f"{steps} lr={self.local_lr:g}{schedule}{warmup}{clip} B={self.batch_size}"
@@ -212,7 +233,7 @@ class LocalSolver:
                     v.grad.add_(v - anchor, alpha=mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
-                clip_gradient(v.grad, self.local_clip)
+                clip_gradient(v.grad, self.clip_norm)
             opt.step()
             with torch.no_grad():
                 problem.project(v)  # projected SGD: every iterate stays in the region
