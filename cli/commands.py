@@ -13,17 +13,26 @@ what went wrong:
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
-from ..bench.app import bench_app
 from . import options as opt
-from .watch import watch
+from .lazy import LazyCommand, LazyCommands
+
+
+class _Commands(LazyCommands, TyperGroup):
+    """`dane`'s commands; train and bench are built only when named (cli/lazy.py)."""
+
+    order = ("prepare", "info", "train", "evaluate", "export", "report", "presets", "watch")
+
 
 app = typer.Typer(
+    cls=_Commands,
     help="Train models with DANE (Distributed Approximate NEwton) on a Dask cluster.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -119,8 +128,6 @@ def info(store: Annotated[str, typer.Argument(help="A store written by `dane pre
         typer.echo(line)
 
 
-@app.command()
-@opt.run_config_options
 def train(
     *,
     config: opt.ConfigFile = None,
@@ -134,10 +141,12 @@ def train(
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
     from ..pipeline.run import loop
+    from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.run.plan import plan_run
     from .console import TrainingProgress, quiet_cluster_logs
 
     resolved = plan_run(flags, file=config, resume=resume)
+    refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
     with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
         summary = loop.train(resolved, resume=resume, callbacks=progress.callbacks())
     accuracy = summary["final_test_accuracy"]
@@ -156,10 +165,10 @@ def evaluate(
 ) -> None:
     """Print loss and accuracy of a run's checkpoint on its store's test split."""
     from ..pipeline.evaluation import evaluate_checkpoint
-    from ..pipeline.run.rundir import RunDir
     from ..pipeline.setup.config import RunConfig
+    from ..pipeline.trained import run_dir_of
 
-    run = RunDir(run_dir)
+    run = run_dir_of(run_dir, config=True)
     config = RunConfig(**run.saved_config()).validate()
     checkpoint = run.best if best else run.latest
     round_index, metrics = evaluate_checkpoint(config, checkpoint)
@@ -236,7 +245,11 @@ def show_presets(
             typer.echo(f"  {preset.name:<{width}}  {preset.purpose}")
 
 
-app.add_typer(bench_app, name="bench")
+# Built when named: train's options import torch, bench imports every benchmark.
+_Commands.lazy = (
+    LazyCommand("train", help=inspect.getdoc(train) or "", load=lambda: opt.train_command(train)),
+    LazyCommand("bench", help=opt.BENCH_HELP, load=opt.bench_group),
+)
 
 
 @app.command("watch")
@@ -246,6 +259,8 @@ def watch_run(
 ) -> None:
     """Follow a run started elsewhere, live (round, loss and accuracy sparklines, bytes, the
     slowest worker); exits when the run ends."""
+    from .watch import watch
+
     if not interval > 0:
         raise ValueError(f"--interval must be a positive number of seconds (got {interval})")
     watch(run_dir, interval)
@@ -253,8 +268,7 @@ def watch_run(
 
 def main() -> None:
     """Console-script entry: errors become one line on stderr and an exit status (see top)."""
-    from ..pipeline.run.errors import ClusterLost, TrainingDiverged
-    from ..pipeline.setup.config import in_flags
+    from ..pipeline.run.errors import ClusterLost, TrainingDiverged  # torch-free
 
     try:
         app(standalone_mode=True)
@@ -265,5 +279,16 @@ def main() -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(EXIT_CLUSTER_LOST)
     except ValueError as err:  # a SettingError names fields: here they read as the flags
-        print(f"error: {in_flags(err)}", file=sys.stderr)
+        print(f"error: {_in_flags(err)}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+
+
+def _in_flags(err: ValueError) -> str:
+    """The message with a SettingError's fields worded as flags."""
+    if not hasattr(err, "worded"):
+        return str(err)
+    # Only a SettingError words itself, so torch is loaded already: the import costs nothing,
+    # and the other commands' errors never wait for it.
+    from ..pipeline.setup.config import in_flags
+
+    return in_flags(err)

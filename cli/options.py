@@ -4,6 +4,8 @@ Every setting is declared once, where it lives, with its default and its help te
 train` takes one option per RunConfig field, named after it, with that field's help and
 default (pipeline/setup/settings.py and the algorithms' declarations), listed under its
 section. `dane prepare`'s defaults are those of PartitionSpec and SourceOptions.
+`train_command` and `bench_group` build the two commands cli/lazy.py defers: generating
+train's options imports torch, which only train itself and its --help wait for.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 from ..datasets.builtin import MNIST1D_SAMPLES, SYNTHETIC_SAMPLES
 from ..datasets.idx import FASHION_MNIST_DIR
 from ..datasets.partition import PartitionSpec
 from ..datasets.raw import SourceOptions
-from ..pipeline.algorithms.parts.hyperparameters import with_default
-from ..pipeline.setup.config import SECTIONS, RunConfig
 
 ARGUMENTS = ("store",)  # fields given by position rather than as --flags
 # `dane train`'s own options, beside RunConfig's.
@@ -33,6 +34,11 @@ Resume = Annotated[bool, typer.Option(help="Continue the run in --out.")]
 def run_config_parameters() -> list[inspect.Parameter]:
     """One parameter per RunConfig field, section by section; None (not given) as the
     value, so that a config file's setting stands unless the flag is passed."""
+    # Imported here, not above: the declarations import torch, which `dane --help` (and
+    # every command but train) must not wait for (cli/lazy.py).
+    from ..pipeline.algorithms.parts.hyperparameters import with_default
+    from ..pipeline.setup.config import SECTIONS, RunConfig
+
     types = typing.get_type_hints(RunConfig)
     parameters = []
     for cls in SECTIONS.values():
@@ -55,6 +61,30 @@ def run_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     kept = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
     command.__signature__ = inspect.Signature([*run_config_parameters(), *kept])  # type: ignore[attr-defined]
     return command
+
+
+def train_command(train: Callable[..., Any]) -> click.Command:
+    """`dane train` as Typer builds it: `train` with one option per RunConfig field."""
+    return _mounted(lambda parent: parent.command("train")(run_config_options(train)))
+
+
+BENCH_HELP = "Benchmarks through the Dask pipeline (one cluster reused for every run)."
+
+
+def bench_group() -> click.Command:
+    """`dane bench`: every benchmark's commands (bench/app.py)."""
+    from ..bench.app import bench_app
+
+    return _mounted(lambda parent: parent.add_typer(bench_app, name="bench"))
+
+
+def _mounted(mount: Callable[[typer.Typer], object]) -> click.Command:
+    """A command as Typer builds it under `dane`'s settings (plain help, no completion)."""
+    parent = typer.Typer(rich_markup_mode=None, add_completion=False)
+    parent.callback()(lambda: None)  # a group even with one command: its commands inherit
+    mount(parent)
+    group = typer.main.get_command(parent)
+    return next(iter(group.commands.values()))  # type: ignore[attr-defined]
 
 
 def _without_none(annotation: Any) -> type:

@@ -24,11 +24,22 @@ from .run.rundir import RunDir
 FORMATS = ("program", "state-dict")
 
 
+def run_dir_of(run_dir: str | Path, *, config: bool = False) -> RunDir:
+    """A trained run's directory (with its config.toml if `config`); ValueError naming what
+    is missing, worded for the commands that read a finished run (evaluate, export, load)."""
+    run = RunDir(Path(run_dir))
+    fix = "pass the --out of a `dane train`"
+    if not run.root.is_dir():
+        raise ValueError(f"{run.root} is not a run directory; {fix}")
+    if config and not run.config.exists():
+        # RunDir's own message is --resume's ("drop --resume"): these commands have none.
+        raise ValueError(f"{run.root} holds no run (no config.toml); {fix}")
+    return run
+
+
 def read_trained(run_dir: str | Path, *, best: bool = False) -> dict[str, Any]:
     """The checkpoint of a run (latest or best); ValueError naming what is missing."""
-    run = RunDir(Path(run_dir))
-    if not run.root.is_dir():
-        raise ValueError(f"{run.root} is not a run directory; pass the --out of a `dane train`")
+    run = run_dir_of(run_dir)
     saved = load_checkpoint(run.best if best else run.latest)
     if "model" not in saved:
         raise ValueError(

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-FORMS = "flip, crop=P, or both: flip,crop=4"
+FORMS = "flip, crop=P, or both: flip,crop=4 (none: no augmentation)"
+NO_AUGMENTATION = "none"  # no augmentation, as --help shows the default ("" means the same)
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,10 @@ class Augmentation:
 
 
 def parse_augment(text: str) -> Augmentation:
-    """'flip', 'crop=4', 'flip,crop=4' (or '' for none); ValueError naming the bad part."""
+    """'flip', 'crop=4', 'flip,crop=4' ('none' or '' for none); ValueError naming the bad part."""
     flip, crop = False, 0
+    if text.strip().lower() == NO_AUGMENTATION:
+        return Augmentation()
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, value = part.partition("=")
         if name == "flip" and not value:

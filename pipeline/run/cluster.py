@@ -27,6 +27,7 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..setup.config import ClusterSettings, scheduler_file_address
+from .cluster_checks import checked_start
 from .cluster_logs import LOG_FORMAT, route_cluster_logs
 from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
 from .errors import ClusterLost
@@ -103,15 +104,12 @@ def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
 
     refuse_in_spawned_import()  # a worker re-running an unguarded script leaves here
     with dask.config.set(CLUSTER_CONFIG), reporting_unguarded_main():  # read once, at start
-        return _new_cluster(config)
+        return checked_start(config, lambda: _new_cluster(config))  # --device, the port
 
 
 def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
-    common = dict(
-        host=config.host,
-        dashboard_address=config.dashboard_address,
-        silence_logs=logging.ERROR,
-    )
+    address = config.dashboard_address
+    common = dict(host=config.host, dashboard_address=address, silence_logs=logging.ERROR)
     if uses_cuda_cluster(config):
         import torch
         from dask_cuda import LocalCUDACluster

@@ -19,7 +19,7 @@ from ..algorithms import ALGORITHMS, SETTINGS
 from ..algorithms.parts.checks import at_least_one, non_negative, one_of, positive
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
-from ..round.augment import parse_augment
+from ..round.augment import NO_AUGMENTATION, parse_augment
 from ..round.topology import TREE_FROM_WORKERS
 from ..round.transport import TRANSPORTS
 
@@ -52,13 +52,19 @@ class ModelSettings:
     augment: str = declare(
         "",
         help="Images: random flips and crops of each local minibatch: flip | crop=P | "
-        "flip,crop=P (pad P, crop back).",
+        "flip,crop=P (pad P, crop back) | none.",
     )
     precision: str = declare(
         "fp32",
         help="fp32 | bf16: bf16 computes the layers in bfloat16 (torch.autocast, on GPUs and on "
         "CPU) with float32 weights, gradients and sums; needs --dtype float32.",
     )
+
+    def __post_init__(self) -> None:
+        # "none" (the default as --help shows it) and "" are one setting, kept as "": one
+        # value in config.toml, in a resume's comparison and in report labels.
+        if isinstance(self.augment, str) and self.augment.strip().lower() == NO_AUGMENTATION:
+            object.__setattr__(self, "augment", "")
 
     def check_model(self) -> None:
         one_of(*DTYPES)("dtype", self.dtype)
