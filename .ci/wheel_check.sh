@@ -74,4 +74,4 @@ print(f"test accuracy {result.test_accuracy:.4f}")
 ') || fail "dask_dane.train from Python"
 accuracy "$api" 0.8 || fail "dask_dane.train from Python"
 echo "python API: $api"
-echo "wheel check passed"
+echo "wheel check passed in ${SECONDS} s"
