@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from . import BENCH_HELP
 from .convergence.cli import COMMANDS as CONVERGENCE
 from .ddp.cli import COMMANDS as DDP
 from .gpu.cli import COMMANDS as GPU
@@ -19,7 +20,7 @@ from .soak.cli import COMMANDS as SOAK
 from .training.cli import COMMANDS as TRAINING
 
 bench_app = typer.Typer(
-    help="Benchmarks through the Dask pipeline (one cluster reused for every run).",
+    help=BENCH_HELP,
     no_args_is_help=True,
 )
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import click
 import typer
 
+from .. import bench
 from ..datasets.builtin import MNIST1D_SAMPLES, SYNTHETIC_SAMPLES
 from ..datasets.idx import FASHION_MNIST_DIR
 from ..datasets.partition import PartitionSpec
@@ -68,7 +69,7 @@ def train_command(train: Callable[..., Any]) -> click.Command:
     return _mounted(lambda parent: parent.command("train")(run_config_options(train)))
 
 
-BENCH_HELP = "Benchmarks through the Dask pipeline (one cluster reused for every run)."
+BENCH_HELP = bench.BENCH_HELP  # declared beside the benchmarks, read without importing them
 
 
 def bench_group() -> click.Command:
