@@ -145,7 +145,8 @@ def test_safeguarded_dask_run_equals_reference_and_counts_each_backtrack(
     digits_stores, cluster_client, tmp_path
 ):
     # A local step size large enough that rounds 4 and 5 raise the global loss (found by running
-    # the reference): both are backtracked, and the extra gradient phases are counted.
+    # the reference, with the steps unclipped): both are backtracked, and the extra gradient
+    # phases are counted.
     config = RunConfig(
         store=str(digits_stores[2]),
         out=str(tmp_path / "run"),
@@ -158,6 +159,7 @@ def test_safeguarded_dask_run_equals_reference_and_counts_each_backtrack(
         seed=7,
         safeguard="adaptive-mu",
         grad_sample=200,
+        local_clip=0.0,
     ).validate()
     num_params = initial_weights(prepare_run(config).spec, 0).numel()
 
