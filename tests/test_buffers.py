@@ -70,7 +70,7 @@ def test_one_round_of_statistics_matches_plain_torch_per_shard(digits_stores):
     for shard in shards:
         torch.manual_seed(setup.config.seed)
         model = build_model(setup.spec).train()
-        model(shard.x)
+        model(shard.x.dense())
         for name, value in model.state_dict().items():
             if name.startswith("1.running"):
                 expected[name] = expected.get(name, 0) + value * len(shard.x)
@@ -125,7 +125,7 @@ def test_evaluation_is_eval_mode_with_the_combined_statistics(digits_stores):
 
     model = load_state(build_model(setup.spec), run.weights, run.run.buffers).eval()
     with torch.no_grad():
-        accuracy = (model(test.x).argmax(1) == test.y).double().mean().item()
+        accuracy = (model(test.x.dense()).argmax(1) == test.y).double().mean().item()
 
     assert run.history[-1]["test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 

@@ -59,7 +59,9 @@ def test_bf16_loss_and_gradient_equal_an_explicit_bfloat16_computation():
 
 def test_bf16_evaluation_scores_in_float32_from_bfloat16_layers():
     objective, w = _logistic_shard("bf16")
-    logits = F.linear(objective.x.bfloat16(), w[:80].view(4, 20).bfloat16(), w[80:].bfloat16())
+    logits = F.linear(
+        objective.x.dense().bfloat16(), w[:80].view(4, 20).bfloat16(), w[80:].bfloat16()
+    )
     accuracy = int((logits.float().argmax(dim=1) == objective.y).sum()) / 50
 
     assert objective.evaluate(w)["accuracy"] == pytest.approx(accuracy, abs=1e-12)

@@ -161,8 +161,10 @@ def worker_peak_rss(client: Any) -> dict[str, dict[str, int]]:
 def data_bytes(setup: Any, workers: int) -> list[int]:
     """Bytes of the training rows (and test split) that each of `workers` workers holds."""
     store = setup.store
-    item = np.dtype(setup.config.dtype).itemsize
-    row = math.prod(store.sample_shape) * item + 8  # features in the run's dtype, int64 label
+    # Features as workers hold them (round/features.py): as stored when that is narrower than
+    # the run's dtype (uint8 images), else converted; labels as int64.
+    item = min(np.dtype(store.x_dtype).itemsize, np.dtype(setup.config.dtype).itemsize)
+    row = math.prod(store.sample_shape) * item + 8
     placement = shard_placement(store.num_shards, list(range(workers)))
     held = [0] * workers
     for (start, stop), worker in zip(store.shards, placement, strict=True):

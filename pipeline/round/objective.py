@@ -1,5 +1,4 @@
 """The loss of one model on one shard: full-shard loss and gradient, minibatches, evaluation.
-
 Pure torch: used by every algorithm on the workers and by the single-process reference.
 
 Models with layers that act differently in training (BatchNorm, dropout) are trained in
@@ -28,6 +27,7 @@ from torch.nn import functional as F
 
 from ...models.flat import Buffers, forward_flat
 from .augment import Augmentation, augment_batch
+from .features import Features, StoredRows
 
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times
@@ -55,7 +55,7 @@ def mode_dependent(model: nn.Module) -> tuple[bool, bool]:
     return batch, random
 
 
-def chunk_rows(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
+def chunk_rows(model: nn.Module, x: Features, num_params: int) -> int:
     """Rows per chunk of a full pass over x."""
     if x.device.type == "cuda":
         budget = CHUNK_BYTES_GPU
@@ -65,7 +65,7 @@ def chunk_rows(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
     return min(max(budget // max(per_row, 1), CHUNK_ROWS[0]), CHUNK_ROWS[1])
 
 
-def activation_bytes_per_row(model: nn.Module, x: torch.Tensor, num_params: int) -> int:
+def activation_bytes_per_row(model: nn.Module, x: Features, num_params: int) -> int:
     """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
     key = (id(model), tuple(x.shape[1:]), x.dtype)
     if key not in _PER_ROW:
@@ -109,7 +109,7 @@ class ShardObjective:
     def __init__(
         self,
         model: nn.Module,
-        x: torch.Tensor,
+        x: Features,
         y: torch.Tensor,
         task: str,
         l2: float = 0.0,
@@ -121,7 +121,7 @@ class ShardObjective:
         precision: str = "fp32",
     ) -> None:
         self.model = model
-        self.x = x
+        self.x = StoredRows.of(x)  # indexing gives normalised run-dtype rows (features.py)
         self.y = y
         self.task = task
         self.l2 = l2
@@ -221,7 +221,7 @@ class ShardObjective:
     def _subset(self, rows: torch.Tensor | slice) -> ShardObjective:
         return ShardObjective(
             self.model,
-            self.x[rows],
+            self.x.take(rows),
             self.y[rows],
             self.task,
             self.l2,

@@ -21,17 +21,21 @@ from ...datasets.store import SHARED_STORE, read_shard
 from ...models.flat import Buffers
 from ...models.registry import ModelSpec, build_model
 from .augment import parse_augment
+from .features import StoredRows, stored_rows
 from .objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
 class ShardData:
-    """A shard's rows as tensors, normalised and in the run's dtype; lives on one worker."""
+    """A shard's rows on one worker: features as stored (features.py), labels as tensors."""
 
     index: int
-    x: torch.Tensor
+    x: StoredRows  # a plain tensor given here is taken as already converted
     y: torch.Tensor
     task: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "x", StoredRows.of(self.x))
 
 
 def worker_id() -> str:
@@ -52,10 +56,11 @@ def load_shard(
     num_classes: int | None = None,
     device: str = "cpu",
 ) -> ShardData:
-    """Read rows [start, stop) of a split from zarr, check, normalise, convert to tensors.
+    """Read rows [start, stop) of a split from zarr, check them, and hold them as tensors.
 
     The tensors go to `device` (config.device: auto = this worker's GPU if it has one) and
-    stay there: every round's work on the shard runs where its rows are.
+    stay there: every round's work on the shard runs where its rows are. uint8 images stay
+    uint8 there, converted and normalised per minibatch (features.py).
 
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
@@ -69,14 +74,9 @@ def load_shard(
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
     torch_dtype = getattr(torch, dtype)
     where = resolve_device(device)
-    features = torch.from_numpy(np.ascontiguousarray(x)).to(where).to(torch_dtype)
-    del x  # the raw rows (uint8 for images) are not needed past the conversion
-    if features.ndim in (3, 4):  # signals / images: per-channel normalisation from the store
-        shape = (1, -1, *[1] * (features.ndim - 2))
-        mean = torch.tensor(normalization["mean"], dtype=torch_dtype, device=where).view(shape)
-        std = torch.tensor(normalization["std"], dtype=torch_dtype, device=where).view(shape)
-        # In place: a second shard-sized copy would double the worker's peak memory.
-        features.sub_(mean).div_(std)
+    stored = torch.from_numpy(np.ascontiguousarray(x)).to(where)
+    del x  # on a GPU worker the host copy goes now
+    features = stored_rows(stored, torch_dtype, normalization)
     targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
     targets = targets.long() if task == "classification" else targets.to(torch_dtype)
     return ShardData(index=index, x=features, y=targets, task=task)

@@ -18,11 +18,18 @@ from dask.sizeof import sizeof
 
 from ..algorithms.base import LocalOutput
 from .aggregate import Partial, ShardReport
+from .features import StoredRows
 
 
 @sizeof.register(torch.Tensor)
 def _tensor_size(tensor: torch.Tensor) -> int:
     return sys.getsizeof(tensor) + tensor.element_size() * tensor.nelement()
+
+
+@sizeof.register(StoredRows)
+def _stored_rows_size(rows: StoredRows) -> int:
+    # The held bytes (uint8 images count 1 byte a value), not the converted size.
+    return sys.getsizeof(rows) + rows.nbytes
 
 
 def _dataclass_size(obj: object) -> int:

@@ -30,6 +30,7 @@ from ...models.registry import (
 from ...models.user import is_import_path, to_bytes
 from ..algorithms import Strategy
 from ..round.augment import parse_augment
+from ..round.features import StoredRows
 from ..round.shards import ShardData, load_shard, make_objective
 from .config import RunConfig
 from .model_check import CHECK_ROWS, check_model_runs
@@ -62,7 +63,7 @@ class RunSetup:
     def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
         """The given training shards concatenated in order, as one ShardData."""
         loaded = [self.load_train(i) for i in shards]
-        x, y = torch.cat([s.x for s in loaded]), torch.cat([s.y for s in loaded])
+        x, y = StoredRows.concat([s.x for s in loaded]), torch.cat([s.y for s in loaded])
         return ShardData(index=index, x=x, y=y, task=self.store.task)
 
     def full_objective(self) -> object:
@@ -174,7 +175,7 @@ def _first_rows(setup: RunSetup) -> torch.Tensor:
     """A few training rows as a worker holds them (normalised, in the run's dtype), on the CPU."""
     args = setup.shard_args(0)
     args.update(stop=min(args["start"] + CHECK_ROWS, args["stop"]), device="cpu")
-    return load_shard(**args).x
+    return load_shard(**args).x.dense()
 
 
 def _check_dtype_holds(store: StoreInfo, dtype: str) -> None:

@@ -1,0 +1,129 @@
+"""A shard's features kept as the store holds them, converted and normalised per slice.
+
+Images are stored as uint8; held as float32 (or float64) they take 4x (8x) their bytes on the
+worker and on its GPU. StoredRows keeps the stored tensor and hands out rows already in the
+run's dtype and normalised with the store's per-channel mean and std, one minibatch or one
+full-pass chunk at a time, on the device the rows live on (as FFCV and DALI do).
+
+The conversion is elementwise (x.to(dtype) - mean) / std, so a slice converted alone holds
+exactly the values the same rows had when the whole shard was converted at once: weights are
+bit for bit what they were when shards were held converted.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Rows = int | slice | torch.Tensor
+
+
+class StoredRows:
+    """Rows of features in their stored dtype; indexing returns normalised run-dtype tensors.
+
+    `stored`: the features as read (N, ...); `dtype`: the run's dtype; `mean`, `std`:
+    per-channel tensors shaped to broadcast over a batch (None: no normalisation, as for
+    tabular stores). Behaves like the converted tensor for what the objective reads of it:
+    shape, dtype, device, element_size, len and indexing.
+    """
+
+    def __init__(
+        self,
+        stored: torch.Tensor,
+        dtype: torch.dtype,
+        mean: torch.Tensor | None = None,
+        std: torch.Tensor | None = None,
+    ) -> None:
+        self.stored = stored
+        self.dtype = dtype
+        self.mean = mean
+        self.std = std
+
+    @classmethod
+    def of(cls, x: torch.Tensor | StoredRows) -> StoredRows:
+        """Features already in their final form (tests, in-memory problems), as StoredRows."""
+        return x if isinstance(x, StoredRows) else cls(x, x.dtype)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.stored.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.stored.ndim
+
+    @property
+    def device(self) -> torch.device:
+        return self.stored.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.stored.is_cuda
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the stored rows, not their converted size."""
+        return self.stored.element_size() * self.stored.nelement()
+
+    def element_size(self) -> int:
+        """Bytes per element of the rows handed out (the run's dtype), for memory budgets."""
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def __len__(self) -> int:
+        return int(self.stored.shape[0])
+
+    def __getitem__(self, rows: Rows) -> torch.Tensor:
+        """The given rows, in the run's dtype and normalised: a new tensor, never a view that
+        a caller could write through into the held rows (unless nothing needed converting)."""
+        if isinstance(rows, int):  # one row: normalised as a batch of one (channels at dim 1)
+            return self[rows : rows + 1 or None][0]
+        picked = self.stored[rows].to(self.dtype)
+        if self.mean is None:
+            return picked
+        # Out of place first: with a float32 store in a float32 run `picked` may be a view.
+        return torch.sub(picked, self.mean).div_(self.std)
+
+    def dense(self) -> torch.Tensor:
+        """All rows converted: a shard-sized copy (tests, single-process baselines)."""
+        return self[:]
+
+    def take(self, rows: Rows) -> StoredRows:
+        """The given rows, still in their stored dtype (subsets of an objective)."""
+        return StoredRows(self.stored[rows], self.dtype, self.mean, self.std)
+
+    def to(self, device: torch.device | str) -> StoredRows:
+        """The same rows held on `device` (the conversion then runs there)."""
+        moved = [None if t is None else t.to(device) for t in (self.mean, self.std)]
+        return StoredRows(self.stored.to(device), self.dtype, *moved)
+
+    @staticmethod
+    def concat(parts: list[StoredRows]) -> StoredRows:
+        """Shards' rows in order, as one (the reference's whole training set)."""
+        first = parts[0]
+        return StoredRows(torch.cat([p.stored for p in parts]), first.dtype, first.mean, first.std)
+
+
+def stored_rows(stored: torch.Tensor, dtype: torch.dtype, normalization: dict | None) -> StoredRows:
+    """The rows a worker holds for `stored` (a tensor it owns, as read from the store).
+
+    Stored narrower than the run's dtype (uint8 images; float32 rows in a float64 run), they
+    stay as stored and are converted per slice. Otherwise converting once costs no memory and
+    spares every step the conversion: they are converted and normalised in place, as read.
+    Signals and images (ndim 3 or 4) get the store's per-channel normalisation; tabular rows
+    are converted only.
+    """
+    mean = std = None
+    if stored.ndim in (3, 4) and normalization is not None:
+        shape = (1, -1, *[1] * (stored.ndim - 2))
+        mean = torch.tensor(normalization["mean"], dtype=dtype, device=stored.device).view(shape)
+        std = torch.tensor(normalization["std"], dtype=dtype, device=stored.device).view(shape)
+    if stored.element_size() < torch.empty((), dtype=dtype).element_size():
+        return StoredRows(stored, dtype, mean, std)
+    converted = stored.to(dtype)  # the read tensor itself when the dtypes agree: ours to edit
+    if mean is not None:
+        # In place: a second shard-sized copy would double the worker's peak memory.
+        converted.sub_(mean).div_(std)
+    return StoredRows(converted, dtype)
+
+
+# What the objective accepts as features: a shard's StoredRows, or a tensor used as it is.
+Features = torch.Tensor | StoredRows
