@@ -52,7 +52,7 @@ def _reference_weights(spec: DdpSpec, steps: int, per_epoch: int) -> torch.Tenso
     ranks = []
     for shards in ([0, 1], [2, 3]):
         parts = [load_shard(**setup.shard_args(i)) for i in shards]
-        ranks.append((torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts])))
+        ranks.append((torch.cat([p.x.dense() for p in parts]), torch.cat([p.y for p in parts])))
     batches = [
         epoch_batches(len(y), BATCH, per_epoch, rank_seed(spec.seed, r))
         for r, (_, y) in enumerate(ranks)
