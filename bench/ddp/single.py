@@ -57,6 +57,9 @@ class SingleSpec:
     seed: int = option(0, help="Seed of data order and initial weights.")
     targets: tuple[float, ...] = (0.88,)  # test accuracies whose first crossing is reported
     threads: int = option(0, help="Torch threads; 0: every core.")
+    # auto: the GPU where torch sees one (the DDP rows of `dane bench shards` follow the run's
+    # --device), so a one-process row on a GPU machine is timed where the workers compute.
+    device: str = option("cpu", help="cpu | cuda | auto (a GPU where torch sees one).")
     dtype: str = "float32"
     # The L2 penalty lambda, as `dane train --l2` (None: the store's).
     l2: float | None = option(None, help="L2 penalty lambda (default: the store's, else 0).")
@@ -72,6 +75,8 @@ class SingleSpec:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.targets})")
         if self.threads < 0:
             raise ValueError(f"--threads must be 0 (every core) or more (got {self.threads})")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"--device must be cpu, cuda or auto (got {self.device!r})")
         if self.warmup_epochs < 0 or not 0 <= self.warmup_lr <= self.lr:
             raise ValueError(
                 f"--warmup-epochs must be 0 or more and --warmup-lr within [0, --lr] (got "
@@ -82,7 +87,13 @@ class SingleSpec:
 
     def run_config(self) -> RunConfig:
         """The `dane train` settings this mirrors (for the store, the model and the weights)."""
-        return run_config(self, algorithm="sgd", local_lr=self.lr, workers=1)
+        return run_config(self, algorithm="sgd", local_lr=self.lr, workers=1, device="cpu")
+
+    def torch_device(self) -> torch.device:
+        """Where the one process trains: --device, auto resolved by what torch sees."""
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
 
 
 def run_single(spec: SingleSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -98,10 +109,10 @@ def run_single(spec: SingleSpec, log: Callable[[str], None] = print) -> dict[str
 
 
 def _train(spec: SingleSpec, setup: Any, threads: int, log: Callable[[str], None]) -> dict:
-    cpu = torch.device("cpu")
-    data = load_rows(setup, list(range(setup.store.num_shards)), 0, cpu)
-    test = load_test(setup, cpu)
-    model = initial_model(setup.spec, spec.seed, cpu)
+    device = spec.torch_device()
+    data = load_rows(setup, list(range(setup.store.num_shards)), 0, device)
+    test = load_test(setup, device)
+    model = initial_model(setup.spec, spec.seed, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
     per_epoch = len(data.y) // spec.batch_size
     steps = max(1, round(spec.epochs * per_epoch))

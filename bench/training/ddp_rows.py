@@ -64,6 +64,7 @@ def ddp_spec(
         l2=config.l2,
         augment=config.augment,
         threads=threads,
+        device="cpu" if config.device == "cpu" else "auto",  # the run's workers' device
     )
 
 
