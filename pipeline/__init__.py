@@ -46,6 +46,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "augment_batch": ("round.augment", "augment_batch"),
     "parse_augment": ("round.augment", "parse_augment"),
     "lr_factor": ("algorithms.parts.schedule", "lr_factor"),
+    "steps_for_epochs": ("algorithms.parts.local_steps_schedule", "steps_for_epochs"),
     "LocalProblem": ("algorithms.parts.local_solver", "LocalProblem"),
     "ExactSolver": ("algorithms.parts.exact_solver", "ExactSolver"),
     # what the benchmarks measure inside a round (introspect.py)

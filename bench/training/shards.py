@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...datasets.store import open_store
-from ...pipeline import RunConfig, RunDir, prepare_store, read_toml
+from ...pipeline import RunConfig, RunDir, prepare_store, read_toml, steps_for_epochs
 from ..common.output import percent
 from ..common.specs import option, run_config, spec_record
 from .ddp_rows import ddp_row
@@ -74,10 +74,14 @@ class ShardsSpec:
     def run_config(self, shards: int, store: str, rows: int = 0) -> RunConfig:
         """The configuration on m = `shards` shards of `rows` training rows in all."""
         out = str(Path(self.workdir) / "runs" / f"m{shards}")
+        # --local-epochs here, else the configuration's own local_epochs (a preset's)
+        epochs = self.run.local_epochs if self.local_epochs is None else self.local_epochs
         steps = self.run.local_steps
-        if self.local_epochs is not None and rows:
-            steps = max(1, round(self.local_epochs * rows / shards / self.run.batch_size))
-        return replace(self.run, store=store, out=out, local_steps=steps).validate()
+        if epochs is not None and rows:
+            steps = steps_for_epochs(epochs, rows, shards, self.run.batch_size)
+        return replace(
+            self.run, store=store, out=out, local_steps=steps, local_epochs=epochs
+        ).validate()
 
 
 def read_config(path: str | Path) -> RunConfig:

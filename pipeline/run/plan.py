@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.config import RunConfig, read_toml, resolve_config
 from ..setup.run_setup import ensure_default_store
 from .rundir import RunDir, check_same_run
@@ -29,8 +30,27 @@ def plan_run(
         out = settings.get("out") or (read_toml(file) if file else {}).get("out") or RunConfig.out
         base = RunDir(Path(out)).saved_config()
     config = resolve_config(file=file, flags=settings, base=base)
+    config = _one_source_of_local_steps(config, settings, read_toml(file) if file else {})
     if config.store is None:
         config = dataclasses.replace(config, store=str(ensure_default_store(config)))
     if resume:
         check_same_run(base, config)
+    return config
+
+
+def _one_source_of_local_steps(
+    config: RunConfig, flags: dict[str, Any], filed: dict[str, Any]
+) -> RunConfig:
+    """K is set by local_steps or by local_epochs: both in one layer (the flags, or the file)
+    is an error; across layers the flags win, as for every setting (a preset's local_epochs
+    gives way to --local-steps on the command line)."""
+    given = {key for key, value in flags.items() if value is not None}
+    both = {"local_steps", "local_epochs"}
+    if both <= given or (both <= set(filed) and not both & given):
+        raise SettingError(
+            f"{setting('local_steps')} and {setting('local_epochs')} both set the local steps "
+            "a round; give one of them"
+        )
+    if "local_steps" in given and "local_epochs" not in given and config.local_epochs is not None:
+        return dataclasses.replace(config, local_epochs=None)
     return config

@@ -6,6 +6,7 @@ start from identical weights and read identical shards.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ...models.registry import (
 )
 from ...models.user import is_import_path, to_bytes
 from ..algorithms import Strategy
+from ..algorithms.parts.local_steps_schedule import steps_for_epochs
 from ..round.augment import parse_augment
 from ..round.features import StoredRows
 from ..round.shards import ShardData, load_shard, make_objective
@@ -129,6 +131,7 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
     if config.store is None:
         raise ValueError("no store given; pass a store path or use the embedded default")
     store = open_store(config.store)
+    config = with_local_epochs(config, store)
     check_model_fits(config.model, store.sample_shape)
     check_model_task(config.model, store.task)
     if config.local_solver != "steps" and not is_convex(config.model):
@@ -163,6 +166,19 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         full_batch=getattr(setup.strategy, "full_batch", False),
     )
     return setup
+
+
+def with_local_epochs(config: RunConfig, store: StoreInfo) -> RunConfig:
+    """--local-epochs E resolved on `store`: K (--local-steps) set to E passes over a shard of
+    the store's mean size; the config as it is where E is unset."""
+    if config.local_epochs is None:
+        return config
+    steps = steps_for_epochs(
+        config.local_epochs, store.num_train, store.num_shards, config.batch_size
+    )
+    if steps == config.local_steps:
+        return config
+    return dataclasses.replace(config, local_steps=steps).validate()
 
 
 def _builder_bytes(name: str, builder: Callable[..., nn.Module] | None) -> bytes:

@@ -118,6 +118,13 @@ class LocalSolver:
     """At most K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
 
     local_steps: int = declare(30, at_least_one, help="Local solver steps K.")
+    # K as passes over a shard, resolved against the store when the run is set up
+    # (run_setup.with_local_epochs): the same settings then make one pass a round on any m.
+    local_epochs: float | None = declare(
+        None,
+        optional(positive),
+        help="K as passes over a shard a round: E x rows per shard / --batch-size (sets K).",
+    )
     local_lr: float = LOCAL_LR.field()
     batch_size: int = BATCH_SIZE.field()
     local_optimizer: str = declare("sgd", one_of(*LOCAL_OPTIMIZERS), help="sgd | adam.")
