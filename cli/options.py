@@ -28,8 +28,19 @@ from ..datasets.raw import SourceOptions
 
 ARGUMENTS = ("store",)  # fields given by position rather than as --flags
 # `dane train`'s own options, beside RunConfig's.
-ConfigFile = Annotated[Path | None, typer.Option(help="TOML file of settings; flags override it.")]
-Resume = Annotated[bool, typer.Option(help="Continue the run in --out.")]
+# train's own two options stand with the run's settings in its --help (config.PANELS).
+RUN_PANEL = "Run and output"
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(help="TOML file of settings; flags override it.", rich_help_panel=RUN_PANEL),
+]
+# A plain flag, its default unshown: every other option shows its default as [value].
+Resume = Annotated[
+    bool,
+    typer.Option(
+        "--resume", help="Continue the run in --out.", show_default=False, rich_help_panel=RUN_PANEL
+    ),
+]
 
 
 def run_config_parameters() -> list[inspect.Parameter]:
@@ -38,15 +49,17 @@ def run_config_parameters() -> list[inspect.Parameter]:
     # Imported here, not above: the declarations import torch, which `dane --help` (and
     # every command but train) must not wait for (cli/lazy.py).
     from ..pipeline.algorithms.parts.hyperparameters import with_default
-    from ..pipeline.setup.config import SECTIONS, RunConfig
+    from ..pipeline.setup.config import SECTIONS, RunConfig, panel_of
 
     types = typing.get_type_hints(RunConfig)
     parameters = []
     for cls in SECTIONS.values():
         for f in dataclasses.fields(cls):
-            kind = typer.Argument if f.name in ARGUMENTS else typer.Option
             text = with_default(f.metadata.get("declaration").help, f.default)
-            info = kind(help=text)
+            if f.name in ARGUMENTS:
+                info = typer.Argument(help=text)
+            else:
+                info = typer.Option(help=text, rich_help_panel=panel_of(f.name))
             annotation = Annotated[_without_none(types[f.name]) | None, info]
             parameters.append(
                 inspect.Parameter(
@@ -66,7 +79,32 @@ def run_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def train_command(train: Callable[..., Any]) -> click.Command:
     """`dane train` as Typer builds it: `train` with one option per RunConfig field."""
-    return _mounted(lambda parent: parent.command("train")(run_config_options(train)))
+    return _mounted(
+        lambda parent: parent.command("train", cls=PanelledCommand)(run_config_options(train))
+    )
+
+
+class PanelledCommand(typer.core.TyperCommand):
+    """A command whose plain --help lists its options in panels (config.PANELS' order), as
+    Typer's rich help would, without rich's formatting or its import."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ..pipeline.setup.config import PANELS
+
+        arguments, panels = [], {name: [] for name in PANELS}  # type: ignore[var-annotated]
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                arguments.append(record)
+            else:  # --help has no panel: it closes the list
+                panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", [])
+                panels[getattr(param, "rich_help_panel", None) or "Options"].append(record)
+        for title, records in [("Arguments", arguments), *panels.items()]:
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
 
 
 BENCH_HELP = bench.BENCH_HELP  # declared beside the benchmarks, read without importing them

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import presets
-from ..algorithms import Strategy, make_strategy
+from ..algorithms import SETTINGS, Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
 from .resumed import RESUMED, Resume, RunRecord, parse_resumes
 from .settings import (
@@ -155,6 +155,22 @@ def section_of(key: str) -> str:
     return next(
         name for name, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}
     )
+
+
+# `dane train --help` groups its options in these panels, in this order: a section's own,
+# except the algorithm section's settings, which stand under their part's PANEL (the local
+# solver, the server step) where the class that declares them names one.
+PANELS = ("Data", "Model", "Algorithm", "Local solver", "Server step", "Run and output", "Cluster")
+_SECTION_PANELS = {"data": "Data", "model": "Model", "cluster": "Cluster", "run": "Run and output"}
+
+
+def panel_of(key: str) -> str:
+    """The --help panel of a RunConfig field (one of PANELS)."""
+    section = section_of(key)
+    if section != "algorithm":
+        return _SECTION_PANELS[section]
+    gathered = SETTINGS.get(key)  # None: the algorithm section's own (--algorithm)
+    return getattr(gathered.owner, "PANEL", "Algorithm") if gathered else "Algorithm"
 
 
 def _field_types() -> dict[str, tuple[type, ...]]:

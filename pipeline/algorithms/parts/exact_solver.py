@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -29,6 +30,8 @@ EXACT_METHODS = ("lbfgs", "cg")
 @dataclass(frozen=True, kw_only=True)
 class ExactSolver:
     """--local-solver lbfgs | cg, to --local-tol: an exact (to a tolerance) local solve."""
+
+    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
 
     local_solver: str  # lbfgs | cg (the run's choice of solver: solvers.make_solver)
     local_tol: float = declare(

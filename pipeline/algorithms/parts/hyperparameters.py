@@ -88,11 +88,13 @@ def setting_names(cls: type) -> set[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Gathered:
-    """A setting as the run settings hold it: name, type and declaration."""
+    """A setting as the run settings hold it: name, type, declaration, and the class that
+    declared it first (its PANEL, where it has one, heads the setting's group in --help)."""
 
     name: str
     type: Any
     declaration: Declaration
+    owner: type
 
 
 def gather(classes: Iterable[type]) -> dict[str, Gathered]:
@@ -108,7 +110,9 @@ def gather(classes: Iterable[type]) -> dict[str, Gathered]:
             known = found.get(f.name)
             if known is None:
                 value_type = typing.get_type_hints(owner)[f.name]
-                found[f.name] = Gathered(name=f.name, type=value_type, declaration=declaration)
+                found[f.name] = Gathered(
+                    name=f.name, type=value_type, declaration=declaration, owner=owner
+                )
             elif known.declaration is not declaration:
                 raise TypeError(
                     f"{owner.__qualname__}.{f.name} declares the setting {f.name!r} again; "

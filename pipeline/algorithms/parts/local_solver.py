@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -116,6 +117,8 @@ class Solution:
 @dataclass(frozen=True, kw_only=True)
 class LocalSolver:
     """At most K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
+
+    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
 
     local_steps: int = declare(30, at_least_one, help="Local solver steps K.")
     # K as passes over a shard, resolved against the store when the run is set up

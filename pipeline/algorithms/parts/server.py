@@ -16,7 +16,7 @@ driver state, checkpointed with the run; the step acts on the weights, never on 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -138,6 +138,8 @@ def server_update(
 class ServerStep:
     """The server's step on the averaged update, one part that dane, fedavg and fedprox take
     (SERVER_PART); its default is the plain average, w' = mean_i v_i."""
+
+    PANEL: ClassVar[str] = "Server step"  # where its settings stand in `dane train --help`
 
     server_momentum: float = declare(
         0.0, momentum_range, help="dane/fedavg/fedprox: momentum on the averaged step."

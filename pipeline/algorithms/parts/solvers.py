@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .checks import one_of
 from .exact_solver import EXACT_METHODS, ExactSolver
@@ -20,6 +20,8 @@ LOCAL_SOLVERS = ("steps", *EXACT_METHODS)
 @dataclass(frozen=True, kw_only=True)
 class SolverChoice:
     """Which solver a run asks for: the setting that picks between the solvers' types."""
+
+    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
 
     local_solver: str = declare(
         "steps",
