@@ -232,3 +232,32 @@ def test_auto_streams_a_shard_above_a_quarter_of_a_worker_and_resident_refuses_a
 def test_an_unknown_shard_memory_is_exit_2_and_one_line(run_cli, capfd, assert_one_line_error):
     status = run_cli(["train", "--shard-memory", "swap", "--rounds", "1"])
     assert_one_line_error(status, capfd, ["--shard-memory", "'swap'", "resident, stream, auto"])
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("algorithm", ["dane", "sgd"])
+def test_a_streamed_dask_run_equals_the_streamed_reference(
+    small_chunks, cluster_client, tmp_path, algorithm
+):
+    from dask_dane.pipeline.run.checkpoint import load_checkpoint
+    from dask_dane.pipeline.run.loop import train
+    from dask_dane.pipeline.run.rundir import RunDir
+
+    config = RunConfig(
+        store=str(small_chunks["digits"].path), out=str(tmp_path / "run"), model="small-cnn",
+        algorithm=algorithm, dtype="float64", rounds=2, seed=7, local_steps=30, local_lr=0.05,
+        batch_size=16, shard_memory="stream",
+    ).validate()  # fmt: skip
+
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
+
+    run = RunDir(tmp_path / "run")
+    assert torch.equal(load_checkpoint(run.latest)["weights"], reference.weights)
+    assert "# shard_memory stream (shard " in run.config.read_text()
+    resident = run_reference(
+        prepare_run(RunConfig(**{**config.as_dict(), "shard_memory": "resident"}).validate()),
+        rounds=2,
+        num_workers=2,
+    )
+    assert not torch.equal(resident.weights, reference.weights)  # other minibatches
