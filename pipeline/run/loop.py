@@ -96,7 +96,8 @@ def train(
             ):
                 workers = worker_addresses(active)
                 limit = worker_memory_limit(active.scheduler_info(n_workers=-1))
-                setup = hold_shards(setup, run_dir, limit)  # --shard-memory resolved
+                setup, held = hold_shards(setup, run_dir, limit)  # --shard-memory resolved
+                callbacks.on_shards(held)
                 data = _load_shards(active, setup, workers)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(workers))
                 _run_rounds(active, setup, run_dir, state, data, callbacks)

@@ -62,11 +62,12 @@ def resolve_shard_memory(mode: str, store: StoreInfo, limit: int | None) -> tupl
     )
 
 
-def hold_shards(setup: RunSetup, run_dir: RunDir, limit: int | None) -> RunSetup:
+def hold_shards(setup: RunSetup, run_dir: RunDir, limit: int | None) -> tuple[RunSetup, str]:
     """`setup` with --shard-memory resolved for workers of memory limit `limit` (the smallest,
     cluster.worker_memory_limit), the choice and its reason noted in config.toml (a comment:
-    the setting itself stays as given, so auto resumes as auto)."""
+    the setting itself stays as given, so auto resumes as auto), and the choice as a phrase
+    for the run's first line."""
     mode = setup.config.shard_memory
     chosen, why = resolve_shard_memory(mode, setup.store, limit)
     run_dir.note_config(f"shard_memory {why}")
-    return replace(setup, config=replace(setup.config, shard_memory=chosen))
+    return replace(setup, config=replace(setup.config, shard_memory=chosen)), why
