@@ -146,8 +146,8 @@ class StreamedRows:
         chunks = np.searchsorted(self.bounds, positions, side="right") - 1
         needed = np.unique(chunks)
         futures = [self._future(int(c)) for c in needed]  # all asked for before any waited on
-        out = torch.empty((len(positions), *self._sample_shape), dtype=self._stored_dtype)
-        out = out.to(self.device)
+        shape = (len(positions), *self._sample_shape)
+        out = torch.empty(shape, dtype=self._stored_dtype, device=self.device)
         for chunk, future in zip(needed, futures, strict=True):
             mask = chunks == chunk
             within = torch.from_numpy(positions[mask] - self.bounds[chunk]).to(self.device)
