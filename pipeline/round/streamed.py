@@ -211,9 +211,11 @@ class ChunkWindow:
     replacement, from the rows of the chunks in the window. So a step reads at most one new
     chunk (read ahead by the prefetch thread), and an epoch's steps pass the window over
     every chunk. A shard of at most WINDOW_CHUNKS chunks is sampled as a resident one is:
-    uniformly over all its rows. A larger one is sampled from a moving quarter (or less) of
-    itself: rows of one chunk meet in minibatches more often than a uniform draw would pair
-    them; the store's rows are shuffled on write, so within a shard chunks are alike.
+    uniformly over all its rows. A larger one is sampled from a moving part of itself: rows
+    of one chunk meet in minibatches more often than a uniform draw would pair them. That is
+    harmless where a shard's rows are in mixed order (Fashion-MNIST, the generated sources:
+    docs/results/memory.md measures it), not where its source lists them class by class
+    (images:DIR), whose chunks hold a class or two each (README, `--shard-memory`).
     """
 
     def __init__(self, rows: StreamedRows, rng: torch.Generator) -> None:
