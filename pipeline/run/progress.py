@@ -110,6 +110,7 @@ class ProgressLines:
         # stderr, as progress goes in a terminal: a script's own stdout stays its own.
         self.console = console or Console(stderr=True, highlight=False)
         self.rounds = 0
+        self.held = ""  # how the workers hold the shards (--shard-memory as resolved)
 
     def begin(self, config: RunConfig, *, resume: bool) -> None:
         """Before the cluster starts: it takes seconds, and silence reads as a hang."""
@@ -123,10 +124,11 @@ class ProgressLines:
         return Callbacks(on_start=self.on_start, on_round=self.on_round, on_shards=self.on_shards)
 
     def on_shards(self, held: str) -> None:
-        self._print(f"dask-dane: shards held {held}")
+        self.held = held  # said with the workers, on one line
 
     def on_start(self, dashboard: str, workers: int) -> None:
-        self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}")
+        shards = f"; shards {self.held}" if self.held else ""
+        self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}{shards}")
 
     def on_round(self, row: dict[str, Any]) -> None:
         width = len(str(self.rounds or row["round"]))

@@ -41,15 +41,15 @@ def resolve_shard_memory(mode: str, store: StoreInfo, limit: int | None) -> tupl
     a shard cannot fit in a worker's memory limit `limit`."""
     sizes = shard_bytes(store)
     largest = int(np.argmax(sizes))
-    size = f"shard {largest} holds {sizes[largest] / 2**20:.1f} MiB of features"
+    size = f"shard {largest} holds {_size(sizes[largest])} of features"
     if limit is None:
         chosen = "stream" if mode == "stream" else "resident"
         return chosen, f"{mode}: {chosen} (the workers have no memory limit)"
-    limit_text = f"the smallest worker memory limit is {limit / 2**20:.0f} MiB"
+    limit_text = f"the smallest worker memory limit is {_size(limit)}"
     if mode == "resident" and sizes[largest] > RESIDENT_FITS_SHARE * limit:
         raise ValueError(
             f"{size}, more than {RESIDENT_FITS_SHARE:.0%} of a worker's memory limit "
-            f"({limit / 2**20:.0f} MiB): it cannot be held resident; pass --shard-memory stream "
+            f"({_size(limit)}): it cannot be held resident; pass --shard-memory stream "
             "(or auto), or give the workers more memory"
         )
     if mode != "auto":
@@ -60,6 +60,10 @@ def resolve_shard_memory(mode: str, store: StoreInfo, limit: int | None) -> tupl
         f"auto: {chosen} ({size}, {above} {AUTO_STREAM_SHARE:.0%} of a worker's memory; "
         f"{limit_text})"
     )
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
 
 
 def hold_shards(setup: RunSetup, run_dir: RunDir, limit: int | None) -> tuple[RunSetup, str]:
