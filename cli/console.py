@@ -51,8 +51,13 @@ class TrainingProgress:
         """What the driver calls at the start and after each round, to move the bar."""
         from ..pipeline.run.loop import Callbacks
 
+        held: list[str] = []  # --shard-memory as the driver resolved it, before on_start
+
         def on_start(dashboard: str, workers: int) -> None:
-            self.console.print(f"dashboard: {dashboard}  ({workers} workers)")
+            shards = f"; shards {held[0]}" if held else ""
+            # soft_wrap: one line however long the shards' reason is (the terminal wraps it).
+            line = f"dashboard: {dashboard}  ({workers} workers{shards})"
+            self.console.print(line, soft_wrap=True)
             if dashboard.endswith("/status"):  # the run's own page, beside Dask's
                 self.console.print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
             self.bar.start()
@@ -67,7 +72,7 @@ class TrainingProgress:
                 acc=f"{acc:.4f}" if acc is not None else "-",
             )
 
-        return Callbacks(on_start=on_start, on_round=on_round)
+        return Callbacks(on_start=on_start, on_round=on_round, on_shards=held.append)
 
 
 class RunDirLog(logging.Handler):

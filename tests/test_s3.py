@@ -288,3 +288,37 @@ def test_a_remote_write_that_fails_midway_removes_what_it_wrote(s3_env, monkeypa
     assert written == ["train/x", "train/y"]  # two arrays had reached the bucket
     assert not location.exists(url)
     assert not location.filesystem(url).find(url)  # not one object left under the prefix
+
+
+def test_a_shard_streams_from_s3_chunk_by_chunk_as_read_whole(s3_env, monkeypatch):
+    # --shard-memory stream on S3: the features are read a chunk at a time through fsspec,
+    # with the prefetch thread, and equal the shard read whole; the recipe pickles.
+    import pickle
+
+    import torch
+
+    from dask_dane.datasets import location
+    from dask_dane.datasets.partition import PartitionSpec
+    from dask_dane.datasets.sources import SourceOptions, load_source
+    from dask_dane.datasets.store import write
+    from dask_dane.pipeline.round.shards import load_shard
+
+    for name, value in s3_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(write, "CHUNK_BYTES", 64 * 50)  # 8x8 uint8 images: 50 rows a chunk
+    url = f"s3://{BUCKET}/streamed.zarr"
+    raw = load_source("digits", SourceOptions(seed=3))
+    info = write.write_store(raw, PartitionSpec(num_shards=2, seed=3), url, force=False)
+    start, stop = info.shards[1]
+    args = dict(store=url, split="train", start=start, stop=stop, index=1, task=info.task,
+                normalization=info.normalization, dtype="float32", num_classes=10)  # fmt: skip
+
+    resident = load_shard(**args)
+    streamed = load_shard(**args, shard_memory="stream")
+    again = pickle.loads(pickle.dumps(streamed.x))
+
+    assert streamed.x.num_chunks > 10 and torch.equal(streamed.y, resident.y)
+    assert torch.equal(streamed.x[:], resident.x[:])
+    picked = torch.tensor([700, 3, 64, 3])
+    assert torch.equal(again[picked], resident.x[picked])
+    location.remove(url)

@@ -18,7 +18,8 @@ class ScalingSpec:
     """One scaling benchmark; see `dane bench scaling --help`."""
 
     RUN_FLAGS: ClassVar = ("store", "model", "algorithm", "rounds", "local_steps",
-                           "batch_size", "grad_sample", "device", "dtype", "seed")  # fmt: skip
+                           "batch_size", "grad_sample", "device", "dtype", "seed",
+                           "shard_memory")  # fmt: skip
     REQUIRED: ClassVar = ("store",)
     RUN_HELP: ClassVar = {
         "store": "Store to train on (written by `dane prepare`).",

@@ -51,7 +51,23 @@ def read_shard(
         raise ValueError(f"store {path}: {what} cannot be read, {missing}; {fix}")
     if len(x) != stop - start or len(y) != stop - start:
         raise ValueError(f"store {path}: {what} has fewer rows than its range; {fix}")
-    if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+    check_values(path, what, y, x=x, task=task, num_classes=num_classes)
+    return x, y
+
+
+def check_values(
+    path: str,
+    what: str,
+    y: np.ndarray,
+    *,
+    x: np.ndarray | None,
+    task: str,
+    num_classes: int | None,
+) -> None:
+    """ValueError naming `what` if features (when given) or labels hold bad values; shared by
+    read_shard and a streamed shard, which checks its labels at load and each chunk as read."""
+    fix = "re-create the store with `dane prepare ... --force`"
+    if x is not None and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
         raise ValueError(f"store {path}: {what} has NaN or infinite features; {fix}")
     if task == "classification":
         if not np.issubdtype(y.dtype, np.integer):
@@ -63,7 +79,6 @@ def read_shard(
             )
     elif np.issubdtype(y.dtype, np.floating) and not np.isfinite(y).all():
         raise ValueError(f"store {path}: {what} has NaN or infinite targets; {fix}")
-    return x, y
 
 
 def _first_missing(group: zarr.Group, split: str, start: int, stop: int) -> str | None:

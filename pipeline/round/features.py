@@ -41,7 +41,8 @@ class StoredRows:
     @classmethod
     def of(cls, x: torch.Tensor | StoredRows) -> StoredRows:
         """Features already in their final form (tests, in-memory problems), as StoredRows."""
-        return x if isinstance(x, StoredRows) else cls(x, x.dtype)
+        # A streamed shard (streamed.py) has the same interface and passes through too.
+        return cls(x, x.dtype) if isinstance(x, torch.Tensor) else x
 
     @property
     def shape(self) -> torch.Size:
@@ -98,6 +99,8 @@ class StoredRows:
     @staticmethod
     def concat(parts: list[StoredRows]) -> StoredRows:
         """Shards' rows in order, as one (the reference's whole training set)."""
+        # Streamed shards (streamed.py) are read whole: what asks for all rows holds them.
+        parts = [p if isinstance(p, StoredRows) else p.take(torch.arange(len(p))) for p in parts]
         first = parts[0]
         return StoredRows(torch.cat([p.stored for p in parts]), first.dtype, first.mean, first.std)
 
@@ -111,11 +114,7 @@ def stored_rows(stored: torch.Tensor, dtype: torch.dtype, normalization: dict | 
     Signals and images (ndim 3 or 4) get the store's per-channel normalisation; tabular rows
     are converted only.
     """
-    mean = std = None
-    if stored.ndim in (3, 4) and normalization is not None:
-        shape = (1, -1, *[1] * (stored.ndim - 2))
-        mean = torch.tensor(normalization["mean"], dtype=dtype, device=stored.device).view(shape)
-        std = torch.tensor(normalization["std"], dtype=dtype, device=stored.device).view(shape)
+    mean, std = normalizer(stored.ndim, dtype, stored.device, normalization)
     if stored.element_size() < torch.empty((), dtype=dtype).element_size():
         return StoredRows(stored, dtype, mean, std)
     converted = stored.to(dtype)  # the read tensor itself when the dtypes agree: ours to edit
@@ -123,6 +122,18 @@ def stored_rows(stored: torch.Tensor, dtype: torch.dtype, normalization: dict | 
         # In place: a second shard-sized copy would double the worker's peak memory.
         converted.sub_(mean).div_(std)
     return StoredRows(converted, dtype)
+
+
+def normalizer(
+    ndim: int, dtype: torch.dtype, device: torch.device, normalization: dict | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(mean, std) shaped to broadcast over a batch of rows with `ndim` dimensions: the store's
+    per-channel normalisation for signals and images (ndim 3 or 4), none for tabular rows."""
+    if ndim not in (3, 4) or normalization is None:
+        return None, None
+    shape = (1, -1, *[1] * (ndim - 2))
+    mean = torch.tensor(normalization["mean"], dtype=dtype, device=device).view(shape)
+    return mean, torch.tensor(normalization["std"], dtype=dtype, device=device).view(shape)
 
 
 # What the objective accepts as features: a shard's StoredRows, or a tensor used as it is.

@@ -26,8 +26,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ...models.flat import Buffers, forward_flat
+from .activations import activation_bytes_per_row
 from .augment import Augmentation, augment_batch
 from .features import Features, StoredRows
+from .streamed import ChunkWindow
 
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times
@@ -36,7 +38,6 @@ from .features import Features, StoredRows
 CHUNK_MODEL_COPIES = 8
 CHUNK_BYTES_GPU = 256 * 2**20
 CHUNK_ROWS = (16, 4096)
-_PER_ROW: dict[tuple, int] = {}
 # Dropout draws from torch's global generator: seeding it and running the forward pass happen
 # under one lock, so that worker threads (--threads-per-worker) do not interleave draws.
 _GLOBAL_RNG = threading.Lock()
@@ -63,32 +64,6 @@ def chunk_rows(model: nn.Module, x: Features, num_params: int) -> int:
         budget = CHUNK_MODEL_COPIES * num_params * x.element_size()
     per_row = activation_bytes_per_row(model, x, num_params)
     return min(max(budget // max(per_row, 1), CHUNK_ROWS[0]), CHUNK_ROWS[1])
-
-
-def activation_bytes_per_row(model: nn.Module, x: Features, num_params: int) -> int:
-    """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
-    key = (id(model), tuple(x.shape[1:]), x.dtype)
-    if key not in _PER_ROW:
-        # 2 and 3 rows, not 1: BatchNorm in training mode refuses a batch of one.
-        saved = [_saved_bytes(model, x, num_params, rows) for rows in (2, 3)]
-        _PER_ROW[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
-    return _PER_ROW[key]
-
-
-def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) -> int:
-    total = 0
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        nonlocal total
-        total += tensor.numel() * tensor.element_size()
-        return tensor
-
-    with torch.device("meta"):
-        w = torch.empty(num_params, dtype=x.dtype, requires_grad=True)
-        batch = torch.empty((rows, *x.shape[1:]), dtype=x.dtype)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            forward_flat(model, w, batch)
-    return total
 
 
 def full_pass_batches(rows: int, batch: int) -> int:
@@ -135,6 +110,7 @@ class ShardObjective:
         # Local steps' dropout masks and augmentations, in step order.
         self.step_rng = torch.Generator().manual_seed(derived_seed(seed, 1))
         self.buffers_updated = False  # a local step has moved the running statistics
+        self.window: ChunkWindow | None = None  # a streamed shard's minibatch window
 
     @property
     def plain(self) -> bool:
@@ -277,9 +253,13 @@ class ShardObjective:
         return product
 
     def sample_rows(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
-        """A minibatch of distinct rows drawn with the given generator."""
+        """A minibatch of distinct rows drawn with the given generator; on a streamed shard,
+        from a window of its chunks that moves as the round's steps go (streamed.py)."""
         size = min(batch_size, self.num_samples)
-        return torch.randperm(self.num_samples, generator=rng)[:size]
+        if isinstance(self.x, StoredRows):
+            return torch.randperm(self.num_samples, generator=rng)[:size]
+        self.window = self.window or ChunkWindow(self.x, rng)  # this objective's round only
+        return self.window.sample(size, rng)
 
     @torch.no_grad()
     def evaluate(self, w: torch.Tensor) -> dict[str, float]:

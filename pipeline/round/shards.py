@@ -23,6 +23,7 @@ from ...models.registry import ModelSpec, build_model
 from .augment import parse_augment
 from .features import StoredRows, stored_rows
 from .objective import ShardObjective
+from .streamed import streamed_rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,12 +56,15 @@ def load_shard(
     dtype: str,
     num_classes: int | None = None,
     device: str = "cpu",
+    shard_memory: str = "resident",
 ) -> ShardData:
     """Read rows [start, stop) of a split from zarr, check them, and hold them as tensors.
 
     The tensors go to `device` (config.device: auto = this worker's GPU if it has one) and
     stay there: every round's work on the shard runs where its rows are. uint8 images stay
-    uint8 there, converted and normalised per minibatch (features.py).
+    uint8 there, converted and normalised per minibatch (features.py). With `shard_memory`
+    "stream" (the driver resolves auto) the features stay in the store, read a chunk at a
+    time as the rounds need them (streamed.py); the labels are read whole.
 
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
@@ -71,6 +75,9 @@ def load_shard(
         raise ValueError(f"worker {worker_id()}: {err}") from None
     if not seen:  # the driver saw it (open_store): this worker does not
         raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
+    if shard_memory == "stream":  # features read a chunk at a time as rounds need them
+        how = dict(normalization=normalization, dtype=dtype, num_classes=num_classes)
+        return streamed_shard(store, split, np.arange(start, stop), index, task, device, **how)
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
     torch_dtype = getattr(torch, dtype)
     where = resolve_device(device)
@@ -80,6 +87,34 @@ def load_shard(
     targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
     targets = targets.long() if task == "classification" else targets.to(torch_dtype)
     return ShardData(index=index, x=features, y=targets, task=task)
+
+
+def streamed_shard(
+    store: str,
+    split: str,
+    rows: np.ndarray,
+    index: int,
+    task: str,
+    device: str,
+    *,
+    normalization: dict,
+    dtype: str,
+    num_classes: int | None,
+) -> ShardData:
+    """The given rows (sorted indices into `split`: a range, or the rows a shard keeps) with
+    features streamed from the store, labels read whole and checked (streamed.py)."""
+    x, y = streamed_rows(
+        store,
+        split=split,
+        index=index,
+        rows=rows,
+        task=task,
+        normalization=normalization,
+        dtype=getattr(torch, dtype),
+        device=resolve_device(device),
+        num_classes=num_classes,
+    )
+    return ShardData(index=index, x=x, y=y, task=task)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -19,6 +19,7 @@ from dask.sizeof import sizeof
 from ..algorithms.base import LocalOutput
 from .aggregate import Partial, ShardReport
 from .features import StoredRows
+from .streamed import StreamedRows
 
 
 @sizeof.register(torch.Tensor)
@@ -27,8 +28,10 @@ def _tensor_size(tensor: torch.Tensor) -> int:
 
 
 @sizeof.register(StoredRows)
-def _stored_rows_size(rows: StoredRows) -> int:
-    # The held bytes (uint8 images count 1 byte a value), not the converted size.
+@sizeof.register(StreamedRows)
+def _stored_rows_size(rows: StoredRows | StreamedRows) -> int:
+    # The held bytes (uint8 images count 1 byte a value; a streamed shard, its cached
+    # chunks), not the converted size.
     return sys.getsizeof(rows) + rows.nbytes
 
 

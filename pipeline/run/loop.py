@@ -51,6 +51,7 @@ from .pipelined import run_chained
 from .progress import Callbacks  # defined beside the display built on it; re-exported here
 from .run_state import RunState
 from .rundir import RunDir
+from .shard_memory import hold_shards, worker_memory_limit
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -94,6 +95,9 @@ def train(
                 span("dane-train"),
             ):
                 workers = worker_addresses(active)
+                limit = worker_memory_limit(active.scheduler_info(n_workers=-1))
+                setup, held = hold_shards(setup, run_dir, limit)  # --shard-memory resolved
+                callbacks.on_shards(held)
                 data = _load_shards(active, setup, workers)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(workers))
                 _run_rounds(active, setup, run_dir, state, data, callbacks)

@@ -29,6 +29,10 @@ def _on_round(row: dict[str, Any]) -> None:
     """The default: nothing."""
 
 
+def _on_shards(held: str) -> None:
+    """The default: nothing."""
+
+
 def _on_weights(round_index: int, weights: torch.Tensor) -> None:
     """The default: nothing."""
 
@@ -54,11 +58,15 @@ class Callbacks:
     on_weights : Callable[[int, torch.Tensor], None]
         Called after ``on_round`` with the round number and the new flat parameter vector
         (on the CPU). Do not modify it in place: the run continues from it; clone to keep it.
+    on_shards : Callable[[str], None]
+        Called once before ``on_start`` with how the workers hold the shards and why:
+        ``--shard-memory`` as resolved for the cluster ("auto: stream (shard 3 holds ...)").
     """
 
     on_start: Callable[[str, int], None] = _on_start
     on_round: Callable[[dict[str, Any]], None] = _on_round
     on_weights: Callable[[int, torch.Tensor], None] = _on_weights
+    on_shards: Callable[[str], None] = _on_shards
 
 
 def chain(*callbacks: Callbacks) -> Callbacks:
@@ -76,7 +84,13 @@ def chain(*callbacks: Callbacks) -> Callbacks:
         for each in callbacks:
             each.on_weights(round_index, weights)
 
-    return Callbacks(on_start=on_start, on_round=on_round, on_weights=on_weights)
+    def on_shards(held: str) -> None:
+        for each in callbacks:
+            each.on_shards(held)
+
+    return Callbacks(
+        on_start=on_start, on_round=on_round, on_weights=on_weights, on_shards=on_shards
+    )
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -96,6 +110,7 @@ class ProgressLines:
         # stderr, as progress goes in a terminal: a script's own stdout stays its own.
         self.console = console or Console(stderr=True, highlight=False)
         self.rounds = 0
+        self.held = ""  # how the workers hold the shards (--shard-memory as resolved)
 
     def begin(self, config: RunConfig, *, resume: bool) -> None:
         """Before the cluster starts: it takes seconds, and silence reads as a hang."""
@@ -106,10 +121,14 @@ class ProgressLines:
         )
 
     def callbacks(self) -> Callbacks:
-        return Callbacks(on_start=self.on_start, on_round=self.on_round)
+        return Callbacks(on_start=self.on_start, on_round=self.on_round, on_shards=self.on_shards)
+
+    def on_shards(self, held: str) -> None:
+        self.held = held  # said with the workers, on one line
 
     def on_start(self, dashboard: str, workers: int) -> None:
-        self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}")
+        shards = f"; shards {self.held}" if self.held else ""
+        self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}{shards}")
 
     def on_round(self, row: dict[str, Any]) -> None:
         width = len(str(self.rounds or row["round"]))

@@ -86,6 +86,11 @@ class RunDir:
             text = to_toml(record.original, resumed=add_resume(record.resumes, resume))
         atomic_write_bytes(self.config, lambda h: h.write(text.encode()))
 
+    def note_config(self, line: str) -> None:
+        """A comment appended to config.toml: what the driver decided that no setting says."""
+        text = self.config.read_text() + f"# {line}\n"
+        atomic_write_bytes(self.config, lambda h: h.write(text.encode()))
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_bytes(self.summary, lambda h: h.write(text.encode()))

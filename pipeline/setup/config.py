@@ -89,6 +89,10 @@ RESUMABLE_KEYS = frozenset(
         "workers",
         "threads_per_worker",
         "device",
+        # Where the shards are held: a resume on a cluster with less memory must be able to
+        # stream. Minibatch draws differ from resident ones (round/streamed.py ChunkWindow);
+        # full passes and exact solves do not.
+        "shard_memory",
         "broadcast",
         "scheduler",
         "scheduler_file",

@@ -84,6 +84,9 @@ class RunSetup:
             normalization=self.store.normalization,
             dtype=self.config.dtype,
             device=self.config.device,
+            # auto is resolved by the driver from the workers' memory (run/shard_memory.py);
+            # in one process, with no worker's limit to compare with, shards are resident.
+            shard_memory="stream" if self.config.shard_memory == "stream" else "resident",
             **where,
         )
 

@@ -30,6 +30,8 @@ PRECISIONS = ("fp32", "bf16")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
 DEVICES = ("auto", "cpu", "cuda")
 BROADCASTS = ("auto", "direct", "tree", "allgather")
+# How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
+SHARD_MEMORY = ("resident", "stream", "auto")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +109,12 @@ class ClusterSettings:
     workers: int = declare(2, help="Workers of a started cluster.")
     threads_per_worker: int = declare(1, help="Threads per worker.")
     device: str = declare("auto", help="auto (a GPU where a worker sees one) | cpu | cuda.")
+    shard_memory: str = declare(
+        "resident",
+        help="resident (each shard read once and held) | stream (features read from the store "
+        "a chunk at a time, minibatches drawn from a window of chunks) | auto (stream when a "
+        "shard's stored bytes exceed a quarter of a worker's memory limit).",
+    )
     scheduler: str | None = declare(None, help="Address of a running Dask scheduler to use.")
     # What `dask scheduler --scheduler-file` wrote (HPC).
     scheduler_file: str | None = declare(
@@ -137,6 +145,7 @@ class ClusterSettings:
 
     def check_cluster(self) -> None:
         one_of(*DEVICES)("device", self.device)
+        one_of(*SHARD_MEMORY)("shard_memory", self.shard_memory)
         one_of(*BROADCASTS)("broadcast", self.broadcast)
         one_of(*TRANSPORTS)("transport", self.transport)
         if self.transport != "float32" and self.broadcast in ("direct", "tree"):

@@ -1,0 +1,38 @@
+"""What a full pass's chunk costs in activation memory: the bytes autograd keeps per input row
+of a model, measured on the meta device (objective.py sizes its full-pass chunks by it)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...models.flat import forward_flat
+from .features import Features
+
+_PER_ROW: dict[tuple, int] = {}
+
+
+def activation_bytes_per_row(model: nn.Module, x: Features, num_params: int) -> int:
+    """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
+    key = (id(model), tuple(x.shape[1:]), x.dtype)
+    if key not in _PER_ROW:
+        # 2 and 3 rows, not 1: BatchNorm in training mode refuses a batch of one.
+        saved = [_saved_bytes(model, x, num_params, rows) for rows in (2, 3)]
+        _PER_ROW[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
+    return _PER_ROW[key]
+
+
+def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) -> int:
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.device("meta"):
+        w = torch.empty(num_params, dtype=x.dtype, requires_grad=True)
+        batch = torch.empty((rows, *x.shape[1:]), dtype=x.dtype)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            forward_flat(model, w, batch)
+    return total

@@ -1,0 +1,265 @@
+"""A shard streamed from its store (`--shard-memory stream`): features read a stored chunk at a
+time as the rounds need them, for shards that do not fit in a worker's memory.
+
+StreamedRows has StoredRows' interface (features.py), so ShardObjective reads it as it reads
+a resident shard: full passes (DANE's gradient, evaluation, line searches) take slices in
+order, and each chunk is read once per pass, the next one read by a prefetch thread while
+this one is computed on. It holds a small LRU cache of decoded chunks, in their stored dtype,
+and converts per slice exactly as StoredRows does, so every slice equals the resident one.
+It pickles as its recipe (store, split, rows, normalisation), never its cache: a shard
+reloaded on another worker after a fault reads the same rows.
+
+Local minibatches cannot be drawn from the whole shard without reading all of it every step.
+ChunkWindow draws them from a shuffle buffer over chunks instead (see its docstring); it is a
+function of the round's generator and the step index alone, so the Dask run equals the
+single-process reference and a reloaded shard gives the same weights.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from ...datasets.store.stream import ChunkReader, read_labels, shard_name
+from .features import Rows, StoredRows, normalizer
+
+# Chunks a minibatch is drawn from (the shuffle buffer), and the chunks kept decoded: the
+# window, the one the prefetch thread reads ahead, and one a full pass is on.
+WINDOW_CHUNKS = 4
+CACHE_CHUNKS = WINDOW_CHUNKS + 2
+
+
+class StreamedRows:
+    """Rows `rows` (sorted indices into the split) of a store's features, read chunk by chunk.
+
+    `reader`: the split's features (datasets/store/stream.py); `dtype`, `mean`, `std`: as
+    StoredRows'. The rows may be a range [start, stop) or any kept subset of it.
+    """
+
+    def __init__(
+        self,
+        reader: ChunkReader,
+        rows: np.ndarray,
+        *,
+        dtype: torch.dtype,
+        mean: torch.Tensor | None,
+        std: torch.Tensor | None,
+        device: torch.device,
+    ) -> None:
+        self.reader, self.rows = reader, np.asarray(rows, dtype=np.int64)
+        self.dtype, self.mean, self.std, self.device = dtype, mean, std, torch.device(device)
+        array = reader.array
+        self._sample_shape = tuple(array.shape[1:])
+        self._stored_dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
+        # Row positions where a stored chunk begins: chunk i holds rows bounds[i]:bounds[i+1].
+        chunk_of = self.rows // reader.chunk_rows
+        starts = np.flatnonzero(np.diff(chunk_of)) + 1
+        self.bounds = np.concatenate([[0], starts, [len(self.rows)]]).astype(np.int64)
+        self._cache: OrderedDict[int, Future] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    # What the objective reads of its features, as for StoredRows.
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.rows), *self._sample_shape))
+
+    @property
+    def ndim(self) -> int:
+        return 1 + len(self._sample_shape)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the decoded chunks in the cache (and the row indices), not the shard."""
+        with self._lock:
+            held = [f.result() for f in self._cache.values() if f.done() and not f.exception()]
+        return self.rows.nbytes + sum(t.element_size() * t.nelement() for t in held)
+
+    def element_size(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, rows: Rows) -> torch.Tensor:
+        """The given rows in the run's dtype, normalised: a new tensor, never a cache view."""
+        if isinstance(rows, int):
+            return self[rows : rows + 1 or None][0]
+        picked = self._gather(self._positions(rows))
+        return StoredRows(picked, self.dtype, self.mean, self.std)[:]
+
+    def dense(self) -> torch.Tensor:
+        return self[:]
+
+    def take(self, rows: Rows) -> StoredRows | StreamedRows:
+        """A range of rows stays streamed (a half-shard, correction.py); picked rows (a fixed
+        sample) are read once and held, in their stored dtype."""
+        if isinstance(rows, slice):
+            return self._with(self.rows[rows], self.device)
+        picked = self._gather(self._positions(rows))
+        return StoredRows(picked, self.dtype, self.mean, self.std)
+
+    def to(self, device: torch.device | str) -> StreamedRows:
+        return self._with(self.rows, torch.device(device))
+
+    def _with(self, rows: np.ndarray, device: torch.device) -> StreamedRows:
+        moved = [None if t is None else t.to(device) for t in (self.mean, self.std)]
+        return StreamedRows(
+            self.reader, rows, dtype=self.dtype, mean=moved[0], std=moved[1], device=device
+        )
+
+    def chunk_positions(self, chunk: int) -> torch.Tensor:
+        """The row positions chunk `chunk` holds (what a minibatch draws from)."""
+        return torch.arange(int(self.bounds[chunk]), int(self.bounds[chunk + 1]))
+
+    def prefetch(self, chunk: int) -> None:
+        """Start reading `chunk` in the background, if it is not held or on its way."""
+        if 0 <= chunk < self.num_chunks:
+            self._future(chunk, background=True)
+
+    def _positions(self, rows: Rows) -> np.ndarray:
+        if isinstance(rows, slice):
+            return np.arange(*rows.indices(len(self)), dtype=np.int64)
+        index = torch.as_tensor(rows)
+        if index.dtype == torch.bool:
+            index = index.nonzero().flatten()
+        positions = index.cpu().numpy().astype(np.int64).reshape(-1)
+        positions = np.where(positions < 0, positions + len(self), positions)
+        if len(positions) and (positions.min() < 0 or positions.max() >= len(self)):
+            raise IndexError(f"row index out of range for a shard of {len(self)} rows")
+        return positions
+
+    def _gather(self, positions: np.ndarray) -> torch.Tensor:
+        """The rows at `positions`, in their stored dtype, in that order (a fresh tensor)."""
+        chunks = np.searchsorted(self.bounds, positions, side="right") - 1
+        needed = np.unique(chunks)
+        futures = [self._future(int(c)) for c in needed]  # all asked for before any waited on
+        shape = (len(positions), *self._sample_shape)
+        out = torch.empty(shape, dtype=self._stored_dtype, device=self.device)
+        for chunk, future in zip(needed, futures, strict=True):
+            mask = chunks == chunk
+            within = torch.from_numpy(positions[mask] - self.bounds[chunk]).to(self.device)
+            out[torch.from_numpy(mask).to(self.device)] = future.result()[within]
+        if len(needed):  # a pass in order wants the next chunk next: read it meanwhile
+            self.prefetch(int(needed[-1]) + 1)
+        return out
+
+    def _future(self, chunk: int, *, background: bool = False) -> Future:
+        with self._lock:
+            future, fresh = self._cache.get(chunk), False
+            if future is None:
+                # In the background on the prefetch thread; else here and now, never queued
+                # behind a prefetch of another chunk.
+                fresh = not background
+                future = Future() if fresh else self._executor().submit(self._read, chunk)
+                self._cache[chunk] = future
+                while len(self._cache) > CACHE_CHUNKS:  # least recently used first
+                    self._cache.popitem(last=False)
+            self._cache.move_to_end(chunk)
+        if fresh:
+            try:
+                future.set_result(self._read(chunk))
+            except Exception as err:  # a damaged chunk: raised to whoever waits on it
+                future.set_exception(err)
+        return future
+
+    def _read(self, chunk: int) -> torch.Tensor:
+        rows = self.rows[self.bounds[chunk] : self.bounds[chunk + 1]]
+        low, high = int(rows[0]), int(rows[-1]) + 1
+        x = self.reader.read(low, high)
+        if len(rows) != high - low:  # kept rows only (a split that excludes some)
+            x = x[rows - low]
+        return torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="dane-prefetch")
+        return self._pool
+
+    def __getstate__(self) -> dict:
+        """The recipe: store, split, rows and normalisation; never the cache or the thread."""
+        keep = ("reader", "dtype", "mean", "std", "device")
+        state = {name: getattr(self, name) for name in keep}
+        contiguous = len(self.rows) and self.rows[-1] - self.rows[0] + 1 == len(self.rows)
+        state["rows"] = (int(self.rows[0]), int(self.rows[-1]) + 1) if contiguous else self.rows
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        rows = state.pop("rows")
+        rows = np.arange(*rows) if isinstance(rows, tuple) else rows  # a range travels as one
+        self.__init__(state.pop("reader"), rows, **state)  # type: ignore[misc]
+
+
+class ChunkWindow:
+    """Local minibatches of one round on a streamed shard: a shuffle buffer over chunks.
+
+    The round's generator permutes the shard's chunks once; a window of WINDOW_CHUNKS
+    consecutive chunks of that order moves on by one chunk each time the steps have drawn as
+    many rows as a chunk holds on average, and each minibatch is drawn uniformly, without
+    replacement, from the rows of the chunks in the window. So a step reads at most one new
+    chunk (read ahead by the prefetch thread), and an epoch's steps pass the window over
+    every chunk. A shard of at most WINDOW_CHUNKS chunks is sampled as a resident one is:
+    uniformly over all its rows. A larger one is sampled from a moving part of itself: rows
+    of one chunk meet in minibatches more often than a uniform draw would pair them. That is
+    harmless where a shard's rows are in mixed order (Fashion-MNIST, the generated sources:
+    docs/results/memory.md measures it), not where its source lists them class by class
+    (images:DIR), whose chunks hold a class or two each (README, `--shard-memory`).
+    """
+
+    def __init__(self, rows: StreamedRows, rng: torch.Generator) -> None:
+        self.rows = rows
+        self.order = torch.randperm(rows.num_chunks, generator=rng).tolist()
+        self.drawn = 0
+
+    def window(self) -> list[int]:
+        """The chunks the next minibatch is drawn from."""
+        count = len(self.order)
+        first = self.drawn * count // len(self.rows)
+        return [self.order[(first + j) % count] for j in range(min(WINDOW_CHUNKS, count))]
+
+    def sample(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
+        """A minibatch of distinct row positions from the window's chunks."""
+        chunks = self.window()
+        candidates = torch.cat([self.rows.chunk_positions(c) for c in chunks])
+        size = min(batch_size, len(candidates))
+        picked = candidates[torch.randperm(len(candidates), generator=rng)[:size]]
+        self.drawn += size
+        if len(self.order) > WINDOW_CHUNKS:  # the chunk the window takes in next
+            first = self.order.index(chunks[0])
+            self.rows.prefetch(self.order[(first + WINDOW_CHUNKS) % len(self.order)])
+        return picked
+
+
+def streamed_rows(
+    store: str,
+    *,
+    split: str,
+    index: int,
+    rows: np.ndarray,
+    task: str,
+    normalization: dict | None,
+    dtype: torch.dtype,
+    device: torch.device,
+    num_classes: int | None = None,
+) -> tuple[StreamedRows, torch.Tensor]:
+    """A shard's features streamed and its labels read whole and checked, as tensors on
+    `device` (labels long for classification, else in `dtype`)."""
+    what = shard_name(split, index, int(rows[0]) if len(rows) else 0, int(rows[-1]) + 1)
+    y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
+    reader = ChunkReader(store, split, what)
+    mean, std = normalizer(reader.array.ndim, dtype, device, normalization)
+    x = StreamedRows(reader, rows, dtype=dtype, mean=mean, std=std, device=device)
+    targets = torch.from_numpy(np.ascontiguousarray(y)).to(device)
+    return x, targets.long() if task == "classification" else targets.to(dtype)

@@ -1,0 +1,77 @@
+"""Where the workers hold their shards (`--shard-memory`), decided once, on the driver.
+
+auto is resolved here, from the shards' stored bytes and the smallest worker memory limit,
+for the whole run: every shard (and a shard reloaded on another worker after a fault) is
+held the same way, so the run's minibatches do not depend on which worker a shard lands on.
+resident is refused, as one line, for a shard that cannot fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ...datasets.store import StoreInfo
+from ..setup.run_setup import RunSetup
+from .rundir import RunDir
+
+# auto streams when a shard's stored bytes exceed this share of a worker's memory limit: the
+# rest holds the model, its copies, the round's activations and the worker itself.
+AUTO_STREAM_SHARE = 0.25
+# Dask pauses a worker at 80% of its memory limit: a resident shard above that never fits.
+RESIDENT_FITS_SHARE = 0.8
+
+
+def shard_bytes(store: StoreInfo) -> list[int]:
+    """Each training shard's features as stored (what a resident shard holds)."""
+    row = int(np.prod(store.sample_shape, dtype=np.int64)) * np.dtype(store.x_dtype).itemsize
+    return [(stop - start) * row for start, stop in store.shards]
+
+
+def worker_memory_limit(scheduler_info: dict) -> int | None:
+    """The smallest memory limit of the workers in Client.scheduler_info(), in bytes; None if
+    a worker has none (Dask's memory_limit 0)."""
+    limits = [int(w.get("memory_limit") or 0) for w in scheduler_info["workers"].values()]
+    return min(limits) if limits and all(limits) else None
+
+
+def resolve_shard_memory(mode: str, store: StoreInfo, limit: int | None) -> tuple[str, str]:
+    """(resident | stream, why): `mode` resolved for the run; ValueError for resident when
+    a shard cannot fit in a worker's memory limit `limit`."""
+    sizes = shard_bytes(store)
+    largest = int(np.argmax(sizes))
+    size = f"shard {largest} holds {_size(sizes[largest])} of features"
+    if limit is None:
+        chosen = "stream" if mode == "stream" else "resident"
+        return chosen, f"{mode}: {chosen} (the workers have no memory limit)"
+    limit_text = f"the smallest worker memory limit is {_size(limit)}"
+    if mode == "resident" and sizes[largest] > RESIDENT_FITS_SHARE * limit:
+        raise ValueError(
+            f"{size}, more than {RESIDENT_FITS_SHARE:.0%} of a worker's memory limit "
+            f"({_size(limit)}): it cannot be held resident; pass --shard-memory stream "
+            "(or auto), or give the workers more memory"
+        )
+    if mode != "auto":
+        return mode, f"{mode} ({size}; {limit_text})"
+    chosen = "stream" if sizes[largest] > AUTO_STREAM_SHARE * limit else "resident"
+    above = "above" if chosen == "stream" else "within"
+    return chosen, (
+        f"auto: {chosen} ({size}, {above} {AUTO_STREAM_SHARE:.0%} of a worker's memory; "
+        f"{limit_text})"
+    )
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
+
+
+def hold_shards(setup: RunSetup, run_dir: RunDir, limit: int | None) -> tuple[RunSetup, str]:
+    """`setup` with --shard-memory resolved for workers of memory limit `limit` (the smallest,
+    cluster.worker_memory_limit), the choice and its reason noted in config.toml (a comment:
+    the setting itself stays as given, so auto resumes as auto), and the choice as a phrase
+    for the run's first line."""
+    mode = setup.config.shard_memory
+    chosen, why = resolve_shard_memory(mode, setup.store, limit)
+    run_dir.note_config(f"shard_memory {why}")
+    return replace(setup, config=replace(setup.config, shard_memory=chosen)), why
