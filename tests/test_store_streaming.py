@@ -1,0 +1,126 @@
+"""Stores written a chunk at a time from lazily read rows: the same bytes as the in-memory path.
+
+The digests below are of stores written by the path that held every array in memory (commit
+7ce0f62, before rows were streamed); a change to generation, partition, normalization or
+chunking that alters a single byte of a store fails here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from dask_dane.datasets.lazy import LazyRows, ScratchRows
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import write as store_module
+from dask_dane.datasets.store import write_store
+
+ARRAYS = ("train/x", "train/y", "test/x", "test/y")
+
+
+def _store_sha(root: Path) -> str:
+    """SHA-256 over every file of a store: its path and its bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("source", "options", "spec", "expected"),
+    [
+        (
+            "synthetic",
+            SourceOptions(samples=300),
+            PartitionSpec(num_shards=3),
+            "5309d6f04b959efeb163fc1bc22d3f3aee15d0752512e4390c93f8d800507fdd",
+        ),
+        (
+            "synthetic",
+            SourceOptions(samples=5000, image_size=12, seed=3),
+            PartitionSpec(kind="dirichlet", num_shards=4, seed=3),
+            "1eed9280dd527875ed53db014d5e08fe0ed0fcc51e9ddb5f143abaa0731087be",
+        ),
+        (  # 32001 train rows of 1 KiB: 8 chunks of train/x, gathered through the permutation
+            "synthetic",
+            SourceOptions(samples=40000, image_size=16, seed=1),
+            PartitionSpec(kind="label-skew", num_shards=5, seed=1),
+            "9282b43ab232daa8ae8f6c02e3d1c78d91413090eadc862fb38892b8da72594d",
+        ),
+        (
+            "digits",
+            SourceOptions(),
+            PartitionSpec(num_shards=2),
+            "73cf310d8f80878335facb463accb6f4b1a2bd1a25ff2ef58af729bd7c8bcf25",
+        ),
+    ],
+)
+def test_store_bytes_match_those_the_in_memory_path_wrote(
+    source, options, spec, expected, tmp_path
+):
+    out = tmp_path / "s.zarr"
+    write_store(load_source(source, options), spec, out, force=False)
+    assert _store_sha(out) == expected
+
+
+def test_lazy_rows_write_the_same_store_as_their_arrays_across_many_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "CHUNK_BYTES", 256 * 37)  # 37 rows a chunk: many chunks
+    raw = load_source("synthetic", SourceOptions(samples=900, seed=5))
+    assert isinstance(raw.x_train, LazyRows)
+    eager = replace(raw, x_train=np.asarray(raw.x_train), x_test=np.asarray(raw.x_test))
+    spec = PartitionSpec(kind="dirichlet", num_shards=3, seed=5)
+    lazy_out = write_store(raw, spec, tmp_path / "lazy.zarr", force=False).path
+    eager_out = write_store(eager, spec, tmp_path / "eager.zarr", force=False).path
+    lazy, eager_group = zarr.open_group(lazy_out, mode="r"), zarr.open_group(eager_out, mode="r")
+    assert lazy["train/x"].chunks[0] == 37
+    for name in ARRAYS:
+        np.testing.assert_array_equal(lazy[name][...], eager_group[name][...])
+    assert dict(lazy.attrs) == dict(eager_group.attrs)
+
+
+def test_streamed_normalization_matches_numpy_on_the_whole_train_split(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "CHUNK_BYTES", 256 * 50)  # sums over many blocks
+    raw = load_source("synthetic", SourceOptions(samples=2000, seed=2))
+    info = write_store(raw, PartitionSpec(num_shards=2), tmp_path / "s.zarr", force=False)
+    x = np.asarray(raw.x_train, dtype=np.float64)
+    norm = zarr.open_group(info.path, mode="r").attrs["normalization"]
+    np.testing.assert_allclose(norm["mean"], x.mean(axis=(0, 2, 3)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(norm["std"], x.std(axis=(0, 2, 3)), rtol=1e-10)
+
+
+def test_scratch_rows_gather_any_order_with_repeats():
+    scratch = ScratchRows((2, 3), np.float32)
+    data = np.arange(10 * 6, dtype=np.float32).reshape(10, 2, 3)
+    scratch.append(data[:4])
+    scratch.append(data[4:])
+    rows = scratch.rows()
+    picks = np.array([7, 2, 3, 4, 9, 2, 0])  # a run (2, 3, 4), a repeat, out of order
+    np.testing.assert_array_equal(rows[picks], data[picks])
+    np.testing.assert_array_equal(rows[3:8], data[3:8])
+    np.testing.assert_array_equal(rows.subset(picks)[1:3], data[[2, 3]])
+    assert rows.shape == (10, 2, 3) and rows.size == 60 and rows[5].shape == (2, 3)
+
+
+def test_nan_in_lazy_rows_is_refused_naming_its_row(tmp_path):
+    scratch = ScratchRows((3,), np.float32)
+    block = np.zeros((6, 3), dtype=np.float32)
+    block[4, 1] = np.nan
+    scratch.append(block)
+    raw = replace(
+        load_source("synthetic", SourceOptions(samples=40)),
+        x_train=scratch.rows(),
+        y_train=np.zeros(6, dtype=np.int64),
+        x_test=np.zeros((2, 3), dtype=np.float32),
+        y_test=np.zeros(2, dtype=np.int64),
+    )
+    with pytest.raises(ValueError, match=r"1 train sample\(s\) contain NaN .*first at row 4"):
+        write_store(raw, PartitionSpec(num_shards=2), tmp_path / "s.zarr", force=False)
+    assert not (tmp_path / "s.zarr").exists()
