@@ -1,8 +1,9 @@
 """Stores written a chunk at a time from lazily read rows: the same bytes as the in-memory path.
 
 The digests below are of stores written by the path that held every array in memory (commit
-7ce0f62, before rows were streamed); a change to generation, partition, normalization or
-chunking that alters a single byte of a store fails here.
+7ce0f62, before rows were streamed; `dane prepare` with the same options there); a change to
+generation, decoding, partition, normalization or chunking that alters a single byte of a
+store fails here.
 """
 
 from __future__ import annotations
@@ -69,6 +70,58 @@ def test_store_bytes_match_those_the_in_memory_path_wrote(
     out = tmp_path / "s.zarr"
     write_store(load_source(source, options), spec, out, force=False)
     assert _store_sha(out) == expected
+
+
+def _image_tree(root: Path, *, split: bool) -> Path:
+    """3 classes of 14 images (5 a class in test/): grey and RGB mixed, 10x12, and one file
+    Pillow cannot read in class b."""
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    parts = ("train", "test") if split else ("",)
+    for part in parts:
+        for label, name in enumerate("abc"):
+            folder = root / part / name
+            folder.mkdir(parents=True)
+            for i in range(14 if part != "test" else 5):
+                pixels = rng.integers(0, 256, size=(10, 12, 3), dtype=np.uint8) // (label + 1)
+                image = Image.fromarray(pixels)
+                (image.convert("L") if i % 3 == 0 else image).save(folder / f"{i:02d}.png")
+    (root / parts[0] / "b" / "zz.png").write_bytes(b"not an image")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("split", "options", "spec", "expected"),
+    [
+        (  # grey widened to RGB, the bad file skipped, split by --test-fraction
+            False,
+            SourceOptions(skip_bad=True),
+            PartitionSpec(num_shards=3),
+            "649013cba25ea9c639f02e888639d32a22f9a156cf5d88bd029e774c247ae479",
+        ),
+        (
+            False,
+            SourceOptions(skip_bad=True, resize=(6, 5), channels=1, seed=4),
+            PartitionSpec(kind="dirichlet", num_shards=2, seed=4),
+            "8bbc4fc0b3a6715582e1dc22649fca261861b43a72b8909a3612c32ee10a5174",
+        ),
+        (  # train/ and test/ folders
+            True,
+            SourceOptions(skip_bad=True),
+            PartitionSpec(kind="label-skew", num_shards=2),
+            "f0d09a1bb1dbee0292e6fe63f7687c82aa62f5197cd5c7cac9da27cc73b8c0b8",
+        ),
+    ],
+)
+def test_image_stores_match_those_the_in_memory_path_wrote(
+    split, options, spec, expected, tmp_path
+):
+    root = _image_tree(tmp_path / ("split" if split else "flat"), split=split)  # source names it
+    raw = load_source(f"images:{root}", options)
+    assert isinstance(raw.x_train, LazyRows) and raw.attrs["skipped_files"] == 1
+    write_store(raw, spec, tmp_path / "s.zarr", force=False)
+    assert _store_sha(tmp_path / "s.zarr") == expected
 
 
 def test_lazy_rows_write_the_same_store_as_their_arrays_across_many_chunks(tmp_path, monkeypatch):
