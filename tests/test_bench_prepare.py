@@ -31,6 +31,22 @@ def test_prepare_memory_records_each_size_with_its_peak_and_draws_the_figure(tmp
     assert "| 80 |" in done.output
 
 
+def test_prepare_memory_of_an_image_tree_counts_its_uint8_bytes(tmp_path):
+    out = tmp_path / "m.json"
+
+    done = CliRunner().invoke(
+        app,
+        ["bench", "prepare-memory", "--source", "images", "--sizes", "30", "--image-size", "5",
+         "--shards", "2", "--json", str(out)],
+    )  # fmt: skip
+
+    assert done.exit_code == 0, done.output
+    result = json.loads(out.read_text())
+    assert result["source"] == "images"
+    assert [(r["rows"], r["data_bytes"]) for r in result["runs"]] == [(30, 30 * 25)]
+    assert result["runs"][0]["peak_rss_bytes"] > 20 * 2**20
+
+
 def test_a_failing_prepare_names_its_command_and_problem():
     try:
         peak_rss(["prepare", "no-such-source", "--out", "/nonexistent/x.zarr"])
