@@ -15,6 +15,7 @@ from .convergence.cli import COMMANDS as CONVERGENCE
 from .ddp.cli import COMMANDS as DDP
 from .gpu.cli import COMMANDS as GPU
 from .network.cli import COMMANDS as NETWORK
+from .prepare.cli import COMMANDS as PREPARE
 from .scaling.cli import COMMANDS as SCALING
 from .soak.cli import COMMANDS as SOAK
 from .training.cli import COMMANDS as TRAINING
@@ -24,6 +25,6 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 
-for commands in (CONVERGENCE, TRAINING, SOAK, SCALING, DDP, NETWORK, GPU):
+for commands in (CONVERGENCE, TRAINING, SOAK, SCALING, DDP, NETWORK, GPU, PREPARE):
     for name, command in commands.items():
         bench_app.command(name)(command)

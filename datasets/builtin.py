@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .lazy import ScratchRows, block_rows
 from .raw import RawDataset, SourceOptions, classification_dataset, split_train_test
 
 MNIST1D_SAMPLES = 5000  # the MNIST-1D paper's 4000 train + 1000 test
@@ -65,9 +66,17 @@ def make_synthetic_source(options: SourceOptions) -> RawDataset:
         sum(templates[:, :, i : i + size, j : j + size] for i in range(3) for j in range(3)) / 3.0
     )
     y = rng.integers(0, options.num_classes, size=num_samples).astype(np.int64)
-    x = templates[y] + rng.normal(scale=1.5, size=(num_samples, 1, size, size))
+    # Block by block into a scratch file, so that memory does not grow with --samples. The
+    # generator's normals come in one stream whatever the block size: the rows are the ones
+    # a single draw of (samples, 1, size, size) gives, bit for bit.
+    scratch = ScratchRows((1, size, size), np.float32)
+    step = block_rows((1, size, size), 8)
+    for start in range(0, num_samples, step):
+        labels = y[start : start + step]
+        noise = rng.normal(scale=1.5, size=(len(labels), 1, size, size))
+        scratch.append((templates[labels] + noise).astype(np.float32))
     x_train, y_train, x_test, y_test = split_train_test(
-        x.astype(np.float32), y, test_fraction=options.test_fraction, seed=options.seed + 1
+        scratch.rows(), y, test_fraction=options.test_fraction, seed=options.seed + 1
     )
     return RawDataset(
         source="synthetic",

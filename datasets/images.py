@@ -20,12 +20,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
+from .image_rows import DecodedImages
+from .lazy import LazyRows, take_rows
 from .raw import RawDataset, SourceOptions, split_train_test
 
 FILES_PER_TASK = 128  # files a worker process decodes per task
@@ -158,14 +161,16 @@ def _decode_chunk(
     return [_decode(p, mode, size) for p in paths]
 
 
-def decode_images(
+def iter_decoded(
     paths: list[str],
     *,
     mode: str | None,
     size: tuple[int, int] | None,
     num_workers: int | None = None,
-) -> list[np.ndarray | str]:
-    """Decode `paths` in order, over up to MAX_WORKERS processes, FILES_PER_TASK files a task.
+) -> Iterator[np.ndarray | str]:
+    """Decode `paths` in order, over up to MAX_WORKERS processes, FILES_PER_TASK files a task,
+    yielding each result as its task is done (the caller stores it, so the images need not
+    all be in memory at once).
 
     Each result is a (C, H, W) uint8 array or the one-line problem with that file. Fewer than
     2 * FILES_PER_WORKER files are decoded in this process (a pool would cost more than it
@@ -178,50 +183,68 @@ def decode_images(
     if main_file is not None and not os.path.exists(main_file):  # `python -`: spawn cannot
         num_workers = 1  # start a worker where the main script cannot be read again
     if num_workers <= 1:
-        done = [_decode_chunk(chunk, mode, size) for chunk in chunks]
-    else:  # spawn: forking a process that holds threads (torch, zarr) can deadlock
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(num_workers, mp_context=context) as pool:
-            done = list(pool.map(_decode_chunk, chunks, repeat(mode), repeat(size)))
-    return [result for chunk in done for result in chunk]
+        for chunk in chunks:
+            yield from _decode_chunk(chunk, mode, size)
+        return
+    # spawn: forking a process that holds threads (torch, zarr) can deadlock
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(num_workers, mp_context=context) as pool:
+        for done in pool.map(_decode_chunk, chunks, repeat(mode), repeat(size)):
+            yield from done
 
 
-def _same_size(arrays: list[np.ndarray], paths: list[str]) -> None:
+def decode_images(
+    paths: list[str],
+    *,
+    mode: str | None,
+    size: tuple[int, int] | None,
+    num_workers: int | None = None,
+) -> list[np.ndarray | str]:
+    """Every result of iter_decoded, in a list."""
+    return list(iter_decoded(paths, mode=mode, size=size, num_workers=num_workers))
+
+
+def _same_size(shapes: np.ndarray, paths: list[str]) -> None:
     """ValueError naming two files of different sizes, if there are any."""
-    first = arrays[0].shape[1:]
-    for array, path in zip(arrays, paths, strict=True):
-        if array.shape[1:] != first:
-            raise ValueError(
-                f"images differ in size: {paths[0]} is {first[0]}x{first[1]} and {path} is "
-                f"{array.shape[1]}x{array.shape[2]} (height x width); pass --image-size H[xW] "
-                "to resize them all"
-            )
+    differ = np.flatnonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))
+    if len(differ):
+        (height, width), other = shapes[0, 1:], shapes[differ[0]]
+        raise ValueError(
+            f"images differ in size: {paths[0]} is {height}x{width} and {paths[differ[0]]} is "
+            f"{other[1]}x{other[2]} (height x width); pass --image-size H[xW] "
+            "to resize them all"
+        )
 
 
 def _read_images(
     files: list[tuple[str, int, int]], names: list[str], options: SourceOptions
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Decode (path, label, split) rows: images (N, C, H, W), labels, splits, files skipped."""
+) -> tuple[LazyRows, np.ndarray, np.ndarray, int]:
+    """Decode (path, label, split) rows: images (N, C, H, W), labels, splits, files skipped.
+
+    The images go to a scratch file as they are decoded (image_rows.py) and come back lazily.
+    """
     mode = {None: None, 1: "L", 3: "RGB"}[options.channels]
-    results = decode_images([f for f, _, _ in files], mode=mode, size=options.resize)
-    kept = [i for i, r in enumerate(results) if not isinstance(r, str)]
-    problems = [r for r in results if isinstance(r, str)]
+    decoded, kept, problems = DecodedImages(), np.zeros(len(files), dtype=bool), []
+    results = iter_decoded([f for f, _, _ in files], mode=mode, size=options.resize)
+    for i, result in enumerate(results):
+        if isinstance(result, str):
+            problems.append(result)
+        else:
+            decoded.append(result)
+            kept[i] = True
     if problems and not options.skip_bad:
         raise ValueError(problems[0])
-    labels = np.array([files[i][1] for i in kept], dtype=np.int64)
+    labels = np.array([label for (_, label, _), k in zip(files, kept, strict=True) if k])
     for label, name in enumerate(names):
         if not (labels == label).any():
             raise ValueError(
                 f"class {name!r} has no readable images (all its files were skipped); add "
                 "images or remove its folder"
             )
-    arrays, paths = [results[i] for i in kept], [files[i][0] for i in kept]
     if options.resize is None:
-        _same_size(arrays, paths)
-    if len({a.shape[0] for a in arrays}) > 1:  # grey and colour: all RGB, grey in R, G and B
-        arrays = [np.repeat(a, 3, axis=0) if a.shape[0] == 1 else a for a in arrays]
-    splits = np.array([files[i][2] for i in kept], dtype=np.int8)
-    return np.stack(arrays), labels, splits, len(problems)
+        _same_size(decoded.shapes(), [f for (f, _, _), k in zip(files, kept, strict=True) if k])
+    splits = np.array([split for (_, _, split), k in zip(files, kept, strict=True) if k])
+    return decoded.rows(), labels.astype(np.int64), splits.astype(np.int8), len(problems)
 
 
 def load_images_source(options: SourceOptions) -> RawDataset:
@@ -248,7 +271,8 @@ def load_images_source(options: SourceOptions) -> RawDataset:
     x, y, splits, skipped = _read_images(files, names, options)
     if len(split_folders) == 2:
         train = splits == 0
-        x_train, y_train, x_test, y_test = x[train], y[train], x[~train], y[~train]
+        x_train, y_train = take_rows(x, train), y[train]
+        x_test, y_test = take_rows(x, ~train), y[~train]
     else:
         x_train, y_train, x_test, y_test = split_train_test(
             x, y, test_fraction=options.test_fraction, seed=options.seed

@@ -4,8 +4,11 @@ checks every source's arrays pass before they are stored."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from .lazy import LazyRows, block_rows, take_rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,9 +18,9 @@ class RawDataset:
     source: str
     task: str  # "classification" | "regression"
     num_classes: int
-    x_train: np.ndarray
+    x_train: np.ndarray | LazyRows  # LazyRows: read by write_store a chunk at a time
     y_train: np.ndarray
-    x_test: np.ndarray
+    x_test: np.ndarray | LazyRows
     y_test: np.ndarray
     attrs: dict = field(default_factory=dict)  # extra store attributes, e.g. {"l2": 0.005}
 
@@ -38,9 +41,12 @@ class SourceOptions:
 
 
 def split_train_test(
-    x: np.ndarray, y: np.ndarray, *, test_fraction: float, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Stratified, seeded split, so that every class appears in both parts in proportion."""
+    x: np.ndarray | LazyRows, y: np.ndarray, *, test_fraction: float, seed: int
+) -> tuple[Any, np.ndarray, Any, np.ndarray]:
+    """Stratified, seeded split, so that every class appears in both parts in proportion.
+
+    Lazy rows stay unread: each part is the same rows, selected.
+    """
     rng = np.random.default_rng(seed)
     test_rows: list[np.ndarray] = []
     for label in np.unique(y):
@@ -48,7 +54,7 @@ def split_train_test(
         test_rows.append(rows[: round(len(rows) * test_fraction)])
     is_test = np.zeros(len(y), dtype=bool)
     is_test[np.concatenate(test_rows)] = True
-    return x[~is_test], y[~is_test], x[is_test], y[is_test]
+    return take_rows(x, ~is_test), y[~is_test], take_rows(x, is_test), y[is_test]
 
 
 def classification_dataset(
@@ -100,8 +106,8 @@ def check_raw_dataset(raw: RawDataset) -> None:
                 )
         elif not np.isfinite(y).all():
             raise ValueError(f"{where}: {split} targets contain NaN or infinite values")
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-            rows = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+        rows = _nonfinite_rows(x) if np.issubdtype(x.dtype, np.floating) else []
+        if len(rows):
             raise ValueError(
                 f"{where}: {len(rows)} {split} sample(s) contain NaN or infinite values "
                 f"(first at row {int(rows[0])}); clean or drop them"
@@ -111,3 +117,13 @@ def check_raw_dataset(raw: RawDataset) -> None:
             f"{where}: train samples have shape {raw.x_train.shape[1:]} but test samples "
             f"{raw.x_test.shape[1:]}; both splits need the same sample shape"
         )
+
+
+def _nonfinite_rows(x: np.ndarray | LazyRows) -> np.ndarray:
+    """The rows of `x` holding NaN or infinity, read a block at a time (x may be lazy)."""
+    step = block_rows(x.shape[1:], x.dtype.itemsize)
+    found = [np.array([], dtype=np.int64)]
+    for start in range(0, len(x), step):
+        block = x[start : start + step]
+        found.append(start + np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(1)))
+    return np.concatenate(found)

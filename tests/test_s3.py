@@ -273,10 +273,10 @@ def test_a_remote_write_that_fails_midway_removes_what_it_wrote(s3_env, monkeypa
     written = []
     real_write = store_module._write_array
 
-    def fail_on_third_array(group, name, data):
+    def fail_on_third_array(group, name, data, order=None):
         if len(written) == 2:
             raise OSError("connection reset by peer")
-        real_write(group, name, data)
+        real_write(group, name, data, order)
         written.append(name)
 
     monkeypatch.setattr(store_module, "_write_array", fail_on_third_array)

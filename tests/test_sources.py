@@ -194,7 +194,7 @@ def test_npz_source_reads_images_and_tabular_rows(tmp_path, x_shape, stored_shap
     raw = load_source(f"npz:{tmp_path / 'd.npz'}", SourceOptions())
 
     assert raw.x_train.shape == (8, *stored_shape) and raw.x_test.shape == (4, *stored_shape)
-    np.testing.assert_array_equal(raw.x_train.reshape(8, -1), x[:8].reshape(8, -1))
+    np.testing.assert_array_equal(np.asarray(raw.x_train).reshape(8, -1), x[:8].reshape(8, -1))
     assert raw.task == "classification" and raw.num_classes == 3
 
 

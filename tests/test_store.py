@@ -108,7 +108,7 @@ def test_synthetic_round_trip_keeps_float_images_and_dirichlet_attrs(synthetic, 
     assert attrs["partition"] == {"kind": "dirichlet", "seed": 7, "alpha": 2.0}
     assert set(attrs["normalization"]) == {"mean", "std"}
     assert attrs["normalization"]["mean"] == pytest.approx(
-        [synthetic.x_train.mean(dtype=np.float64)], abs=1e-6
+        [np.asarray(synthetic.x_train).mean(dtype=np.float64)], abs=1e-6
     )
     rows = np.concatenate(partition_rows(spec, synthetic.y_train, 10))
     x_all, y_all = read_rows(info.path, "train", 0, info.num_train)
@@ -153,11 +153,11 @@ def test_write_failing_midway_leaves_the_old_store_and_no_temporary_folder(
     before = _listing(tmp_path)
     calls = []
 
-    def fail_on_second_array(group, name, data):
+    def fail_on_second_array(group, name, data, order=None):
         calls.append(name)
         if len(calls) == 2:
             raise OSError("disk full")
-        group.create_array(name, shape=data.shape, dtype=data.dtype)[...] = data
+        group.create_array(name, shape=data.shape, dtype=data.dtype)[...] = np.asarray(data)
 
     monkeypatch.setattr(store_module, "_write_array", fail_on_second_array)
 

@@ -19,6 +19,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from .. import location
 from ..integrity import DIGEST_KEY, metadata_digest
+from ..lazy import LazyRows
 from ..partition import PartitionSpec, partition_rows
 from ..raw import RawDataset, check_raw_dataset
 from .format import FORMAT_VERSION, StoreInfo
@@ -50,20 +51,27 @@ def _normalization(x: np.ndarray) -> dict:
     return {"mean": mean.tolist(), "std": np.where(std > 0, std, 1.0).tolist()}
 
 
-def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
-    chunks = (min(len(data), _chunk_rows(data.shape[1:], data.dtype.itemsize)), *data.shape[1:])
+def _write_array(
+    group: zarr.Group, name: str, data: np.ndarray | LazyRows, order: np.ndarray | None = None
+) -> None:
+    """Write `data` (its rows `order`, when given) chunk by chunk, reading each chunk's rows
+    only when it is written: a lazy source's rows are never all in memory at once."""
+    num_rows = len(data) if order is None else len(order)
+    chunk_rows = min(num_rows, _chunk_rows(data.shape[1:], data.dtype.itemsize))
     # A CRC32C checksum after compression: a corrupted or truncated chunk fails to load
     # (read_shard names it) instead of decoding to plausible garbage. Every chunk is written,
     # even one of zeros (zarr skips those by default), so a missing chunk file is damage.
     array = group.create_array(
         name,
-        shape=data.shape,
+        shape=(num_rows, *data.shape[1:]),
         dtype=data.dtype,
-        chunks=chunks,
+        chunks=(chunk_rows, *data.shape[1:]),
         compressors=[ZstdCodec(), Crc32cCodec()],
         config={"write_empty_chunks": True},
     )
-    array[...] = data
+    for start in range(0, num_rows, max(chunk_rows, 1)):
+        rows = slice(start, start + chunk_rows)
+        array[rows] = data[rows] if order is None else data[order[rows]]
 
 
 def write_store(
@@ -103,8 +111,8 @@ def write_store(
 
 
 def _write_group(group: zarr.Group, raw: RawDataset, order: np.ndarray, attrs: dict) -> None:
-    _write_array(group, "train/x", raw.x_train[order])
-    _write_array(group, "train/y", raw.y_train[order])
+    _write_array(group, "train/x", raw.x_train, order)
+    _write_array(group, "train/y", raw.y_train, order)
     _write_array(group, "test/x", raw.x_test)
     _write_array(group, "test/y", raw.y_test)
     attrs[DIGEST_KEY] = metadata_digest(group, attrs)

@@ -213,9 +213,9 @@ class ChunkWindow:
     every chunk. A shard of at most WINDOW_CHUNKS chunks is sampled as a resident one is:
     uniformly over all its rows. A larger one is sampled from a moving part of itself: rows
     of one chunk meet in minibatches more often than a uniform draw would pair them. That is
-    harmless where a shard's rows are in mixed order (Fashion-MNIST, the generated sources:
-    docs/results/memory.md measures it), not where its source lists them class by class
-    (images:DIR), whose chunks hold a class or two each (README, `--shard-memory`).
+    harmless where a shard's rows are in mixed order (an iid partition writes them permuted:
+    docs/results/memory.md measures it), not where the partition writes them class by class
+    (dirichlet, label-skew), whose chunks hold a class or two each (README, `--shard-memory`).
     """
 
     def __init__(self, rows: StreamedRows, rng: torch.Generator) -> None:
