@@ -192,8 +192,10 @@ def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
     assert torch.equal(weights, reference)
     assert summary["final_train_loss"] == undisturbed["final_train_loss"]
     rows = read_metrics(RunDir(tmp_path / "run").metrics)
-    # Round 2 records the fault: its shards were reloaded elsewhere, or it was run again.
-    assert rows[1]["shards_reloaded"] >= 1 or rows[1]["attempts"] >= 2
+    # A round from 2 on records the fault: its shards reloaded elsewhere, or the round run
+    # again. Round 2 itself, unless the kill lands after the killed worker's part of it was
+    # gathered: then round 3 finds the shard gone (seen once with streamed shards, under load).
+    assert any(r["shards_reloaded"] >= 1 or r["attempts"] >= 2 for r in rows[1:]), rows
     assert rows[0]["shards_reloaded"] == 0 and rows[0]["attempts"] == 1
     client.wait_for_workers(2, timeout=60)  # the nanny restarted the worker
     assert killed[0] not in client.scheduler_info(n_workers=-1)["workers"]
