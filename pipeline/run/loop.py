@@ -51,7 +51,7 @@ from .pipelined import run_chained
 from .progress import Callbacks  # defined beside the display built on it; re-exported here
 from .run_state import RunState
 from .rundir import RunDir
-from .shard_memory import hold_shards, worker_memory_limit
+from .shard_memory import hold_shards, killed_loading, worker_memory_limit
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -131,9 +131,11 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
     ]
     test = load(f"load_test-{token}", workers[0], setup.test_args())
     wait_for(client, [*shards, test], setup.config.timeout)
-    for future in [*shards, test]:
+    for index, future in enumerate([*shards, test]):
         if future.status == "error":
-            raise future.exception()
+            err = future.exception()  # KilledWorker: a nanny restarting it past its memory
+            fits = not isinstance(err, KilledWorker)
+            raise err if fits else ValueError(killed_loading(index, setup.store.num_shards, err))
     return ShardSet(
         token=token, shards=shards, placement=placement, test=test, test_worker=workers[0]
     )

@@ -75,3 +75,17 @@ def hold_shards(setup: RunSetup, run_dir: RunDir, limit: int | None) -> tuple[Ru
     chosen, why = resolve_shard_memory(mode, setup.store, limit)
     run_dir.note_config(f"shard_memory {why}")
     return replace(setup, config=replace(setup.config, shard_memory=chosen)), why
+
+
+def killed_loading(index: int, num_shards: int, err: BaseException) -> str:
+    """The line for a load task whose workers were killed again and again (Dask's
+    KilledWorker: a nanny restarts a worker past its memory limit, and the scheduler gives
+    up after distributed.scheduler.allowed-failures): the shard (or the test split, index
+    num_shards) and the fix."""
+    what = f"shard {index}" if index < num_shards else "the test split"
+    words = " ".join(str(err).split())
+    words = words if len(words) <= 160 else words[:157] + "..."
+    return (
+        f"loading {what} killed its worker again and again ({words}): it does not fit in a "
+        "worker's memory; pass --shard-memory stream, or give the workers more memory"
+    )
