@@ -110,6 +110,7 @@ def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
 def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     address = config.dashboard_address
     common = dict(host=config.host, dashboard_address=address, silence_logs=logging.ERROR)
+    limit = {} if config.memory_limit is None else {"memory_limit": config.memory_limit}
     if uses_cuda_cluster(config):
         import torch
         from dask_cuda import LocalCUDACluster
@@ -118,13 +119,14 @@ def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
         count = torch.cuda.device_count()
         workers = min(config.workers, count) if config.device == "cuda" else count
         return LocalCUDACluster(
-            n_workers=workers, threads_per_worker=config.threads_per_worker, **common
+            n_workers=workers, threads_per_worker=config.threads_per_worker, **common, **limit
         )
     return LocalCluster(
         n_workers=config.workers,
         threads_per_worker=config.threads_per_worker,
         processes=True,
         **common,
+        **limit,
     )
 
 

@@ -87,6 +87,7 @@ RESUMABLE_KEYS = frozenset(
         # moved, or be spelled another way. (transport is not here: bfloat16 changes the sums.)
         "out",
         "workers",
+        "memory_limit",
         "threads_per_worker",
         "device",
         # Where the shards are held: a resume on a cluster with less memory must be able to

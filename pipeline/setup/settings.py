@@ -81,6 +81,18 @@ class ModelSettings:
             non_negative("l2", self.l2)
 
 
+def check_bytes(name: str, text: str) -> None:
+    """A size as Dask reads one ("2GiB", "500MB", "1e9"), above 0; SettingError otherwise."""
+    from dask.utils import parse_bytes  # dask, not distributed: a light import
+
+    try:
+        size = parse_bytes(text)
+    except (ValueError, TypeError):
+        size = 0
+    if size <= 0:
+        raise SettingError(f"{setting(name)} {text!r} is not a size; give one like 2GiB or 500MB")
+
+
 def _algorithm_settings() -> type:
     """The algorithm section: `algorithm`, then every declared hyperparameter (a fresh field
     of its one declaration, so the default, rule and help are that declaration's)."""
@@ -109,6 +121,13 @@ class ClusterSettings:
     workers: int = declare(2, help="Workers of a started cluster.")
     threads_per_worker: int = declare(1, help="Threads per worker.")
     device: str = declare("auto", help="auto (a GPU where a worker sees one) | cpu | cuda.")
+    # None: Dask's own (the machine's memory split over the workers); what --shard-memory
+    # auto measures a shard against, and where a worker's nanny restarts it.
+    memory_limit: str | None = declare(
+        None,
+        help="Memory limit of each worker of a started cluster, e.g. 2GiB (Dask's: the "
+        "machine's memory over --workers).",
+    )
     shard_memory: str = declare(
         "resident",
         help="resident (each shard read once and held) | stream (features read from the store "
@@ -155,6 +174,8 @@ class ClusterSettings:
             )
         at_least_one("workers", self.workers)
         at_least_one("threads_per_worker", self.threads_per_worker)
+        if self.memory_limit is not None:
+            check_bytes("memory_limit", self.memory_limit)
         positive("timeout", self.timeout)
         if self.scheduler_file is not None:
             if self.scheduler:
