@@ -48,9 +48,10 @@ from .errors import ClusterLost, TrainingDiverged
 from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
 from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
-from .progress import Callbacks  # defined beside the display built on it; re-exported here
+from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
 from .rundir import RunDir
+from .tracking import Trackers, TrackingContext
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -68,16 +69,19 @@ def train(
     callbacks: Callbacks | None = None,
     client: Client | None = None,
     model: Callable[..., torch.nn.Module] | None = None,
+    tracking: TrackingContext | None = None,
 ) -> dict:
     """Train as configured (or continue a run); returns the summary written to summary.json.
 
     With `client` given (benchmarks running many trainings) that cluster is used as it is;
     otherwise one is started or connected to as the config says, and closed at the end.
     `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
+    `tracking`: what the trackers (tracking.py) need from the caller: the export, the preset.
     """
-    callbacks = callbacks or Callbacks()
     setup = prepare_run(config, model)  # all checks before anything is written
     run_dir = RunDir(Path(config.out))
+    trackers = Trackers(config, run_dir, resume=resume, context=tracking or TrackingContext())
+    callbacks = chain(callbacks or Callbacks(), trackers.callbacks())
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
     created = next((folder for folder in folders if not folder.exists()), None)
@@ -98,11 +102,13 @@ def train(
                 callbacks.on_start(active.dashboard_link, len(workers))
                 _run_rounds(active, setup, run_dir, state, data, callbacks)
     except BaseException:
+        trackers.finish(failed=True)
         if created is not None and state.round == 0:  # no scheduler answered, say
             shutil.rmtree(created, ignore_errors=True)
         raise
     result = run_state.summary(setup, state)
     run_dir.write_summary(result)
+    trackers.finish()  # after the summary: the run is complete whatever the trackers do
     return result
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from ..setup.config import RunConfig, read_toml, resolve_config
 from ..setup.run_setup import ensure_default_store
 from .rundir import RunDir, check_same_run
+from .tracking import check_tracking
 
 
 def plan_run(
@@ -29,6 +30,7 @@ def plan_run(
         out = settings.get("out") or (read_toml(file) if file else {}).get("out") or RunConfig.out
         base = RunDir(Path(out)).saved_config()
     config = resolve_config(file=file, flags=settings, base=base)
+    check_tracking(config)  # a tracker asked for by name but not installed: before any write
     if config.store is None:
         config = dataclasses.replace(config, store=str(ensure_default_store(config)))
     if resume:
