@@ -143,12 +143,17 @@ def train(
     from ..pipeline.run import loop
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.run.plan import plan_run
+    from ..pipeline.run.tracking import TrackingContext, preset_of
+    from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
 
     resolved = plan_run(flags, file=config, resume=resume)
     refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
     with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
-        summary = loop.train(resolved, resume=resume, callbacks=progress.callbacks())
+        export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
+        tracking = TrackingContext(export, preset_of(config))  # for MLflow
+        callbacks = progress.callbacks()
+        summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
     accuracy = summary["final_test_accuracy"]
     typer.echo(
         f"{summary['algorithm']}: {summary['rounds']} rounds, test accuracy "

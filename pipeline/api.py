@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ from .run.metrics import read_metrics
 from .run.plan import plan_run
 from .run.progress import Callbacks, ProgressLines, chain
 from .run.rundir import RunDir
+from .run.tracking import TrackingContext
 from .setup.config import RunConfig, check_settings
-from .trained import export_module, load_model, read_trained
+from .trained import export_model, export_module, load_model, read_trained
 
 __all__ = ["Callbacks", "TrainResult", "load", "prepare", "train"]
 
@@ -168,8 +170,14 @@ def train(
         config = _train_config(store, model, out, resume=resume, settings=settings)
         if lines is not None:
             lines.begin(config, resume=resume)
+        export = partial(export_model, form="state-dict", model=builder)  # MLflow's artifact
         summary = loop.train(
-            config, resume=resume, callbacks=chain(*watchers), client=client, model=builder
+            config,
+            resume=resume,
+            callbacks=chain(*watchers),
+            client=client,
+            model=builder,
+            tracking=TrackingContext(export=export),
         )
     except ValueError as err:  # a SettingError, a refused resume, a diverged run
         reword(err)

@@ -61,5 +61,5 @@ def test_other_load_errors_are_raised_as_they_are(monkeypatch, digits_stores):
 
 
 def test_a_long_dask_message_is_cut_to_keep_the_line_short():
-    line = killed_loading(0, 2, _killed("load_shard-0-" + "k" * 400))
+    line = killed_loading(0, _killed("load_shard-0-" + "k" * 400))
     assert "shard 0" in line and len(line) < 320 and "..." in line

@@ -48,10 +48,11 @@ from .errors import ClusterLost, TrainingDiverged
 from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
 from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
-from .progress import Callbacks  # defined beside the display built on it; re-exported here
+from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
 from .rundir import RunDir
 from .shard_memory import hold_shards, killed_loading, worker_memory_limit
+from .tracking import Trackers, TrackingContext
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -69,25 +70,27 @@ def train(
     callbacks: Callbacks | None = None,
     client: Client | None = None,
     model: Callable[..., torch.nn.Module] | None = None,
+    tracking: TrackingContext | None = None,
 ) -> dict:
     """Train as configured (or continue a run); returns the summary written to summary.json.
 
     With `client` given (benchmarks running many trainings) that cluster is used as it is;
     otherwise one is started or connected to as the config says, and closed at the end.
     `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
+    `tracking`: what the trackers (tracking.py) need from the caller: the export, the preset.
     """
-    callbacks = callbacks or Callbacks()
     setup = prepare_run(config, model)  # all checks before anything is written
     run_dir = RunDir(Path(config.out))
+    trackers = Trackers(config, run_dir, resume=resume, context=tracking or TrackingContext())
+    callbacks = chain(callbacks or Callbacks(), trackers.callbacks())
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
     created = next((folder for folder in folders if not folder.exists()), None)
     state = run_state.start_run(setup, run_dir, resume=resume)
     try:
         if state.round < config.rounds:
-            # One span for the whole run: without it the cluster, idle between rounds, opens
-            # a new default span every round, and workers keep per-span metrics for good (a
-            # slow leak, measured by `dane bench soak`).
+            # One span for the run: else the idle cluster opens a new default span each round,
+            # and workers keep per-span metrics for good (a leak `dane bench soak` measured).
             with (
                 nullcontext(client)
                 if client
@@ -95,28 +98,28 @@ def train(
                 span("dane-train"),
             ):
                 workers = worker_addresses(active)
-                limit = worker_memory_limit(active.scheduler_info(n_workers=-1))
-                setup, held = hold_shards(setup, run_dir, limit)  # --shard-memory resolved
-                callbacks.on_shards(held)
+                limits = worker_memory_limit(active.scheduler_info(n_workers=-1))
+                setup = hold_shards(setup, run_dir, limits, callbacks.on_shards)
                 data = _load_shards(active, setup, workers)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(workers))
                 _run_rounds(active, setup, run_dir, state, data, callbacks)
     except BaseException:
+        trackers.finish(failed=True)
         if created is not None and state.round == 0:  # no scheduler answered, say
             shutil.rmtree(created, ignore_errors=True)
         raise
     result = run_state.summary(setup, state)
     run_dir.write_summary(result)
+    trackers.finish()  # after the summary: the run is complete whatever the trackers do
     return result
 
 
 def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSet:
     """One pinned load task per shard (aggregate.shard_placement); the test split on worker 0.
 
-    The futures are held for the whole run, so each shard stays in its worker's memory. If a
-    worker dies, Dask reruns the load task elsewhere: zarr on disk is the source of truth.
-    Waits for the loads: a shard that fails its checks (datasets/store/rows.py read_shard)
-    raises its ValueError here, before the first round.
+    The futures are held for the run, so each shard stays on its worker; if a worker dies,
+    Dask reruns its loads elsewhere (the store is the source of truth). A shard that fails its
+    checks (datasets/store/rows.py) raises its ValueError here, before the first round.
     """
     token = uuid.uuid4().hex[:8]
     placement = shard_placement(setup.store.num_shards, workers)
@@ -131,11 +134,10 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
     ]
     test = load(f"load_test-{token}", workers[0], setup.test_args())
     wait_for(client, [*shards, test], setup.config.timeout)
-    for index, future in enumerate([*shards, test]):
+    for index, future in enumerate([*shards, test]):  # index num_shards: the test split
         if future.status == "error":
-            err = future.exception()  # KilledWorker: a nanny restarting it past its memory
-            fits = not isinstance(err, KilledWorker)
-            raise err if fits else ValueError(killed_loading(index, setup.store.num_shards, err))
+            err = future.exception()  # KilledWorker: its nanny restarted it past its memory
+            raise ValueError(killed_loading(index, err)) if isinstance(err, KilledWorker) else err
     return ShardSet(
         token=token, shards=shards, placement=placement, test=test, test_worker=workers[0]
     )
@@ -153,16 +155,8 @@ def _run_rounds(
     workers = len(set(data.placement))
     if run_state.runs_chained(setup, workers, state.weights):  # rounds chained on the cluster
         try:
-            run_chained(
-                client,
-                setup,
-                run_dir,
-                state,
-                data,
-                callbacks,
-                lost=WORKER_LOST,
-                max_attempts=MAX_ROUND_ATTEMPTS,
-            )
+            run_chained(client, setup, run_dir, state, data, callbacks,
+                        lost=WORKER_LOST, max_attempts=MAX_ROUND_ATTEMPTS)  # fmt: skip
         except ClusterLost as err:
             t = state.round + 1  # the first round not recorded
             raise ClusterLost(run_state.lost_message(config, run_dir, t, str(err))) from None

@@ -18,6 +18,7 @@ from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.config import RunConfig, read_toml, resolve_config
 from ..setup.run_setup import ensure_default_store
 from .rundir import RunDir, check_same_run
+from .tracking import check_tracking
 
 
 def plan_run(
@@ -31,6 +32,7 @@ def plan_run(
         base = RunDir(Path(out)).saved_config()
     config = resolve_config(file=file, flags=settings, base=base)
     config = _one_source_of_local_steps(config, settings, read_toml(file) if file else {})
+    check_tracking(config)  # a tracker asked for by name but not installed: before any write
     if config.store is None:
         config = dataclasses.replace(config, store=str(ensure_default_store(config)))
     if resume:

@@ -8,6 +8,7 @@ resident is refused, as one line, for a shard that cannot fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -66,23 +67,26 @@ def _size(count: int) -> str:
     return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
 
 
-def hold_shards(setup: RunSetup, run_dir: RunDir, limit: int | None) -> tuple[RunSetup, str]:
+def hold_shards(
+    setup: RunSetup, run_dir: RunDir, limit: int | None, announce: Callable[[str], None]
+) -> RunSetup:
     """`setup` with --shard-memory resolved for workers of memory limit `limit` (the smallest,
-    cluster.worker_memory_limit), the choice and its reason noted in config.toml (a comment:
-    the setting itself stays as given, so auto resumes as auto), and the choice as a phrase
-    for the run's first line."""
+    worker_memory_limit): the choice and its reason noted in config.toml (a comment: the
+    setting itself stays as given, so auto resumes as auto) and announced as a phrase for the
+    run's first line (Callbacks.on_shards)."""
     mode = setup.config.shard_memory
     chosen, why = resolve_shard_memory(mode, setup.store, limit)
     run_dir.note_config(f"shard_memory {why}")
-    return replace(setup, config=replace(setup.config, shard_memory=chosen)), why
+    announce(why)
+    return replace(setup, config=replace(setup.config, shard_memory=chosen))
 
 
-def killed_loading(index: int, num_shards: int, err: BaseException) -> str:
+def killed_loading(index: int, err: BaseException) -> str:
     """The line for a load task whose workers were killed again and again (Dask's
     KilledWorker: a nanny restarts a worker past its memory limit, and the scheduler gives
-    up after distributed.scheduler.allowed-failures): the shard (or the test split, index
-    num_shards) and the fix."""
-    what = f"shard {index}" if index < num_shards else "the test split"
+    up after distributed.scheduler.allowed-failures): the shard and the fix. Dask's words
+    name the task, which tells a shard's load from the test split's."""
+    what = "the test split" if "load_test" in str(err) else f"shard {index}"
     words = " ".join(str(err).split())
     words = words if len(words) <= 160 else words[:157] + "..."
     return (

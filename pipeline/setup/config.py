@@ -103,6 +103,9 @@ RESUMABLE_KEYS = frozenset(
         "tls_ca_file",
         "tls_cert",
         "tls_key",
+        # Where copies of the metrics go (run/tracking.py): nothing trained depends on them.
+        "tensorboard",
+        "mlflow",
     }
 )
 

@@ -233,6 +233,16 @@ class RunSettings:
     seed: int = declare(0, help="Seed of init and sampling.")
     eval_every: int = declare(1, help="Evaluate every N rounds.")
     stop_at_accuracy: float = declare(0.0, help="Stop once test accuracy reaches this; 0: never.")
+    # Tracking (run/tracking.py): copies of metrics.jsonl elsewhere, so resumable settings.
+    tensorboard: str = declare(
+        "auto",
+        help="TensorBoard scalars: auto (OUT/tb/ when tensorboard is installed) | DIR | none.",
+    )
+    mlflow: str | None = declare(
+        None,
+        help="MLflow tracking URI (sqlite:///runs/mlflow.db, http://HOST:5000): the settings as "
+        "params, each round's metrics, the model as an artifact; needs dask-dane[track].",
+    )
 
     def check_run(self) -> None:
         at_least_one("rounds", self.rounds)
