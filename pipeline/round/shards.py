@@ -22,6 +22,7 @@ from ...models.flat import Buffers
 from ...models.registry import ModelSpec, build_model
 from .augment import parse_augment
 from .features import StoredRows, stored_rows
+from .holdout import select_part
 from .objective import ShardObjective
 
 
@@ -55,6 +56,9 @@ def load_shard(
     dtype: str,
     num_classes: int | None = None,
     device: str = "cpu",
+    part: str = "all",
+    val_fraction: float = 0.0,
+    seed: int = 0,
 ) -> ShardData:
     """Read rows [start, stop) of a split from zarr, check them, and hold them as tensors.
 
@@ -64,6 +68,9 @@ def load_shard(
 
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
+
+    `part` picks the training rows, the held-out validation rows or all of them (holdout.py:
+    the split is computed here from the rows read, so every loader removes the same rows).
     """
     try:
         seen = location.exists(store)
@@ -72,6 +79,7 @@ def load_shard(
     if not seen:  # the driver saw it (open_store): this worker does not
         raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
+    x, y = select_part(x, y, part, val_fraction, seed=seed, index=index)
     torch_dtype = getattr(torch, dtype)
     where = resolve_device(device)
     stored = torch.from_numpy(np.ascontiguousarray(x)).to(where)

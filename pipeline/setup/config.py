@@ -62,7 +62,7 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
 ]
 
 # Settings that define what is being trained: a resumed run must not change them.
-IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
+IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype", "val_fraction")
 
 # The only settings a resume may change (each change is recorded in config.toml's [[resumed]]).
 # Every other one is refused: it is part of the method the run's curve and label stand for

@@ -46,7 +46,15 @@ class RunSetup:
     def shard_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_shard for training shard `index`."""
         start, stop = self.store.shards[index]
-        return self._load_args(split="train", start=start, stop=stop, index=index)
+        args = self._load_args(split="train", start=start, stop=stop, index=index)
+        return {**args, **self._holdout("train")}
+
+    def val_args(self, index: int) -> dict:
+        """Keyword arguments of tasks.load_shard for training shard `index`'s held-out rows."""
+        return {**self.shard_args(index), **self._holdout("val")}
+
+    def _holdout(self, part: str) -> dict:
+        return dict(part=part, val_fraction=self.config.val_fraction, seed=self.config.seed)
 
     def test_args(self) -> dict:
         return self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
@@ -59,6 +67,12 @@ class RunSetup:
 
     def load_test(self) -> ShardData:
         return load_shard(**self.test_args())
+
+    def load_val(self) -> ShardData:
+        """Every shard's held-out validation rows, in shard order, as one ShardData."""
+        loaded = [load_shard(**self.val_args(i)) for i in range(self.store.num_shards)]
+        x, y = StoredRows.concat([s.x for s in loaded]), torch.cat([s.y for s in loaded])
+        return ShardData(index=-2, x=x, y=y, task=self.store.task)
 
     def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
         """The given training shards concatenated in order, as one ShardData."""

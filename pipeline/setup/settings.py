@@ -203,10 +203,23 @@ class RunSettings:
     seed: int = declare(0, help="Seed of init and sampling.")
     eval_every: int = declare(1, help="Evaluate every N rounds.")
     stop_at_accuracy: float = declare(0.0, help="Stop once test accuracy reaches this; 0: never.")
+    # Chosen at train time from each shard's rows (round/holdout.py), so any store has one.
+    # 0 until the split selects the best round (issue 35 item 1): held-out rows nothing reads
+    # would only take rows from training.
+    val_fraction: float = declare(
+        0.0,
+        help="Share of each shard's training rows held out (stratified by class, seeded) as "
+        "the validation split; 0: none.",
+    )
 
     def check_run(self) -> None:
         at_least_one("rounds", self.rounds)
         at_least_one("eval_every", self.eval_every)
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise SettingError(
+                f"{setting('val_fraction')} is a share of each shard's rows in [0, 1) (got "
+                f"{self.val_fraction}); use e.g. 0.1, or 0 for no validation split"
+            )
         if not 0.0 <= self.stop_at_accuracy <= 1.0:
             raise SettingError(
                 f"{setting('stop_at_accuracy')} is a test accuracy in [0, 1] (got "
