@@ -3,6 +3,9 @@ rows, held out at train time, removed identically wherever a shard is loaded."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +14,9 @@ from dask_dane.pipeline.round.holdout import held_out_rows, select_part
 from dask_dane.pipeline.round.shards import load_shard
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.run.metrics import read_metrics, stops_early
 from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.run_state import RunState
 from dask_dane.pipeline.run.rundir import RunDir, check_same_run
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
@@ -80,7 +85,7 @@ def test_loaded_shards_hold_out_the_same_rows_as_the_split_says(digits_stores):
 
     everything = [plain.load_train(i) for i in range(2)]
     train = [setup.load_train(i) for i in range(2)]
-    val = setup.load_val()
+    val = setup.load_evaluation().held_out
 
     for i, (whole, kept) in enumerate(zip(everything, train, strict=True)):
         held = held_out_rows(whole.y.numpy(), 0.2, seed=4, index=i)
@@ -112,6 +117,65 @@ def test_a_resume_may_not_change_the_split():
         check_same_run(saved, RunConfig(store="s.zarr", val_fraction=0.2))
 
 
+def _advance(state: RunState, evaluation: dict | None) -> bool:
+    """RunState.advance of a round that changed nothing but was evaluated as given."""
+    nothing = SimpleNamespace(
+        weights=state.weights,
+        buffers={},
+        state=None,
+        shard_states=None,
+        comm_bytes=0,
+        comm_phases=0,
+        rows=0,
+    )
+    return state.advance(nothing, evaluation).is_best
+
+
+def test_selection_takes_the_best_validation_round_and_patience_counts_from_it():
+    state = RunState(round=0, weights=torch.zeros(1), state=None)
+    config = RunConfig(store="s.zarr", patience=2)
+    val = [0.5, 0.6, 0.6, None, 0.55, 0.7]  # None: a round without evaluation
+    stops = []
+
+    for t, accuracy in enumerate(val, start=1):
+        evaluation = (
+            None
+            if accuracy is None
+            else {"loss": 1.0, "accuracy": t / 10, "val_loss": 1.0, "val_accuracy": accuracy}
+        )
+        best = _advance(state, evaluation)
+        row = {"val_loss": None if evaluation is None else 1.0, "val_accuracy": accuracy}
+        stops.append((t, best, stops_early(config, row, state.since_best)))
+
+    assert stops[:5] == [
+        (1, True, False),
+        (2, True, False),
+        (3, False, False),
+        (4, False, False),
+        (5, False, True),  # rounds 3 and 5: two evaluated rounds without a better one
+    ]
+    assert (state.best_round, state.test_accuracy_at_best) == (6, 0.6)
+
+
+def test_regression_selects_on_the_lowest_validation_loss():
+    state = RunState(round=0, weights=torch.zeros(1), state=None)
+
+    picked = [_advance(state, {"loss": 9.0, "val_loss": v}) for v in (3.0, 2.0, 2.5, 1.0)]
+
+    assert picked == [True, True, False, True] and state.best_round == 4
+
+
+def _run(tmp_path, store, client, name: str, **settings) -> tuple[list[dict], dict, dict]:
+    """A short FedAvg MLP run on the Dask cluster: its rows, summary.json and best.pt."""
+    base = dict(model="mlp", algorithm="fedavg", seed=3, local_steps=3, batch_size=16)
+    config = RunConfig(store=str(store), out=str(tmp_path / name), **{**base, **settings})
+    train(config.validate(), client=client)
+    run = RunDir(tmp_path / name)
+    rows = [json.loads(line) for line in run.metrics.read_text().splitlines()]
+    summary = json.loads((run.root / "summary.json").read_text())
+    return rows, summary, load_checkpoint(run.best)
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("broadcast", ["allgather", "tree"])
 def test_dask_trains_on_the_same_kept_rows_as_the_reference(
@@ -136,3 +200,53 @@ def test_dask_trains_on_the_same_kept_rows_as_the_reference(
     weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
     assert torch.equal(weights, reference.weights)
     assert (weights - on_all_rows.weights).abs().max() > 1e-4  # the held-out rows were left out
+    rows = read_metrics(RunDir(tmp_path / "run").metrics)
+    for row, expected in zip(rows, reference.history, strict=True):
+        for key in ("val_loss", "val_accuracy", "test_loss", "test_accuracy"):
+            assert row[key] == expected[key] and row[key] is not None
+
+
+@pytest.mark.cluster
+def test_best_pt_is_the_best_validation_round_and_patience_stops_after_it(
+    digits_stores, cluster_client, tmp_path
+):
+    store = digits_stores[2]
+    rows, summary, best = _run(
+        tmp_path, store, cluster_client, "all", rounds=6, val_fraction=0.2, local_lr=0.5
+    )
+    val = [row["val_accuracy"] for row in rows]
+    chosen = val.index(max(val)) + 1
+    # --patience 1 stops at the first round that does not beat every earlier one.
+    stop = next((t for t in range(2, 7) if val[t - 1] <= max(val[: t - 1])), 6)
+
+    patient, _, _ = _run(
+        tmp_path,
+        store,
+        cluster_client,
+        "patient",
+        rounds=6,
+        val_fraction=0.2,
+        local_lr=0.5,
+        patience=1,
+    )
+
+    assert best["round"] == chosen and summary["best_round"] == chosen
+    assert [row["is_best"] for row in rows].count(True) >= 1 and rows[chosen - 1]["is_best"]
+    assert summary["selected_on"] == "validation"
+    assert summary["test_accuracy_at_best"] == rows[chosen - 1]["test_accuracy"]
+    assert len(patient) == stop
+    assert [r["val_accuracy"] for r in patient] == val[:stop]
+
+
+@pytest.mark.cluster
+def test_without_a_validation_split_the_last_round_is_selected_and_the_summary_says_so(
+    digits_stores, cluster_client, tmp_path
+):
+    rows, summary, best = _run(
+        tmp_path, digits_stores[2], cluster_client, "run", rounds=3, val_fraction=0.0
+    )
+
+    assert best["round"] == 3 and summary["best_round"] == 3
+    assert summary["selected_on"] == "last round"
+    assert summary["test_accuracy_at_best"] == rows[-1]["test_accuracy"]
+    assert all(row["val_loss"] is None and row["val_accuracy"] is None for row in rows)

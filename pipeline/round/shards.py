@@ -34,6 +34,8 @@ class ShardData:
     x: StoredRows  # a plain tensor given here is taken as already converted
     y: torch.Tensor
     task: str
+    # The test split only: every shard's held-out validation rows, scored beside it (holdout.py).
+    held_out: ShardData | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "x", StoredRows.of(self.x))
@@ -88,6 +90,18 @@ def load_shard(
     targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
     targets = targets.long() if task == "classification" else targets.to(torch_dtype)
     return ShardData(index=index, x=features, y=targets, task=task)
+
+
+def load_evaluation(test: dict, val: list[dict]) -> ShardData:
+    """The test split, carrying the validation rows each shard holds out (`val`: load_shard's
+    arguments per shard, part="val"; none: no split). Read on the worker that evaluates, from
+    the store: the training shards stay where they are."""
+    split = load_shard(**test)
+    parts = [load_shard(**args) for args in val]
+    if not sum(len(part.y) for part in parts):
+        return split
+    x, y = StoredRows.concat([p.x for p in parts]), torch.cat([p.y for p in parts])
+    return dataclasses.replace(split, held_out=ShardData(index=-2, x=x, y=y, task=split.task))
 
 
 def resolve_device(name: str) -> torch.device:

@@ -81,6 +81,7 @@ RESUMABLE_KEYS = frozenset(
         # When to evaluate and when to stop: they choose what is measured, not what is trained.
         "eval_every",
         "stop_at_accuracy",
+        "patience",
         # Where and how the same rounds run. Results equal bit for bit across workers, threads,
         # broadcast forms and clusters (both round forms sum in one fixed order, aggregate.py);
         # a device changes the rounding of the same math only. `out`: the directory may have

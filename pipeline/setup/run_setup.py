@@ -31,7 +31,7 @@ from ...models.user import is_import_path, to_bytes
 from ..algorithms import Strategy
 from ..round.augment import parse_augment
 from ..round.features import StoredRows
-from ..round.shards import ShardData, load_shard, make_objective
+from ..round.shards import ShardData, load_evaluation, load_shard, make_objective
 from .config import RunConfig
 from .model_check import CHECK_ROWS, check_model_runs
 
@@ -68,11 +68,14 @@ class RunSetup:
     def load_test(self) -> ShardData:
         return load_shard(**self.test_args())
 
-    def load_val(self) -> ShardData:
-        """Every shard's held-out validation rows, in shard order, as one ShardData."""
-        loaded = [load_shard(**self.val_args(i)) for i in range(self.store.num_shards)]
-        x, y = StoredRows.concat([s.x for s in loaded]), torch.cat([s.y for s in loaded])
-        return ShardData(index=-2, x=x, y=y, task=self.store.task)
+    def evaluation_args(self) -> dict:
+        """Keyword arguments of tasks.load_evaluation: the test split and the held-out rows."""
+        held = range(self.store.num_shards) if self.config.val_fraction > 0 else ()
+        return dict(test=self.test_args(), val=[self.val_args(i) for i in held])
+
+    def load_evaluation(self) -> ShardData:
+        """The test split carrying every shard's held-out rows (in shard order) as held_out."""
+        return load_evaluation(**self.evaluation_args())
 
     def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
         """The given training shards concatenated in order, as one ShardData."""

@@ -203,6 +203,10 @@ class RunSettings:
     seed: int = declare(0, help="Seed of init and sampling.")
     eval_every: int = declare(1, help="Evaluate every N rounds.")
     stop_at_accuracy: float = declare(0.0, help="Stop once test accuracy reaches this; 0: never.")
+    patience: int = declare(
+        0,
+        help="Stop after N evaluated rounds without a better validation metric; 0: never.",
+    )
     # Chosen at train time from each shard's rows (round/holdout.py), so any store has one.
     # 0 until the split selects the best round (issue 35 item 1): held-out rows nothing reads
     # would only take rows from training.
@@ -215,6 +219,11 @@ class RunSettings:
     def check_run(self) -> None:
         at_least_one("rounds", self.rounds)
         at_least_one("eval_every", self.eval_every)
+        if self.patience < 0:
+            raise SettingError(
+                f"{setting('patience')} counts evaluated rounds (got {self.patience}); use 0 "
+                "to train all rounds"
+            )
         if not 0.0 <= self.val_fraction < 1.0:
             raise SettingError(
                 f"{setting('val_fraction')} is a share of each shard's rows in [0, 1) (got "
