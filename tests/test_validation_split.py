@@ -230,6 +230,7 @@ def test_best_pt_is_the_best_validation_round_and_patience_stops_after_it(
         patience=1,
     )
 
+    assert 1 < chosen < 6 and stop < 6  # the run peaks inside it: best.pt is not the last
     assert best["round"] == chosen and summary["best_round"] == chosen
     assert [row["is_best"] for row in rows].count(True) >= 1 and rows[chosen - 1]["is_best"]
     assert summary["selected_on"] == "validation"
