@@ -143,6 +143,7 @@ def train(
     from ..pipeline.run import loop
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.run.plan import plan_run
+    from ..pipeline.run.progress import selection_line
     from .console import TrainingProgress, quiet_cluster_logs
 
     resolved = plan_run(flags, file=config, resume=resume)
@@ -156,6 +157,7 @@ def train(
         if accuracy is not None
         else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
     )
+    typer.echo(selection_line(summary))
 
 
 @app.command()

@@ -15,6 +15,7 @@ from dask_dane.pipeline.round.shards import load_shard
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.metrics import read_metrics, stops_early
+from dask_dane.pipeline.run.progress import selection_line
 from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.run_state import RunState
 from dask_dane.pipeline.run.rundir import RunDir, check_same_run
@@ -251,3 +252,16 @@ def test_without_a_validation_split_the_last_round_is_selected_and_the_summary_s
     assert summary["selected_on"] == "last round"
     assert summary["test_accuracy_at_best"] == rows[-1]["test_accuracy"]
     assert all(row["val_loss"] is None and row["val_accuracy"] is None for row in rows)
+
+
+def test_the_train_command_says_which_round_best_pt_holds_and_why():
+    validated = {"best_round": 4, "selected_on": "validation", "test_accuracy_at_best": 0.9}
+    last = {"best_round": 6, "selected_on": "last round", "test_accuracy_at_best": 0.875}
+
+    assert selection_line(validated) == (
+        "best.pt: round 4, the best on the validation split, test accuracy there 0.9000"
+    )
+    assert selection_line(last) == (
+        "best.pt: round 6, the last round (no validation split: --val-fraction is 0), "
+        "test accuracy there 0.8750"
+    )
