@@ -143,6 +143,7 @@ def train(
     from ..pipeline.run import loop
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.run.plan import plan_run
+    from ..pipeline.run.progress import selection_line
     from ..pipeline.run.tracking import TrackingContext, preset_of
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
@@ -161,6 +162,7 @@ def train(
         if accuracy is not None
         else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
     )
+    typer.echo(selection_line(summary))
 
 
 @app.command()

@@ -117,6 +117,12 @@ def _x_values(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     }
 
 
+def selected_round(rows: list[dict[str, Any]]) -> int | None:
+    """Index of the row of the selected model (best.pt): the last row marked is_best."""
+    marked = [i for i, row in enumerate(rows) if row.get("is_best")]
+    return marked[-1] if marked else None
+
+
 def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     """Draw every quantity of QUANTITIES for the runs into `out`; returns the PNG paths.
 
@@ -130,7 +136,8 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     Returns
     -------
     list of Path
-        The files written: test_accuracy.png and train_loss.png.
+        The files written: test_accuracy.png and train_loss.png, the selected round (the
+        one best.pt holds) marked with a star on each run's curves.
     """
     plt = pyplot()
 
@@ -146,8 +153,13 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
             xs = _x_values(run.rows)
             kept = [i for i, row in enumerate(run.rows) if row.get(field) is not None]
             ys = [run.rows[i][field] for i in kept]
+            best = selected_round(run.rows)
             for panel, axis in zip(panels, AXES, strict=True):
-                panel.plot([xs[axis][i] for i in kept], ys, marker=".", label=run.label)
+                (line,) = panel.plot([xs[axis][i] for i in kept], ys, marker=".", label=run.label)
+                if best is not None and run.rows[best].get(field) is not None:
+                    # The selected model (best.pt): a star in the run's colour.
+                    x, y = xs[axis][best], run.rows[best][field]
+                    panel.plot([x], [y], marker="*", markersize=12, color=line.get_color())
         for panel, axis in zip(panels, AXES, strict=True):
             panel.set_xlabel(axis)
             panel.grid(alpha=0.3)

@@ -120,3 +120,26 @@ def test_cli_report_writes_files_and_rejects_a_folder_that_is_no_run(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert (tmp_path / "plots" / "test_accuracy.png").stat().st_size > 10_000
     assert "wrote" in ok.output
+
+
+def test_the_selected_round_is_starred_on_its_run_s_curves(tmp_path, monkeypatch):
+    from dask_dane.pipeline import report
+
+    figures = {}
+    monkeypatch.setattr(
+        report, "save_figure", lambda fig, path, dpi: figures.update({path.name: fig})
+    )
+    path = _fake_run(tmp_path, "fedavg", RunConfig(algorithm="fedavg"))
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:  # best.pt took rounds 3 and 6; round 6 is the selected model
+        row["is_best"] = row["round"] in (3, 6)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    report.write_report([path], tmp_path / "plots")
+
+    curve, star = figures["test_accuracy.png"].axes[0].lines
+    assert (list(star.get_xdata()), star.get_marker()) == ([6], "*")
+    assert list(star.get_ydata()) == pytest.approx([1 - 0.9 / 6])
+    assert star.get_color() == curve.get_color()
+    loss_star = figures["train_loss.png"].axes[0].lines[1]
+    assert list(loss_star.get_xdata()) == [6]  # every quantity's curve marks it

@@ -18,10 +18,12 @@ import torch
 
 from ...datasets import location
 from ...datasets.store import SHARED_STORE, read_shard
+from ...datasets.store.stream import read_labels, shard_name
 from ...models.flat import Buffers
 from ...models.registry import ModelSpec, build_model
 from .augment import parse_augment
 from .features import StoredRows, stored_rows
+from .holdout import part_positions, select_part
 from .objective import ShardObjective
 from .streamed import streamed_rows
 
@@ -34,6 +36,8 @@ class ShardData:
     x: StoredRows  # a plain tensor given here is taken as already converted
     y: torch.Tensor
     task: str
+    # The test split only: every shard's held-out validation rows, scored beside it (holdout.py).
+    held_out: ShardData | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "x", StoredRows.of(self.x))
@@ -57,6 +61,9 @@ def load_shard(
     num_classes: int | None = None,
     device: str = "cpu",
     shard_memory: str = "resident",
+    part: str = "all",
+    val_fraction: float = 0.0,
+    seed: int = 0,
 ) -> ShardData:
     """Read rows [start, stop) of a split from zarr, check them, and hold them as tensors.
 
@@ -68,6 +75,9 @@ def load_shard(
 
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
+
+    `part` picks the training rows, the held-out validation rows or all of them (holdout.py:
+    the split is computed here from the rows read, so every loader removes the same rows).
     """
     try:
         seen = location.exists(store)
@@ -77,8 +87,14 @@ def load_shard(
         raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
     if shard_memory == "stream":  # features read a chunk at a time as rounds need them
         how = dict(normalization=normalization, dtype=dtype, num_classes=num_classes)
-        return streamed_shard(store, split, np.arange(start, stop), index, task, device, **how)
+        rows = np.arange(start, stop)
+        if part != "all" and (val_fraction > 0.0 or part == "val"):  # the split, from labels
+            what = shard_name(split, index, start, stop)
+            y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
+            rows = start + part_positions(y, part, val_fraction, seed=seed, index=index)
+        return streamed_shard(store, split, rows, index, task, device, **how)
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
+    x, y = select_part(x, y, part, val_fraction, seed=seed, index=index)
     torch_dtype = getattr(torch, dtype)
     where = resolve_device(device)
     stored = torch.from_numpy(np.ascontiguousarray(x)).to(where)
@@ -115,6 +131,18 @@ def streamed_shard(
         num_classes=num_classes,
     )
     return ShardData(index=index, x=x, y=y, task=task)
+
+
+def load_evaluation(test: dict, val: list[dict]) -> ShardData:
+    """The test split, carrying the validation rows each shard holds out (`val`: load_shard's
+    arguments per shard, part="val"; none: no split). Read on the worker that evaluates, from
+    the store: the training shards stay where they are."""
+    split = load_shard(**test)
+    parts = [load_shard(**args) for args in val]
+    if not sum(len(part.y) for part in parts):
+        return split
+    x, y = StoredRows.concat([p.x for p in parts]), torch.cat([p.y for p in parts])
+    return dataclasses.replace(split, held_out=ShardData(index=-2, x=x, y=y, task=split.task))
 
 
 def resolve_device(name: str) -> torch.device:

@@ -24,6 +24,7 @@ from .aggregate import Partial, ShardReport, buffer_mean, mean_of, merge, to_par
 
 # load_shard is a task too: it lives with the shard it builds (shards.py).
 from .shards import ShardData, make_objective, to_device, worker_id
+from .shards import load_evaluation as load_evaluation
 from .shards import load_shard as load_shard
 from .sizes import register_dataclasses
 
@@ -276,9 +277,13 @@ def evaluate(
     buffers: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Loss and accuracy of `weights` (and buffers) on a (test) shard, in eval mode, and the
-    seconds it took."""
+    seconds it took; with the validation rows the test split carries (shards.load_evaluation),
+    theirs too, as val_loss and val_accuracy."""
     started = time.perf_counter()
     metrics = make_objective(spec, shard, buffers).evaluate(weights.to(shard.x.device))
+    if shard.held_out is not None:
+        held = make_objective(spec, shard.held_out, buffers).evaluate(weights.to(shard.x.device))
+        metrics.update({f"val_{name}": value for name, value in held.items()})
     return {**metrics, "eval_s": time.perf_counter() - started}
 
 

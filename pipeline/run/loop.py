@@ -45,7 +45,7 @@ from .cluster import (
     worker_addresses,
 )
 from .errors import ClusterLost, TrainingDiverged
-from .metrics import Laps, RoundOutcome, append_metrics, reached_target, round_row
+from .metrics import Laps, RoundOutcome, append_metrics, round_row, stops_early
 from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
 from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
@@ -132,7 +132,14 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
     shards = [
         load(f"load_shard-{i}-{token}", w, setup.shard_args(i)) for i, w in enumerate(placement)
     ]
-    test = load(f"load_test-{token}", workers[0], setup.test_args())
+    # The held-out validation rows are read beside the test split, where evaluation runs.
+    test = client.submit(
+        tasks.load_evaluation,
+        key=f"load_test-{token}",
+        workers=[workers[0]],
+        allow_other_workers=True,
+        **setup.evaluation_args(),
+    )
     wait_for(client, [*shards, test], setup.config.timeout)
     for index, future in enumerate([*shards, test]):  # index num_shards: the test split
         if future.status == "error":
@@ -184,7 +191,7 @@ def _run_rounds(
         run_state.save_run(run_dir, state, setup, improved=row["is_best"])
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
-        if reached_target(config.stop_at_accuracy, row):
+        if stops_early(config, row, state.since_best):
             break
 
 

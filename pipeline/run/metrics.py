@@ -30,7 +30,9 @@ class RoundTotals:
     cum_comm_bytes: int
     cum_comm_rounds: int
     cum_images: int
-    is_best: bool  # the round's test accuracy beat every earlier round's
+    # The round is the one selected so far: its validation metric beat every earlier round's
+    # (RunState.advance), or, without a validation split, it is the last evaluated round.
+    is_best: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +40,8 @@ class RoundOutcome:
     """A round as the Dask driver computed it (loop.py), with the figures only it knows."""
 
     result: RoundResult
-    evaluation: dict[str, float] | None  # the test split's loss and accuracy, if evaluated
+    # The test split's loss and accuracy (and the validation rows', val_*), if evaluated.
+    evaluation: dict[str, float] | None
     placement: list[str]  # where each shard lives after the round: the next one runs there
     attempts: int  # 1, or more if workers were lost and the round was run again
     laps: dict[str, float]  # where the driver's time went: scatter, submit, wait, gather
@@ -55,6 +58,8 @@ FIELDS = (
     "round",
     "algorithm",
     "train_loss",
+    "val_loss",
+    "val_accuracy",
     "test_loss",
     "test_accuracy",
     "grad_norm",
@@ -87,6 +92,9 @@ def round_row(
         "round": round_index,
         "algorithm": strategy.name,
         "train_loss": metrics.get("train_loss"),
+        # The validation rows select the model; the test split is only reported.
+        "val_loss": evaluation.get("val_loss") if evaluation else None,
+        "val_accuracy": evaluation.get("val_accuracy") if evaluation else None,
         "test_loss": evaluation["loss"] if evaluation else None,
         "test_accuracy": accuracy,
         "grad_norm": metrics.get("grad_norm"),
@@ -138,9 +146,16 @@ def scheduled(strategy: Strategy, round_index: int) -> dict[str, Any]:
     return {"local_lr": None}
 
 
-def reached_target(target: float, row: dict[str, Any]) -> bool:
-    """--stop-at-accuracy: this round's evaluation reached it (a round without one never does)."""
-    accuracy = row.get("test_accuracy")
+def stops_early(config: Any, row: dict[str, Any], since_best: int) -> bool:
+    """The stop rules after a round: --stop-at-accuracy reached by its validation accuracy (by
+    its test accuracy only without a validation split, as before the split existed), or
+    --patience evaluated rounds in a row (`since_best`) without a better validation metric."""
+    validated = row.get("val_loss") is not None
+    if config.patience > 0 and validated and since_best >= config.patience:
+        return True
+    target = config.stop_at_accuracy
+    key = "val_accuracy" if validated else "test_accuracy"
+    accuracy = row.get(key)
     return target > 0 and accuracy is not None and accuracy >= target
 
 

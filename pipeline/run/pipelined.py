@@ -34,7 +34,7 @@ from ..setup.run_setup import RunSetup
 from . import run_state
 from .cluster import bounded, check_scheduler, publish_round, wait_for
 from .errors import ClusterLost
-from .metrics import Laps, append_metrics, reached_target, round_row
+from .metrics import Laps, append_metrics, round_row, stops_early
 from .run_state import RunState
 from .rundir import RunDir
 
@@ -129,7 +129,7 @@ def run_chained(
         last_row_at, chain.scatter_s, chain.scatter_bytes, reloaded = now, 0.0, 0, 0
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
-        if reached_target(config.stop_at_accuracy, row):
+        if stops_early(config, row, state.since_best):
             break
     chain.drop()
 

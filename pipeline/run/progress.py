@@ -155,3 +155,17 @@ class ProgressLines:
         # markup=False: a run directory or a dashboard URL may hold [brackets].
         # soft_wrap: a long path is wrapped by the terminal, not broken by a newline.
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def selection_line(summary: dict[str, Any]) -> str:
+    """Which round best.pt holds and what chose it (summary.json's selection fields)."""
+    if summary.get("best_round") is None:
+        return "best.pt: no evaluated round"
+    accuracy = summary.get("test_accuracy_at_best")
+    tested = "" if accuracy is None else f", test accuracy there {accuracy:.4f}"
+    if summary.get("selected_on") == "validation":
+        return f"best.pt: round {summary['best_round']}, the best on the validation split{tested}"
+    return (
+        f"best.pt: round {summary['best_round']}, the last round (no validation split: "
+        f"--val-fraction is 0){tested}"
+    )

@@ -60,7 +60,7 @@ def run_reference(
     the run after each round (its weights, its rows so far): what a benchmark measures there."""
     config = setup.config
     shards = [setup.load_train(i) for i in range(setup.store.num_shards)]
-    test = setup.load_test()
+    test = setup.load_evaluation()  # with the held-out validation rows, as the workers'
     # Only for the communication count: where the Dask run would place the shards.
     placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
     reference = ReferenceRun(run=RunState.fresh(setup))

@@ -37,7 +37,13 @@ class RunState:
     weights: torch.Tensor
     state: Any  # the strategy's driver state
     shard_states: list[Any] | None = None  # each shard's own state (algorithms/base.py)
-    best_accuracy: float = -math.inf
+    best_accuracy: float = -math.inf  # the best test accuracy seen: reported, never selects
+    # Model selection (advance): the best validation score so far (val_accuracy, or -val_loss
+    # for regression), its round, the test accuracy at it, and the evaluated rounds since.
+    best_score: float = -math.inf
+    best_round: int = 0
+    test_accuracy_at_best: float | None = None
+    since_best: int = 0
     cum_comm_bytes: int = 0
     cum_comm_rounds: int = 0
     cum_images: int = 0  # rows of training data read so far (checkpoints before it: 0)
@@ -75,15 +81,30 @@ class RunState:
         self.cum_comm_rounds += result.comm_phases
         self.cum_images += result.rows
         accuracy = evaluation.get("accuracy") if evaluation else None
-        is_best = accuracy is not None and accuracy > self.best_accuracy
-        if is_best:
+        if accuracy is not None and accuracy > self.best_accuracy:
             self.best_accuracy = accuracy
+        is_best = self._select(evaluation)
         return RoundTotals(
             cum_comm_bytes=self.cum_comm_bytes,
             cum_comm_rounds=self.cum_comm_rounds,
             cum_images=self.cum_images,
             is_best=is_best,
         )
+
+    def _select(self, evaluation: dict[str, float] | None) -> bool:
+        """Whether this round is the selected model now: its validation score beats every
+        earlier round's; without validation rows, every evaluated round (the last one wins)."""
+        if evaluation is None:
+            return False
+        score = selection_score(evaluation)
+        if score is not None and score <= self.best_score:
+            self.since_best += 1
+            return False
+        if score is not None:
+            self.best_score = score
+        self.best_round, self.since_best = self.round, 0
+        self.test_accuracy_at_best = evaluation.get("accuracy")
+        return True
 
     def as_data(self) -> dict[str, Any]:
         """The checkpointed fields, the strategy's states as plain dicts: what a checkpoint
@@ -105,6 +126,15 @@ class RunState:
             values["shard_states"] = [state_from_data(shard_type, s) for s in data["shard_states"]]
         values["cum_comm_bytes"] = int(values["cum_comm_bytes"])
         return cls(**values)
+
+
+def selection_score(evaluation: dict[str, float]) -> float | None:
+    """What selects the model, higher is better: the validation accuracy, or minus the
+    validation loss where the task has no accuracy (regression); None without validation rows."""
+    if evaluation.get("val_accuracy") is not None:
+        return evaluation["val_accuracy"]
+    loss = evaluation.get("val_loss")
+    return None if loss is None else -loss
 
 
 def _checkpointed() -> list[dataclasses.Field]:
@@ -201,7 +231,7 @@ def check_finite(result: RoundResult, t: int, run_dir: RunDir) -> None:
 
 
 def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
-    """summary.json: the run's last metrics, best accuracy and totals."""
+    """summary.json: the run's last metrics, best accuracy, selected model and totals."""
     rows = state.rows
     last = rows[-1] if rows else {}
     return {
@@ -213,6 +243,10 @@ def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
         "final_test_loss": last.get("test_loss"),
         "final_test_accuracy": last.get("test_accuracy"),
         "best_test_accuracy": None if state.best_accuracy == -math.inf else state.best_accuracy,
+        # The selected model (best.pt): its round, what selected it, and its test accuracy.
+        "best_round": state.best_round or None,
+        "selected_on": "validation" if state.best_score > -math.inf else "last round",
+        "test_accuracy_at_best": state.test_accuracy_at_best,
         "total_wall_s": sum(r["wall_s"] for r in rows),
         "total_comm_bytes": state.cum_comm_bytes,
         "total_comm_rounds": state.cum_comm_rounds,

@@ -62,7 +62,7 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
 ]
 
 # Settings that define what is being trained: a resumed run must not change them.
-IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype")
+IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype", "val_fraction")
 
 # The only settings a resume may change (each change is recorded in config.toml's [[resumed]]).
 # Every other one is refused: it is part of the method the run's curve and label stand for
@@ -81,6 +81,7 @@ RESUMABLE_KEYS = frozenset(
         # When to evaluate and when to stop: they choose what is measured, not what is trained.
         "eval_every",
         "stop_at_accuracy",
+        "patience",
         # Where and how the same rounds run. Results equal bit for bit across workers, threads,
         # broadcast forms and clusters (both round forms sum in one fixed order, aggregate.py);
         # a device changes the rounding of the same math only. `out`: the directory may have

@@ -33,7 +33,7 @@ from ..algorithms import Strategy
 from ..algorithms.parts.local_steps_schedule import steps_for_epochs
 from ..round.augment import parse_augment
 from ..round.features import StoredRows
-from ..round.shards import ShardData, load_shard, make_objective
+from ..round.shards import ShardData, load_evaluation, load_shard, make_objective
 from .config import RunConfig
 from .model_check import CHECK_ROWS, check_model_runs
 
@@ -48,7 +48,15 @@ class RunSetup:
     def shard_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_shard for training shard `index`."""
         start, stop = self.store.shards[index]
-        return self._load_args(split="train", start=start, stop=stop, index=index)
+        args = self._load_args(split="train", start=start, stop=stop, index=index)
+        return {**args, **self._holdout("train")}
+
+    def val_args(self, index: int) -> dict:
+        """Keyword arguments of tasks.load_shard for training shard `index`'s held-out rows."""
+        return {**self.shard_args(index), **self._holdout("val")}
+
+    def _holdout(self, part: str) -> dict:
+        return dict(part=part, val_fraction=self.config.val_fraction, seed=self.config.seed)
 
     def test_args(self) -> dict:
         return self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
@@ -61,6 +69,15 @@ class RunSetup:
 
     def load_test(self) -> ShardData:
         return load_shard(**self.test_args())
+
+    def evaluation_args(self) -> dict:
+        """Keyword arguments of tasks.load_evaluation: the test split and the held-out rows."""
+        held = range(self.store.num_shards) if self.config.val_fraction > 0 else ()
+        return dict(test=self.test_args(), val=[self.val_args(i) for i in held])
+
+    def load_evaluation(self) -> ShardData:
+        """The test split carrying every shard's held-out rows (in shard order) as held_out."""
+        return load_evaluation(**self.evaluation_args())
 
     def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
         """The given training shards concatenated in order, as one ShardData."""

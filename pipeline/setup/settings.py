@@ -232,7 +232,11 @@ class RunSettings:
     rounds: int = declare(20, help="Rounds (DANE iterations).")
     seed: int = declare(0, help="Seed of init and sampling.")
     eval_every: int = declare(1, help="Evaluate every N rounds.")
-    stop_at_accuracy: float = declare(0.0, help="Stop once test accuracy reaches this; 0: never.")
+    stop_at_accuracy: float = declare(
+        0.0,
+        help="Stop once the validation accuracy (the test accuracy without --val-fraction) "
+        "reaches this; 0: never.",
+    )
     # Tracking (run/tracking.py): copies of metrics.jsonl elsewhere, so resumable settings.
     tensorboard: str = declare(
         "auto",
@@ -243,12 +247,34 @@ class RunSettings:
         help="MLflow tracking URI (sqlite:///runs/mlflow.db, http://HOST:5000): the settings as "
         "params, each round's metrics, the model as an artifact; needs dask-dane[track].",
     )
+    patience: int = declare(
+        0,
+        help="Stop after N evaluated rounds without a better validation metric; 0: never.",
+    )
+    # Chosen at train time from each shard's rows (round/holdout.py), so any store has one.
+    # 0 until the split selects the best round (issue 35 item 1): held-out rows nothing reads
+    # would only take rows from training.
+    val_fraction: float = declare(
+        0.0,
+        help="Share of each shard's training rows held out (stratified by class, seeded) as "
+        "the validation split; 0: none.",
+    )
 
     def check_run(self) -> None:
         at_least_one("rounds", self.rounds)
         at_least_one("eval_every", self.eval_every)
+        if self.patience < 0:
+            raise SettingError(
+                f"{setting('patience')} counts evaluated rounds (got {self.patience}); use 0 "
+                "to train all rounds"
+            )
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise SettingError(
+                f"{setting('val_fraction')} is a share of each shard's rows in [0, 1) (got "
+                f"{self.val_fraction}); use e.g. 0.1, or 0 for no validation split"
+            )
         if not 0.0 <= self.stop_at_accuracy <= 1.0:
             raise SettingError(
-                f"{setting('stop_at_accuracy')} is a test accuracy in [0, 1] (got "
+                f"{setting('stop_at_accuracy')} is an accuracy in [0, 1] (got "
                 f"{self.stop_at_accuracy}); 0 trains all {setting('rounds')}"
             )
