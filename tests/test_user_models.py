@@ -145,7 +145,7 @@ def test_full_batch_algorithms_refuse_running_statistics(algorithm, model_file, 
 
 
 def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
-    model_file, digits_stores, tmp_path
+    model_file, digits_stores, tmp_path, run_cli, capsys
 ):
     # The file's network widened from 6 to 7 channels after the run was saved: the driver
     # refuses the resume, naming both sizes, instead of a worker failing to load the weights.
@@ -166,7 +166,11 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
     with pytest.raises(ValueError) as refused:
         start_run(changed, run_dir, resume=True)
 
+    capsys.readouterr()
+    status = run_cli(["train", "--out", str(run_dir.root), "--resume"])  # as a user types it
+    stderr = capsys.readouterr().err
     message = str(refused.value)
+    assert status == 2 and stderr == f"error: {message}\n"
     assert "\n" not in message and "the model changed since the run was saved" in message
     assert f"holds {count:,} weights and 3 buffers" in message
     assert f"now builds {new_count:,} weights and 3 buffers" in message and new_count != count
