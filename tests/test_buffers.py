@@ -10,6 +10,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import write_store
 from dask_dane.models.flat import load_state
 from dask_dane.models.registry import build_model
 from dask_dane.pipeline.algorithms import LocalOutput
@@ -58,26 +61,61 @@ def test_statistics_are_row_weighted_and_counters_take_the_maximum():
     assert combined["n"].item() == 5 and combined["n"].dtype == torch.int64
 
 
-def test_one_round_of_statistics_matches_plain_torch_per_shard(digits_stores):
-    # One local step over a whole shard (batch >= shard): each shard's running mean is torch's
-    # own BatchNorm update on that shard's rows, and the round keeps their row-weighted mean.
-    setup = _setup(digits_stores[2], batch_size=10_000)
+@pytest.fixture(scope="module")
+def unequal_digits(tmp_path_factory):
+    """Digits in 2 Dirichlet(1) shards of 813 and 625 rows, skewed in labels: a plain mean of
+    the shards' statistics lands far from their row-weighted mean (the iid 719 and 718 rows
+    of digits_stores[2] could not tell the two apart at rtol 1e-5)."""
+    raw = load_source("digits", SourceOptions(seed=0))
+    spec = PartitionSpec(kind="dirichlet", alpha=1.0, num_shards=2, seed=0)
+    return write_store(raw, spec, tmp_path_factory.mktemp("bn") / "d.zarr", force=False).path
+
+
+def _torch_statistics(setup) -> tuple[dict, dict]:
+    """Each shard's running statistics after torch's own BatchNorm update on all its rows,
+    as their row-weighted and their plain means."""
     shards = [tasks.load_shard(**setup.shard_args(i)) for i in range(2)]
-
-    run = run_reference(setup, rounds=1, num_workers=2)
-
-    expected, rows = {}, 0
+    weighted, plain, rows = {}, {}, sum(len(shard.x) for shard in shards)
     for shard in shards:
         torch.manual_seed(setup.config.seed)
         model = build_model(setup.spec).train()
         model(shard.x.dense())
         for name, value in model.state_dict().items():
             if name.startswith("1.running"):
-                expected[name] = expected.get(name, 0) + value * len(shard.x)
-        rows += len(shard.x)
-    for name, total in expected.items():
-        torch.testing.assert_close(run.run.buffers[name], total / rows, rtol=1e-5, atol=1e-6)
+                weighted[name] = weighted.get(name, 0) + value * len(shard.x) / rows
+                plain[name] = plain.get(name, 0) + value / 2
+    return weighted, plain
+
+
+def test_one_round_of_statistics_matches_plain_torch_per_shard(unequal_digits):
+    # One local step over a whole shard (batch >= shard): each shard's running mean is torch's
+    # own BatchNorm update on that shard's rows, and the round keeps their row-weighted mean.
+    setup = _setup(unequal_digits, batch_size=10_000)
+    expected, plain = _torch_statistics(setup)
+
+    run = run_reference(setup, rounds=1, num_workers=2)
+
+    for name, value in expected.items():
+        torch.testing.assert_close(run.run.buffers[name], value, rtol=1e-5, atol=1e-6)
+        # The premise: a plain mean misses by far more than the tolerance.
+        assert (plain[name] - value).abs().max() > 20 * (1e-6 + 1e-5 * value.abs().max())
     assert run.run.buffers["1.num_batches_tracked"].item() == 1
+
+
+def test_a_server_step_extrapolates_the_weights_and_never_the_buffers(unequal_digits):
+    # s = 2.5: the weights go w + 2.5 (mean v_i - w); the statistics stay the shards'
+    # row-weighted mean (a step applied to them would move them 2.5 times as far from b_0).
+    plain_run = run_reference(_setup(unequal_digits, batch_size=10_000), rounds=1, num_workers=2)
+    setup = _setup(unequal_digits, batch_size=10_000, server_lr=2.5)
+    expected, _ = _torch_statistics(setup)
+    w0 = initial_state(setup.spec, setup.config.seed)[0]
+
+    run = run_reference(setup, rounds=1, num_workers=2)
+
+    for name, value in expected.items():
+        torch.testing.assert_close(run.run.buffers[name], value, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(run.weights, w0 + 2.5 * (plain_run.weights - w0))
+    assert (run.weights - plain_run.weights).abs().max() > 1e-3
 
 
 def test_full_shard_gradient_is_over_the_local_steps_batches(digits_stores):

@@ -80,19 +80,21 @@ def _context(phase, objective, p, received, previous) -> LocalContext:
                         rng=torch.Generator().manual_seed(0))  # fmt: skip
 
 
-def _numpy_factors(shards: list[np.ndarray], p: np.ndarray) -> list[float]:
-    """The factors by the formula of correction.py, from the sampled rows alone."""
+def _numpy_factors(shards: list[np.ndarray], p: np.ndarray, sample: int) -> list[float]:
+    """The factors by the formula of correction.py, from the sampled rows alone. The sample's
+    gradient is the mean over all its rows; its halves (floor(N/2) rows, then the rest) give
+    the per-row variance from Var(g_a - g_b) = s^2 (1/h_a + 1/h_b), whatever N's parity."""
     sizes = np.array([len(z) for z in shards], dtype=float)
     weights = sizes / sizes.sum()
     grads, variances = [], []
     for z in shards:
         rows = np.sort(torch.randperm(len(z), generator=torch.Generator().manual_seed(SEED))
-                       [:SAMPLE].numpy())  # fmt: skip
-        first, second = z[rows[: SAMPLE // 2]], z[rows[SAMPLE // 2 :]]
+                       [:sample].numpy())  # fmt: skip
+        first, second = z[rows[: sample // 2]], z[rows[sample // 2 :]]
         g_a, g_b = 2 * (p - first.mean(axis=0)), 2 * (p - second.mean(axis=0))
-        grads.append((g_a + g_b) / 2)
-        per_row = np.sum((g_a - g_b) ** 2) * (SAMPLE / 2) ** 2 / SAMPLE
-        variances.append(per_row / SAMPLE * (1 - SAMPLE / len(z)))
+        grads.append(2 * (p - z[rows].mean(axis=0)))
+        per_row = np.sum((g_a - g_b) ** 2) / (1 / len(first) + 1 / len(second))
+        variances.append(per_row / sample * (1 - sample / len(z)))
     g = sum(w * gi for w, gi in zip(weights, grads, strict=True))
     global_variance = sum(w**2 * v for w, v in zip(weights, variances, strict=True))
     return [
@@ -101,15 +103,18 @@ def _numpy_factors(shards: list[np.ndarray], p: np.ndarray) -> list[float]:
     ]
 
 
-def test_the_factor_is_the_james_stein_formula_on_unequal_shards():
+@pytest.mark.parametrize("sample", [SAMPLE, SAMPLE + 1], ids=["even", "odd"])
+def test_the_factor_is_the_james_stein_formula_on_unequal_shards(sample):
     # Unequal shards with a little signal each: factors strictly between 0 and 1, where an
     # error in any term of the formula (a weight, a half, the finite-population term) shows.
+    # An odd sample splits into halves of 30 and 31 rows, which an even one cannot tell from
+    # halves weighted 1/2 each.
     shards = _shards(dim=40, sizes=[400, 250, 120], means=[0.0, 0.08, -0.05])
     p = torch.full((40,), 0.3, dtype=torch.float64)
 
-    factors = _factors(_dane(SAMPLE), shards, p)
+    factors = _factors(_dane(sample), shards, p)
 
-    expected = _numpy_factors(shards, p.numpy())
+    expected = _numpy_factors(shards, p.numpy(), sample)
     assert all(0.05 < f < 0.95 for f in expected), expected
     np.testing.assert_allclose(factors, expected, rtol=1e-10)
 

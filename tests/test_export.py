@@ -114,3 +114,45 @@ def test_an_existing_file_is_kept_and_a_missing_run_is_named(trained_run):
         assert message in result.stderr and result.stderr.count("\n") == 1
     assert (trained_run / "keep.pt2").read_bytes() == b"earlier"
     assert not (trained_run / "m.pt2").exists() and not (trained_run / "m.onnx").exists()
+
+
+# The exported program's logits on the test split's first image and on all of it.
+LOGITS = textwrap.dedent(
+    """
+    import sys
+    import torch, zarr
+    program = torch.export.load(sys.argv[1]).module()
+    x = torch.from_numpy(zarr.open_group(sys.argv[2], mode="r")["test/x"][:]).float()
+    with torch.no_grad():
+        torch.save({"one": program(x[:1]), "all": program(x)}, sys.argv[3])
+    """
+)
+
+
+def test_the_programs_logits_are_the_loaded_models_at_batch_one_and_n(trained_run, digits_stores):
+    # Accuracy hides a small change in the logits (a shifted normalisation, a lost eval
+    # mode on one layer) and a program that refuses a batch of one; the logits show both.
+    import torch
+    import zarr
+
+    import dask_dane
+    from dask_dane.pipeline.trained import read_trained
+
+    exported = _dane("export", "run", "--out", "logits.pt2", cwd=trained_run)
+    done = subprocess.run(
+        [sys.executable, "-c", LOGITS, "logits.pt2", str(digits_stores[2]), "logits.pt"],
+        cwd=trained_run, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert exported.returncode == 0, exported.stderr
+    assert done.returncode == 0, done.stderr[-2000:]
+    logits = torch.load(trained_run / "logits.pt")
+    stats = read_trained(trained_run / "run")["model"]["normalization"]
+    raw = torch.from_numpy(zarr.open_group(str(digits_stores[2]), mode="r")["test/x"][:]).float()
+    x = (raw - stats["mean"][0]) / stats["std"][0]  # one channel: the store's mean and std
+    model = dask_dane.load(trained_run / "run")
+    with torch.no_grad():
+        expected = model(x)
+    assert logits["all"].shape == (len(raw), 10) and logits["one"].shape == (1, 10)
+    torch.testing.assert_close(logits["all"], expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits["one"], expected[:1], rtol=1e-5, atol=1e-5)

@@ -188,17 +188,27 @@ def test_the_crossover_is_where_both_times_are_equal_and_the_order_flips_there(
 
 
 def test_the_loopback_check_sums_the_measured_rounds_where_each_worker_held_one_shard(
-    sweep, scaling
+    sweep, scaling, monkeypatch
 ):
+    # The loopback measured as NET, so the projection is the by-hand round's; the error is
+    # then checked against numbers none of which the row itself supplies.
+    monkeypatch.setattr("dask_dane.bench.scaling.time_to_accuracy.measure_loopback", lambda: NET)
+
     result = project_sweep([sweep], scaling, targets=(0.88, 0.91), networks=(NET,))
 
     checks = {(r["shards"], r["target"]): r for r in result["loopback_check"]}
     # m = 4 ran on 2 workers (not one shard per worker); m = 2 never reached 91 %.
     assert set(checks) == {(1, 0.88), (1, 0.91), (2, 0.88)}
     one = checks[(1, 0.91)]
+    measured = 40.2 + 41.2 + 42.2 + 43.2  # round_train_s of rounds 1-4: compute + 0.2 + r
+    projected = 4 * _by_hand_dane_round(1, 40.0, 1, 0.1)
     assert one["iterations"] == 4
-    assert one["measured_s"] == pytest.approx(sum(40.2 + r for r in range(4)))
-    assert one["error_pct"] == pytest.approx(100 * (one["projected_s"] / one["measured_s"] - 1))
+    assert one["measured_s"] == pytest.approx(measured, rel=1e-12)
+    assert one["projected_s"] == pytest.approx(projected, rel=1e-9)
+    assert one["error_pct"] == pytest.approx(100 * (projected - measured) / measured, rel=1e-9)
+    two = checks[(2, 0.88)]  # 3 rounds of 20 s on 2 workers: the tree and the driver's copies
+    assert two["projected_s"] == pytest.approx(3 * _by_hand_dane_round(2, 20.0, 2, 0.12))
+    assert two["error_pct"] == pytest.approx(100 * (two["projected_s"] / (3 * 20.2 + 3) - 1))
     assert result["crossover"] == []  # no DDP rows given
 
 

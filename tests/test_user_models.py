@@ -142,3 +142,37 @@ def test_full_batch_algorithms_refuse_running_statistics(algorithm, model_file, 
 
     with pytest.raises(ValueError, match=f"--algorithm {algorithm} takes none"):
         prepare_run(config)
+
+
+def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
+    model_file, digits_stores, tmp_path, run_cli, capsys
+):
+    # The file's network widened from 6 to 7 channels after the run was saved: the driver
+    # refuses the resume, naming both sizes, instead of a worker failing to load the weights.
+    from dask_dane.pipeline.run.run_state import save_run, start_run
+    from dask_dane.pipeline.run.rundir import RunDir
+
+    model = f"{model_file}:build"
+    run_dir = RunDir(tmp_path / "run")
+    setup = prepare_run(_config(digits_stores[2], model, out=str(run_dir.root)))
+    save_run(run_dir, start_run(setup, run_dir, resume=False), setup, improved=False)
+    saved_weights = build_model(setup.spec)
+    count = sum(p.numel() for p in saved_weights.parameters())
+    original = model_file.read_text()
+    model_file.write_text(original.replace("6", "7"))
+    changed = prepare_run(_config(digits_stores[2], model, out=str(run_dir.root)))
+    new_count = sum(p.numel() for p in build_model(changed.spec).parameters())
+
+    with pytest.raises(ValueError) as refused:
+        start_run(changed, run_dir, resume=True)
+
+    capsys.readouterr()
+    status = run_cli(["train", "--out", str(run_dir.root), "--resume"])  # as a user types it
+    stderr = capsys.readouterr().err
+    message = str(refused.value)
+    assert status == 2 and stderr == f"error: {message}\n"
+    assert "\n" not in message and "the model changed since the run was saved" in message
+    assert f"holds {count:,} weights and 3 buffers" in message
+    assert f"now builds {new_count:,} weights and 3 buffers" in message and new_count != count
+    model_file.write_text(original)  # restored: it resumes
+    assert start_run(prepare_run(setup.config), run_dir, resume=True).round == 0

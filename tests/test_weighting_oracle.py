@@ -20,6 +20,7 @@ import zarr
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
+from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
@@ -57,8 +58,8 @@ def _config(info, **settings) -> RunConfig:
     # A minibatch of 1000 covers every shard: each local step is a full-shard step.
     return RunConfig(
         store=info.path, model="logistic", dtype="float64", l2=L2, seed=3, algorithm="dane",
-        eta=ETA, mu=MU, local_lr=LR, momentum=BETA, local_steps=STEPS, batch_size=1000,
-        rounds=2, **settings,
+        momentum=BETA, local_steps=STEPS, batch_size=1000,
+        **{"rounds": 2, "eta": ETA, "mu": MU, "local_lr": LR, **settings},
     ).validate()  # fmt: skip
 
 
@@ -82,25 +83,43 @@ def _loss_and_grad(x: np.ndarray, y: np.ndarray, theta: np.ndarray) -> tuple[flo
     return loss, grad
 
 
+def _dane_solutions(shards, theta: np.ndarray, shares: np.ndarray, eta=ETA, mu=MU, lr=LR):
+    """One DANE round's local solutions v_i from theta, and the round's train loss."""
+    evaluated = [_loss_and_grad(x, y, theta) for x, y in shards]
+    loss = sum(p * loss for p, (loss, _) in zip(shares, evaluated, strict=True))
+    g = sum(p * gi for p, (_, gi) in zip(shares, evaluated, strict=True))
+    solutions = []
+    for (x, y), (_, gi) in zip(shards, evaluated, strict=True):
+        v, buf = theta.copy(), None
+        for _ in range(STEPS):  # torch's SGD: buf = grad, then beta * buf + grad
+            grad_h = _loss_and_grad(x, y, v)[1] - (gi - eta * g) + mu * (v - theta)
+            buf = grad_h if buf is None else BETA * buf + grad_h
+            v = v - lr * buf
+        solutions.append(v)
+    return solutions, loss
+
+
 def _two_dane_iterations(
     shards, theta: np.ndarray, shares: np.ndarray
 ) -> tuple[np.ndarray, list[float]]:
     """Two DANE rounds averaged with `shares`; the final weights and each round's train loss."""
     losses = []
     for _ in range(2):
-        evaluated = [_loss_and_grad(x, y, theta) for x, y in shards]
-        losses.append(sum(p * loss for p, (loss, _) in zip(shares, evaluated, strict=True)))
-        g = sum(p * gi for p, (_, gi) in zip(shares, evaluated, strict=True))
-        solutions = []
-        for (x, y), (_, gi) in zip(shards, evaluated, strict=True):
-            v, buf = theta.copy(), None
-            for _ in range(STEPS):  # torch's SGD: buf = grad, then beta * buf + grad
-                grad_h = _loss_and_grad(x, y, v)[1] - (gi - ETA * g) + MU * (v - theta)
-                buf = grad_h if buf is None else BETA * buf + grad_h
-                v = v - LR * buf
-            solutions.append(v)
+        solutions, loss = _dane_solutions(shards, theta, shares)
+        losses.append(loss)
         theta = sum(p * v for p, v in zip(shares, solutions, strict=True))
     return theta, losses
+
+
+def _fedexp_round(shards, theta, shares, **steps) -> tuple[np.ndarray, float]:
+    """One DANE round with FedExP's step: s = max(1, sum_i p_i ||D_i||^2 / (2 (||D||^2 + eps)))
+    with D_i = v_i - theta and D = sum_i p_i D_i; the new weights theta + s D, and s."""
+    solutions, _ = _dane_solutions(shards, theta, shares, **steps)
+    updates = [v - theta for v in solutions]
+    average = sum(p * u for p, u in zip(shares, updates, strict=True))
+    spread = sum(p * (u @ u) for p, u in zip(shares, updates, strict=True))
+    scale = max(1.0, spread / (2 * (average @ average + FEDEXP_EPSILON)))
+    return theta + scale * average, scale
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +174,24 @@ def test_the_dask_run_on_unequal_shards_weights_each_shard_by_its_rows(
     assert torch.equal(weights, reference.weights)
     assert [row["train_loss"] for row in run.rows()] == pytest.approx(losses, rel=1e-12)
     assert not np.allclose(weights.numpy(), unweighted, rtol=0, atol=1e-6)
+
+
+def test_fedexp_on_unequal_shards_weights_the_spread_and_the_average_by_rows(dirichlet_store):
+    # FedExP's own oracle (test_server_step.py) has equal shards and FedAvg's solutions; here
+    # DANE's local solutions on shards of 13 to 114 rows, each weighted by its rows in both
+    # the spread and the average. DANE's corrected solutions mostly agree (s = 1, which no
+    # bug in the rule would change): eta 0.3 and long steps make them spread, so s > 2.
+    steps = {"eta": 0.3, "mu": 0.0, "lr": 10.0}
+    config = _config(dirichlet_store, server_lr_rule="fedexp", rounds=1, local_clip=0.0,
+                     eta=0.3, mu=0.0, local_lr=10.0)  # fmt: skip
+    theta = initial_weights(prepare_run(config).spec, config.seed).numpy()
+    shards = _shards(dirichlet_store)
+    sizes = np.array([len(x) for x, _ in shards], dtype=float)
+    expected, scale = _fedexp_round(shards, theta, sizes / sizes.sum(), **steps)
+    _, unweighted_scale = _fedexp_round(shards, theta, np.full(4, 0.25), **steps)
+
+    run = run_reference(prepare_run(config), rounds=1, num_workers=2)
+
+    assert scale > 2.0 and abs(scale - unweighted_scale) > 1e-2
+    assert run.history[0]["server_lr"] == pytest.approx(scale, rel=1e-12)
+    np.testing.assert_allclose(run.weights.numpy(), expected, rtol=1e-12, atol=1e-14)

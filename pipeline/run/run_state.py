@@ -180,11 +180,28 @@ def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
     if resume and run_dir.latest.exists():
         remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
         state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
+        check_same_model(state, setup, run_dir)
     else:
         state = RunState.fresh(setup)
     run_dir.write_config(setup.config, resumed_after=state.round if resume else 0)
     state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
     return state
+
+
+def check_same_model(state: RunState, setup: RunSetup, run_dir: RunDir) -> None:
+    """ValueError on the driver, before any work, when the checkpoint's weights or buffers do
+    not fit the model as it is built now (its file edited since the run was saved)."""
+    weights, buffers = initial_state(setup.spec, setup.config.seed)
+    saved = {k: tuple(v.shape) for k, v in state.buffers.items()}
+    built = {k: tuple(v.shape) for k, v in buffers.items()}
+    if state.weights.numel() == weights.numel() and saved == built:
+        return
+    raise ValueError(
+        f"{run_dir.latest} holds {state.weights.numel():,} weights and {len(saved)} buffers, "
+        f"but --model {setup.config.model} now builds {weights.numel():,} weights and "
+        f"{len(built)} buffers: the model changed since the run was saved; restore it, or "
+        "start a new run with another --out"
+    )
 
 
 def save_run(run_dir: RunDir, state: RunState, setup: RunSetup, *, improved: bool) -> None:
