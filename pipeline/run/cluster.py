@@ -121,13 +121,8 @@ def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
         return LocalCUDACluster(
             n_workers=workers, threads_per_worker=config.threads_per_worker, **common, **limit
         )
-    return LocalCluster(
-        n_workers=config.workers,
-        threads_per_worker=config.threads_per_worker,
-        processes=True,
-        **common,
-        **limit,
-    )
+    sizes = dict(n_workers=config.workers, threads_per_worker=config.threads_per_worker)
+    return LocalCluster(processes=True, **sizes, **common, **limit)
 
 
 class WorkerLogsToFile(WorkerPlugin):
