@@ -32,6 +32,7 @@ from .cluster_logs import LOG_FORMAT, route_cluster_logs
 from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
 from .errors import ClusterLost
 from .main_guard import refuse_in_spawned_import, reporting_unguarded_main
+from .stranded import check_stranded
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -248,6 +249,7 @@ def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
     poll = min(5.0, timeout)
     while not all_done.wait(poll):
         check_scheduler(client, timeout)
+        check_stranded(client, pending)  # every worker lost at once: Dask would wait for good
 
 
 def check_scheduler(client: Client, timeout: float) -> None:

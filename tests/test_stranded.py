@@ -1,0 +1,49 @@
+"""When every worker dies at once (each nanny restarting its worker past its memory limit),
+Dask leaves a task pinned to a dead worker with allow_other_workers in its no-worker state
+for good, while new workers idle: the driver's wait must fail as a lost worker (OSError, which
+its retry and one-line stop handle), not wait forever (issue 36: a store too big for its
+workers hung the driver this way)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_dane.pipeline.run.cluster import wait_for
+from dask_dane.pipeline.run.stranded import stranded
+
+pytestmark = pytest.mark.cluster
+
+
+def _slow(value: int) -> int:
+    time.sleep(60)
+    return value
+
+
+def test_a_task_stranded_by_losing_every_worker_fails_the_wait():
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,  # fmt: skip
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(2, timeout=60)
+        first = sorted(client.scheduler_info()["workers"])[0]
+        task = client.submit(_slow, 1, workers=[first], allow_other_workers=True, pure=False)
+        while not client.processing(workers=[first])[first]:
+            time.sleep(0.1)
+        assert client.run_on_scheduler(stranded, keys=[task.key]) == []  # running: fine
+        pids = client.run(os.getpid)
+
+        for pid in pids.values():  # every worker at once, as memory-killed workers go
+            os.kill(pid, signal.SIGKILL)
+        started = time.perf_counter()
+        with pytest.raises(OSError, match="wait for workers that are gone"):
+            wait_for(client, [task], timeout=10)
+
+        assert time.perf_counter() - started < 45  # the new workers' start and a poll, not 60 s
+        assert task.key in client.run_on_scheduler(stranded, keys=[task.key])
