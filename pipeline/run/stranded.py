@@ -42,5 +42,5 @@ def check_stranded(client: Any, futures: list[Any]) -> None:
     if found:
         raise OSError(
             f"tasks wait for workers that are gone ({', '.join(found[:3])}): every worker was "
-            "lost at once (their memory limits exceeded?); the round runs again"
+            "lost at once (their memory limits exceeded?)"
         )
