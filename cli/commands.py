@@ -156,13 +156,13 @@ def train(
         callbacks = progress.callbacks()
         summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
     accuracy = summary["final_test_accuracy"]
+    typer.echo(selection_line(summary))  # before the result line: scripts read the last line
     typer.echo(
         f"{summary['algorithm']}: {summary['rounds']} rounds, test accuracy "
         f"{accuracy:.4f}, {summary['total_wall_s']:.1f} s in rounds; run in {resolved.out}"
         if accuracy is not None
         else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
     )
-    typer.echo(selection_line(summary))
 
 
 @app.command()
