@@ -85,14 +85,17 @@ def load_shard(
         raise ValueError(f"worker {worker_id()}: {err}") from None
     if not seen:  # the driver saw it (open_store): this worker does not
         raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
-    if shard_memory == "stream":  # features read a chunk at a time as rounds need them
+    # Streamed: features read a chunk at a time as rounds need them. A shard's held-out rows
+    # are read that way too, so the evaluating worker never holds a whole shard for them.
+    if shard_memory == "stream" or (part == "val" and val_fraction > 0.0):
         how = dict(normalization=normalization, dtype=dtype, num_classes=num_classes)
         rows = np.arange(start, stop)
         if part != "all" and (val_fraction > 0.0 or part == "val"):  # the split, from labels
             what = shard_name(split, index, start, stop)
             y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
             rows = start + part_positions(y, part, val_fraction, seed=seed, index=index)
-        return streamed_shard(store, split, rows, index, task, device, **how)
+        if len(rows):  # none: a shard too small to hold a row out (read below, empty)
+            return streamed_shard(store, split, rows, index, task, device, **how)
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
     x, y = select_part(x, y, part, val_fraction, seed=seed, index=index)
     torch_dtype = getattr(torch, dtype)
