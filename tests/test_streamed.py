@@ -231,7 +231,9 @@ def test_auto_streams_a_shard_above_a_quarter_of_a_worker_and_resident_refuses_a
 
 def test_an_unknown_shard_memory_is_exit_2_and_one_line(run_cli, capfd, assert_one_line_error):
     status = run_cli(["train", "--shard-memory", "swap", "--rounds", "1"])
-    assert_one_line_error(status, capfd, ["--shard-memory", "'swap'", "resident, stream, auto"])
+    assert_one_line_error(
+        status, capfd, ["--shard-memory", "'swap'", "resident, converted, stream, auto"]
+    )
 
 
 @pytest.mark.cluster

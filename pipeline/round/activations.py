@@ -1,5 +1,10 @@
 """What a full pass's chunk costs in activation memory: the bytes autograd keeps per input row
-of a model, measured on the meta device (objective.py sizes its full-pass chunks by it)."""
+of a model, measured on a forward pass of 2 and 3 real rows (objective.py sizes its full-pass
+chunks by it).
+
+Not on the meta device, although that would cost no arithmetic: meta kernels import
+torch._dynamo, torch.fx's symbolic shapes and sympy, about 75 MiB of RSS in every worker,
+more than a streamed shard's whole cache (issue 36). Three rows cost microseconds."""
 
 from __future__ import annotations
 
@@ -30,9 +35,10 @@ def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) 
         total += tensor.numel() * tensor.element_size()
         return tensor
 
-    with torch.device("meta"):
-        w = torch.empty(num_params, dtype=x.dtype, requires_grad=True)
-        batch = torch.empty((rows, *x.shape[1:]), dtype=x.dtype)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            forward_flat(model, w, batch)
+    w = torch.zeros(num_params, dtype=x.dtype, device=x.device, requires_grad=True)
+    batch = torch.zeros((rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    # Copies: a BatchNorm in training mode would update the module's own running statistics.
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward_flat(model, w, batch, buffers)
     return total

@@ -69,9 +69,10 @@ def load_shard(
 
     The tensors go to `device` (config.device: auto = this worker's GPU if it has one) and
     stay there: every round's work on the shard runs where its rows are. uint8 images stay
-    uint8 there, converted and normalised per minibatch (features.py). With `shard_memory`
-    "stream" (the driver resolves auto) the features stay in the store, read a chunk at a
-    time as the rounds need them (streamed.py); the labels are read whole.
+    uint8 there, converted and normalised per minibatch (features.py); with `shard_memory`
+    "converted" they are converted once, at load, as before issue 36. With "stream" (the
+    driver resolves auto) the features stay in the store, read a chunk at a time as the
+    rounds need them (streamed.py); the labels are read whole.
 
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
@@ -102,6 +103,8 @@ def load_shard(
     where = resolve_device(device)
     stored = torch.from_numpy(np.ascontiguousarray(x)).to(where)
     del x  # on a GPU worker the host copy goes now
+    if shard_memory == "converted":  # held in the run's dtype: stored_rows normalises in place
+        stored = stored.to(torch_dtype)
     features = stored_rows(stored, torch_dtype, normalization)
     targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
     targets = targets.long() if task == "classification" else targets.to(torch_dtype)

@@ -24,9 +24,13 @@ AUTO_STREAM_SHARE = 0.25
 RESIDENT_FITS_SHARE = 0.8
 
 
-def shard_bytes(store: StoreInfo) -> list[int]:
-    """Each training shard's features as stored (what a resident shard holds)."""
-    row = int(np.prod(store.sample_shape, dtype=np.int64)) * np.dtype(store.x_dtype).itemsize
+def shard_bytes(store: StoreInfo, converted_to: str | None = None) -> list[int]:
+    """Each training shard's features as stored (what a resident shard holds), or converted
+    to the dtype `converted_to` (what a converted shard holds, when that is wider)."""
+    itemsize = np.dtype(store.x_dtype).itemsize
+    if converted_to is not None:
+        itemsize = max(itemsize, np.dtype(converted_to).itemsize)
+    row = int(np.prod(store.sample_shape, dtype=np.int64)) * itemsize
     return [(stop - start) * row for start, stop in store.shards]
 
 
@@ -37,17 +41,20 @@ def worker_memory_limit(scheduler_info: dict) -> int | None:
     return min(limits) if limits and all(limits) else None
 
 
-def resolve_shard_memory(mode: str, store: StoreInfo, limit: int | None) -> tuple[str, str]:
-    """(resident | stream, why): `mode` resolved for the run; ValueError for resident when
-    a shard cannot fit in a worker's memory limit `limit`."""
-    sizes = shard_bytes(store)
+def resolve_shard_memory(
+    mode: str, store: StoreInfo, limit: int | None, dtype: str = "float32"
+) -> tuple[str, str]:
+    """(resident | converted | stream, why): `mode` resolved for the run (`dtype`: the run's);
+    ValueError for resident or converted when a shard cannot fit in a worker's memory limit
+    `limit`."""
+    sizes = shard_bytes(store, converted_to=dtype if mode == "converted" else None)
     largest = int(np.argmax(sizes))
     size = f"shard {largest} holds {_size(sizes[largest])} of features"
     if limit is None:
-        chosen = "stream" if mode == "stream" else "resident"
+        chosen = "resident" if mode == "auto" else mode
         return chosen, f"{mode}: {chosen} (the workers have no memory limit)"
     limit_text = f"the smallest worker memory limit is {_size(limit)}"
-    if mode == "resident" and sizes[largest] > RESIDENT_FITS_SHARE * limit:
+    if mode in ("resident", "converted") and sizes[largest] > RESIDENT_FITS_SHARE * limit:
         raise ValueError(
             f"{size}, more than {RESIDENT_FITS_SHARE:.0%} of a worker's memory limit "
             f"({_size(limit)}): it cannot be held resident; pass --shard-memory stream "
@@ -75,7 +82,7 @@ def hold_shards(
     setting itself stays as given, so auto resumes as auto) and announced as a phrase for the
     run's first line (Callbacks.on_shards)."""
     mode = setup.config.shard_memory
-    chosen, why = resolve_shard_memory(mode, setup.store, limit)
+    chosen, why = resolve_shard_memory(mode, setup.store, limit, setup.config.dtype)
     run_dir.note_config(f"shard_memory {why}")
     announce(why)
     return replace(setup, config=replace(setup.config, shard_memory=chosen))

@@ -103,7 +103,9 @@ class RunSetup:
             device=self.config.device,
             # auto is resolved by the driver from the workers' memory (run/shard_memory.py);
             # in one process, with no worker's limit to compare with, shards are resident.
-            shard_memory="stream" if self.config.shard_memory == "stream" else "resident",
+            shard_memory={"auto": "resident"}.get(
+                self.config.shard_memory, self.config.shard_memory
+            ),
             **where,
         )
 

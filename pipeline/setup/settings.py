@@ -31,7 +31,7 @@ PRECISIONS = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BROADCASTS = ("auto", "direct", "tree", "allgather")
 # How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
-SHARD_MEMORY = ("resident", "stream", "auto")
+SHARD_MEMORY = ("resident", "converted", "stream", "auto")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,9 +130,11 @@ class ClusterSettings:
     )
     shard_memory: str = declare(
         "resident",
-        help="resident (each shard read once and held) | stream (features read from the store "
-        "a chunk at a time, minibatches drawn from a window of chunks) | auto (stream when a "
-        "shard's stored bytes exceed a quarter of a worker's memory limit).",
+        help="resident (each shard read once and held as stored: uint8 images stay uint8) | "
+        "converted (held in the run's dtype, normalised: 4x a uint8 store's bytes, no "
+        "per-batch conversion) | stream (features read from the store a chunk at a time, "
+        "minibatches drawn from a window of chunks) | auto (stream when a shard's stored "
+        "bytes exceed a quarter of a worker's memory limit).",
     )
     scheduler: str | None = declare(None, help="Address of a running Dask scheduler to use.")
     # What `dask scheduler --scheduler-file` wrote (HPC).
