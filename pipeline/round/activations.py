@@ -18,7 +18,7 @@ _PER_ROW: dict[tuple, int] = {}
 
 
 def activation_bytes_per_row(model: nn.Module, x: Features, num_params: int) -> int:
-    """Bytes that autograd keeps per input row, measured once on the meta device (no work)."""
+    """Bytes that autograd keeps per input row, measured once on 2 and 3 rows."""
     key = (id(model), tuple(x.shape[1:]), x.dtype)
     if key not in _PER_ROW:
         # 2 and 3 rows, not 1: BatchNorm in training mode refuses a batch of one.
@@ -37,8 +37,9 @@ def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) 
 
     w = torch.zeros(num_params, dtype=x.dtype, device=x.device, requires_grad=True)
     batch = torch.zeros((rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    # Copies: a BatchNorm in training mode would update the module's own running statistics.
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    # Stand-ins: the module may live on the meta device (shards.architecture), and a BatchNorm
+    # in training mode would update the module's own running statistics.
+    buffers = {name: torch.zeros_like(b, device=x.device) for name, b in model.named_buffers()}
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         forward_flat(model, w, batch, buffers)
     return total
