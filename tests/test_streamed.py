@@ -96,6 +96,34 @@ def test_a_streamed_shard_holds_kept_rows_besides_a_range(small_chunks):
     assert torch.equal(x[torch.tensor([3, 0, 77])], whole.x[positions[[3, 0, 77]]])
 
 
+def test_rows_scattered_over_every_chunk_are_gathered_holding_a_few_chunks_at_a_time(
+    small_chunks, monkeypatch
+):
+    """A fixed sample (diagnostics, --grad-sample) touches every chunk of a shard: the gather
+    must not keep each chunk it read alive until the last is copied (the whole shard)."""
+    import weakref
+
+    shard = _load(small_chunks["digits"], 0, "float32", "stream")
+    alive, most = weakref.WeakSet(), [0]
+    read = StreamedRows._read
+
+    def counted(self, chunk):
+        rows = read(self, chunk)
+        alive.add(rows)
+        most[0] = max(most[0], len(alive))
+        return rows
+
+    monkeypatch.setattr(StreamedRows, "_read", counted)
+    positions = torch.arange(0, len(shard.x), 7)  # rows in every chunk
+    picked = shard.x.take(positions)
+
+    assert shard.x.num_chunks >= CACHE_CHUNKS + 6  # so that holding every chunk would fail
+    assert most[0] <= CACHE_CHUNKS + 2  # the cache, the chunk being copied, the next one
+    assert torch.equal(
+        picked[:], _load(small_chunks["digits"], 0, "float32", "resident").x[positions]
+    )
+
+
 def whole_reader(info):
     from dask_dane.datasets.store.stream import ChunkReader
 

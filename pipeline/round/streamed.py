@@ -144,16 +144,19 @@ class StreamedRows:
     def _gather(self, positions: np.ndarray) -> torch.Tensor:
         """The rows at `positions`, in their stored dtype, in that order (a fresh tensor)."""
         chunks = np.searchsorted(self.bounds, positions, side="right") - 1
-        needed = np.unique(chunks)
-        futures = [self._future(int(c)) for c in needed]  # all asked for before any waited on
+        needed = [int(c) for c in np.unique(chunks)]
         shape = (len(positions), *self._sample_shape)
         out = torch.empty(shape, dtype=self._stored_dtype, device=self.device)
-        for chunk, future in zip(needed, futures, strict=True):
+        # One chunk held at a time beyond the cache: rows scattered over the whole shard (a
+        # fixed sample) would otherwise hold every chunk they touch until the last is copied,
+        # the shard's whole size (issue 36: 1.1 GiB on a 1 GiB worker). The next chunk is read
+        # on the prefetch thread while this one is read and copied; after the last, the chunk
+        # that follows it, which a pass in order wants next.
+        for k, chunk in enumerate(needed):
+            self.prefetch(needed[k + 1] if k + 1 < len(needed) else chunk + 1)
             mask = chunks == chunk
             within = torch.from_numpy(positions[mask] - self.bounds[chunk]).to(self.device)
-            out[torch.from_numpy(mask).to(self.device)] = future.result()[within]
-        if len(needed):  # a pass in order wants the next chunk next: read it meanwhile
-            self.prefetch(int(needed[-1]) + 1)
+            out[torch.from_numpy(mask).to(self.device)] = self._future(chunk).result()[within]
         return out
 
     def _future(self, chunk: int, *, background: bool = False) -> Future:
