@@ -17,6 +17,7 @@ from ..common.options import (
     spec_from_flags,
     spec_options,
 )
+from .shard_memory import MemorySpec
 from .spec import ScalingSpec
 
 
@@ -95,4 +96,20 @@ def read_json(path: Path, what: str) -> dict:
         raise ValueError(f"{what} {path} is not JSON ({error}); pass a bench result") from None
 
 
-COMMANDS = {"scaling": scaling, "time-to-accuracy": time_to_accuracy}
+@spec_options(MemorySpec)
+def memory(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) -> None:
+    """Worker memory and images/s with shards held converted (float), resident (as stored)
+    and streamed, on the same store and workers."""
+    from .shard_memory import markdown_table, plot, run_memory
+
+    spec = spec_from_flags(MemorySpec, flags)
+    save_result(
+        run_memory(spec.validate(), log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )
+
+
+COMMANDS = {"scaling": scaling, "time-to-accuracy": time_to_accuracy, "memory": memory}

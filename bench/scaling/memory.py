@@ -162,8 +162,12 @@ def data_bytes(setup: Any, workers: int) -> list[int]:
     """Bytes of the training rows (and test split) that each of `workers` workers holds."""
     store = setup.store
     # Features as workers hold them (round/features.py): as stored when that is narrower than
-    # the run's dtype (uint8 images), else converted; labels as int64.
-    item = min(np.dtype(store.x_dtype).itemsize, np.dtype(setup.config.dtype).itemsize)
+    # the run's dtype (uint8 images), else converted; in the run's dtype with --shard-memory
+    # converted; streamed, only their labels (and a few chunks); labels as int64.
+    stored, wide = np.dtype(store.x_dtype).itemsize, np.dtype(setup.config.dtype).itemsize
+    item = {"converted": max(stored, wide), "stream": 0}.get(
+        setup.config.shard_memory, min(stored, wide)
+    )
     row = math.prod(store.sample_shape) * item + 8
     placement = shard_placement(store.num_shards, list(range(workers)))
     held = [0] * workers
@@ -196,12 +200,16 @@ def check(
     batch *= setup.config.batch_size
     rows = []
     for address, data in zip(sorted(peak), held, strict=False):
-        bound = data + MODEL_COPIES * model_bytes + bare[address]
+        # A worker its nanny restarted has a new address: its bare footprint was not taken.
+        restarted = address not in bare
+        bare_bytes = bare.get(address, min(bare.values(), default=0))
+        bound = data + MODEL_COPIES * model_bytes + bare_bytes
         extended = bound + batch + PROCESS_SLACK
         rows.append(
             {
                 "worker": address,
-                "bare_mib": bare[address] / 2**20,
+                "bare_mib": bare_bytes / 2**20,
+                "restarted": restarted,
                 "peak_mib": peak[address]["rss"] / 2**20,
                 "data_mib": data / 2**20,
                 "dask_held_mib": (dask_held or {}).get(address, 0) / 2**20,

@@ -233,4 +233,5 @@ def _breakdown(
         "comm_bytes": row["comm_bytes"],
         "dask_bytes": transfer["bytes"] + scattered,
         "dask_transfers": transfer["count"],
+        "images": row.get("images") or 0,  # rows trained on: full passes and local steps
     }
