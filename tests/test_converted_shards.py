@@ -72,5 +72,5 @@ def test_converted_is_sized_at_the_runs_dtype_when_checked_against_a_worker(digi
     assert resolve_shard_memory("resident", digits, limit)[0] == "resident"
     assert resolve_shard_memory("converted", digits, 10 * limit)[0] == "converted"
     assert resolve_shard_memory("converted", digits, None)[0] == "converted"
-    with pytest.raises(ValueError, match=r"^shard \d holds .*: it cannot be held resident"):
+    with pytest.raises(ValueError, match=r"^shard \d holds .*: it cannot be held converted"):
         resolve_shard_memory("converted", digits, limit)

@@ -57,7 +57,7 @@ def resolve_shard_memory(
     if mode in ("resident", "converted") and sizes[largest] > RESIDENT_FITS_SHARE * limit:
         raise ValueError(
             f"{size}, more than {RESIDENT_FITS_SHARE:.0%} of a worker's memory limit "
-            f"({_size(limit)}): it cannot be held resident; pass --shard-memory stream "
+            f"({_size(limit)}): it cannot be held {mode}; pass --shard-memory stream "
             "(or auto), or give the workers more memory"
         )
     if mode != "auto":
