@@ -104,11 +104,12 @@ def test_rows_scattered_over_every_chunk_are_gathered_holding_a_few_chunks_at_a_
     import weakref
 
     shard = _load(small_chunks["digits"], 0, "float32", "stream")
-    alive, most = weakref.WeakSet(), [0]
+    alive, most, reads = weakref.WeakSet(), [0], []
     read = StreamedRows._read
 
     def counted(self, chunk):
         rows = read(self, chunk)
+        reads.append(chunk)
         alive.add(rows)
         most[0] = max(most[0], len(alive))
         return rows
@@ -122,6 +123,9 @@ def test_rows_scattered_over_every_chunk_are_gathered_holding_a_few_chunks_at_a_
     assert torch.equal(
         picked[:], _load(small_chunks["digits"], 0, "float32", "resident").x[positions]
     )
+    # The same fixed sample next round (the same seed) is not read again: a full pass of I/O.
+    count = len(reads)
+    assert torch.equal(shard.x.take(positions.clone())[:], picked[:]) and len(reads) == count
 
 
 def whole_reader(info):
