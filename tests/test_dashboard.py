@@ -25,6 +25,7 @@ def _event(run: str, t: int, accuracy: float | None = 0.5) -> tuple[float, dict]
     row = {
         "run": run, "run_dir": f"/runs/{run}", "round": t, "comm_rounds": 2 * t,
         "wall_s": 1.5, "train_loss": 1.0 / t, "test_accuracy": accuracy,
+        "val_accuracy": None if accuracy is None else accuracy + 0.1,
         "comm_bytes": 1000, "cum_comm_bytes": 1000 * t, "max_worker_compute_s": 1.2,
         "worker_compute_s": {"w1": 1.2, "w2": 0.9},
     }  # fmt: skip
@@ -48,6 +49,7 @@ def test_runs_are_told_apart_and_become_columns_with_gaps():
     data = columns(runs["/runs/a (a)"])
     assert data["round"] == [1.0, 2.0] and data["wall"] == [1.5, 3.0]
     assert data["test_accuracy"][0] == 0.5 and math.isnan(data["test_accuracy"][1])
+    assert data["val_accuracy"][0] == 0.6 and math.isnan(data["val_accuracy"][1])
     assert math.isnan(data["mu"][0])  # not a safeguarded run: nothing to draw
     lines = worker_lines(runs["/runs/a (a)"])
     assert lines["worker"] == ["w1", "w2"] and lines["ys"] == [[1.2, 1.2], [0.9, 0.9]]
@@ -79,6 +81,7 @@ def test_the_collector_reports_each_runs_last_figures():
 
     assert 'dane_round{run="a",run_dir="/runs/a"} 2.0' in text
     assert 'dane_test_accuracy{run="a",run_dir="/runs/a"} 0.5' in text  # the last evaluation
+    assert 'dane_val_accuracy{run="a",run_dir="/runs/a"} 0.6' in text
     assert 'dane_train_loss{run="a",run_dir="/runs/a"} 0.5' in text
     assert 'dane_comm_bytes_total{run="a",run_dir="/runs/a"} 2000.0' in text
 

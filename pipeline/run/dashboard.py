@@ -29,6 +29,7 @@ COLUMNS = (
     "comm_rounds",
     "wall",
     "train_loss",
+    "val_accuracy",
     "test_accuracy",
     "comm_bytes",
     "max_worker_compute_s",
@@ -94,6 +95,15 @@ class DanePage:
             fig.scatter(x, y, source=self.source, size=4)
             return fig
 
+        def accuracy(title: str, x: str) -> Any:
+            # The validation split (what selects best.pt) beside the test split; a run
+            # without one (--val-fraction 0) leaves its line empty.
+            fig = plot(title, x, "test_accuracy")
+            fig.line(x, "val_accuracy", source=self.source, color="darkorange",
+                     legend_label="validation")  # fmt: skip
+            fig.legend.location = "bottom_right"
+            return fig
+
         bytes_fig = figure(title="bytes per round", x_axis_label="round", tools="hover")
         bytes_fig.vbar(x="round", top="comm_bytes", width=0.8, source=self.source)
         workers_fig = figure(title="each worker's compute (s)", x_axis_label="round")
@@ -103,9 +113,9 @@ class DanePage:
                        color="firebrick", legend_label="rejected steps")  # fmt: skip
         return [
             plot("train loss", "round", "train_loss", y_axis_type="log"),
-            plot("test accuracy", "round", "test_accuracy"),
-            plot("test accuracy by communication round", "comm_rounds", "test_accuracy"),
-            plot("test accuracy by wall time (s)", "wall", "test_accuracy"),
+            accuracy("test (blue) and validation accuracy", "round"),
+            accuracy("accuracy by communication round", "comm_rounds"),
+            accuracy("accuracy by wall time (s)", "wall"),
             bytes_fig,
             workers_fig,
             safeguard,
@@ -156,6 +166,9 @@ class DaneCollector:
             "test_accuracy": GaugeMetricFamily(
                 "dane_test_accuracy", "Test accuracy at the last evaluation", labels=labels
             ),
+            "val_accuracy": GaugeMetricFamily(
+                "dane_val_accuracy", "Validation accuracy at the last evaluation", labels=labels
+            ),
             "train_loss": GaugeMetricFamily(
                 "dane_train_loss", "Training loss of the last round", labels=labels
             ),
@@ -164,15 +177,20 @@ class DaneCollector:
         for rows in runs_from_events(self.server.get_events(EVENT_TOPIC)).values():
             last = rows[-1]
             tags = [str(last["run"]), str(last.get("run_dir", ""))]
-            accuracy = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
             values = {"round": last["round"], "train_loss": last.get("train_loss"),
-                      "test_accuracy": accuracy[-1] if accuracy else None}  # fmt: skip
+                      "test_accuracy": _last(rows, "test_accuracy"),
+                      "val_accuracy": _last(rows, "val_accuracy")}  # fmt: skip
             for name, value in values.items():
                 if value is not None:
                     gauges[name].add_metric(tags, float(value))
             sent.add_metric(tags, float(last.get("cum_comm_bytes", 0)))
         yield from gauges.values()
         yield sent
+
+
+def _last(rows: list[dict[str, Any]], name: str) -> float | None:
+    """The value at the run's last evaluation (rounds between evaluations have none)."""
+    return next((r[name] for r in reversed(rows) if r.get(name) is not None), None)
 
 
 def install() -> None:
