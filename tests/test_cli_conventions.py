@@ -34,7 +34,9 @@ print("IMPORTED", sorted(m for m in sys.modules if m.split(".")[0] == "torch"))
 
 
 @pytest.mark.cluster  # starts an interpreter (no Dask): the only way to see a torch-free import
-@pytest.mark.parametrize("args", [["--help"], [], ["prepare", "--help"], ["info", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], [], ["prepare", "--help"], ["info", "--help"], ["train", "--help"]]
+)
 def test_help_does_not_import_torch(args):
     done = subprocess.run(
         [sys.executable, "-c", HELP_WITHOUT_TORCH, *args],
