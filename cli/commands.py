@@ -245,7 +245,7 @@ def show_presets(
     shipped = presets.list_presets()
     width = max(len(p.name) for p in shipped)
     for kind, title in (("settings", "dane train --config preset:NAME"),
-                        ("runs", "dane bench train --configs preset:NAME"),
+                        ("runs", "dane bench train --config preset:NAME"),
                         ("script", "bash \"$(dane presets --path NAME)\"")):  # fmt: skip
         typer.echo(f"{title}:")
         for preset in (p for p in shipped if p.kind == kind):
