@@ -18,6 +18,7 @@ from .network.cli import COMMANDS as NETWORK
 from .prepare.cli import COMMANDS as PREPARE
 from .scaling.cli import COMMANDS as SCALING
 from .soak.cli import COMMANDS as SOAK
+from .startup.cli import COMMANDS as STARTUP
 from .training.cli import COMMANDS as TRAINING
 
 bench_app = typer.Typer(
@@ -25,6 +26,6 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 
-for commands in (CONVERGENCE, TRAINING, SOAK, SCALING, DDP, NETWORK, GPU, PREPARE):
+for commands in (CONVERGENCE, TRAINING, SOAK, SCALING, DDP, NETWORK, GPU, PREPARE, STARTUP):
     for name, command in commands.items():
         bench_app.command(name)(command)

@@ -245,14 +245,14 @@ def show_presets(
     shipped = presets.list_presets()
     width = max(len(p.name) for p in shipped)
     for kind, title in (("settings", "dane train --config preset:NAME"),
-                        ("runs", "dane bench train --configs preset:NAME"),
+                        ("runs", "dane bench train --config preset:NAME"),
                         ("script", "bash \"$(dane presets --path NAME)\"")):  # fmt: skip
         typer.echo(f"{title}:")
         for preset in (p for p in shipped if p.kind == kind):
             typer.echo(f"  {preset.name:<{width}}  {preset.purpose}")
 
 
-# Built when named: train's options import torch, bench imports every benchmark.
+# Built when named: train's options import every algorithm, bench every benchmark (torch).
 _Commands.lazy = (
     LazyCommand("train", help=inspect.getdoc(train) or "", load=lambda: opt.train_command(train)),
     LazyCommand("bench", help=opt.BENCH_HELP, load=opt.bench_group),
@@ -294,8 +294,8 @@ def _in_flags(err: ValueError) -> str:
     """The message with a SettingError's fields worded as flags."""
     if not hasattr(err, "worded"):
         return str(err)
-    # Only a SettingError words itself, so torch is loaded already: the import costs nothing,
-    # and the other commands' errors never wait for it.
+    # Only a SettingError words itself, so the settings are loaded already: the import costs
+    # nothing, and the other commands' errors never wait for it.
     from ..pipeline.setup.config import in_flags
 
     return in_flags(err)

@@ -1,8 +1,9 @@
 """Commands built only when they run: `dane --help` lists them without importing torch.
 
-`dane train`'s options are generated from the settings' declarations, which live beside the
-algorithms' torch code, and `dane bench` mounts every benchmark: building either costs
-seconds of imports. A LazyCommand stands in for such a command in its group: the listing
+`dane train`'s options are generated from the settings' declarations (every algorithm
+module; torch-free, as the algorithms import torch inside the functions that compute), and
+`dane bench` mounts every benchmark, which import torch: `dane --help` need wait for
+neither. A LazyCommand stands in for such a command in its group: the listing
 needs only its short help; resolving it (to run it or to show its own --help) builds the
 real command, and so does reading its params.
 """

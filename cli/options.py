@@ -4,8 +4,9 @@ Every setting is declared once, where it lives, with its default and its help te
 train` takes one option per RunConfig field, named after it, with that field's help and
 default (pipeline/setup/settings.py and the algorithms' declarations), listed under its
 section. `dane prepare`'s defaults are those of PartitionSpec and SourceOptions.
-`train_command` and `bench_group` build the two commands cli/lazy.py defers: generating
-train's options imports torch, which only train itself and its --help wait for.
+`train_command` and `bench_group` build the two commands cli/lazy.py defers. Generating
+train's options imports every algorithm's declarations but not torch (they import it where
+they compute), so `dane train --help` answers in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ Resume = Annotated[
 def run_config_parameters() -> list[inspect.Parameter]:
     """One parameter per RunConfig field, section by section; None (not given) as the
     value, so that a config file's setting stands unless the flag is passed."""
-    # Imported here, not above: the declarations import torch, which `dane --help` (and
-    # every command but train) must not wait for (cli/lazy.py).
+    # Imported here, not above: the declarations import every algorithm module, which
+    # `dane --help` (and every command but train) need not wait for (cli/lazy.py).
     from ..pipeline.algorithms.parts.hyperparameters import with_default
     from ..pipeline.setup.config import SECTIONS, RunConfig, panel_of
 

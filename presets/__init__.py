@@ -1,6 +1,6 @@
 """Presets: the measured settings shipped inside the package, addressed as `preset:NAME`.
 
-Every `--config` / `--configs` path of the CLI, and the TOML readers behind them, accept
+Every `--config` path of the CLI, and the TOML readers behind them, accept
 `preset:NAME` for the file presets/NAME.toml of the installed package, so a user who
 installed the wheel runs README's measured settings without a checkout. The files are package
 data (pyproject.toml) of this package, found through importlib.resources rather than relative

@@ -162,7 +162,7 @@ def test_a_crashed_rank_stops_the_run_instead_of_hanging(spec, tmp_path):
     [
         ({"workers": 0}, "--workers must be at least 1"),
         ({"epochs": 0.0}, "--epochs must be a positive number"),
-        ({"lr": -1.0}, "--lr must be a positive number"),
+        ({"lr": -1.0}, "--local-lr must be a positive number"),
         ({"batch_size": 0}, "--batch-size must be at least 1"),
         ({"batch_size": 5000}, "exceeds the"),
         ({"workers": 5}, "too few for --workers 5"),

@@ -136,3 +136,23 @@ def test_a_list_that_is_not_numbers_is_one_line_naming_its_flag(
     status = run_cli(["bench", "convergence", "--machines", "4,many"])
 
     assert_one_line_error(status, capfd, ["--machines must be a comma-separated list of integers"])
+
+
+@pytest.mark.parametrize("flag", ["--local-lr", "--lr"])
+@pytest.mark.parametrize("command", ["single", "ddp"])
+def test_the_step_size_is_named_local_lr_as_train_names_it_and_lr_still_reads(
+    command, flag, monkeypatch
+):
+    seen: dict[str, dict] = {}
+
+    def capture(spec_type, **flags):
+        seen[spec_type.__name__] = flags
+        raise SystemExit(0)  # the spec is all this test wants: no run
+
+    monkeypatch.setattr("dask_dane.bench.common.options.spec_of", capture)
+    done = CliRunner().invoke(app, ["bench", command, "--store", "s.zarr", flag, "0.125"])
+
+    assert done.exit_code == 0, done.output
+    (flags,) = seen.values()
+    assert flags["lr"] == 0.125
+    assert "--local-lr<float>" in _help(command) and "--lr<" not in _help(command)  # hidden

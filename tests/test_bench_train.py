@@ -24,7 +24,7 @@ def test_bench_train_runs_every_run_and_writes_json_table_and_figure(digits_stor
 
     done = CliRunner().invoke(
         app,
-        ["bench", "train", "--configs", str(configs), "--json", str(out / "r.json"),
+        ["bench", "train", "--config", str(configs), "--json", str(out / "r.json"),
          "--plot", str(out / "r.png"), "--workdir", str(out / "runs"),
          "--store", str(digits_stores[2]), "--comm-rounds", "4"],
     )  # fmt: skip
@@ -130,3 +130,33 @@ def test_a_missing_store_given_with_store_is_refused_before_any_run(tmp_path):
 
     with pytest.raises(ValueError, match=r"nope\.zarr does not exist"):
         read_runs(configs, tmp_path, store=str(tmp_path / "nope.zarr"), comm_rounds=4)
+
+
+def test_config_repeats_for_several_files_and_refuses_a_run_named_twice(tmp_path):
+    from dask_dane.bench.training.train import read_runs
+
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text('[defaults]\nrounds = 2\n[[run]]\nname = "dane"\n')
+    second.write_text('[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n')
+
+    runs = read_runs([first, second], tmp_path)
+
+    assert [(name, config.algorithm) for name, config in runs] == [
+        ("dane", "dane"), ("fedavg", "fedavg")
+    ]  # fmt: skip
+    assert runs[0][1].rounds == 2 and runs[1][1].rounds != 2  # each file's own defaults
+    with pytest.raises(ValueError, match="runs named dane more than once"):
+        read_runs([first, first], tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["--config", "--configs"])  # --configs: its former name
+def test_bench_train_reads_its_runs_file_from_config_or_the_hidden_configs(flag, tmp_path):
+    missing = tmp_path / "runs.toml"
+
+    done = CliRunner().invoke(
+        app, ["bench", "train", flag, str(missing), "--json", str(tmp_path / "r.json")]
+    )
+
+    assert isinstance(done.exception, ValueError)  # `dane` prints it as one line, status 2
+    assert str(done.exception) == f"{missing} does not exist; check the --config path"
+    assert "--configs" not in CliRunner().invoke(app, ["bench", "train", "--help"]).output

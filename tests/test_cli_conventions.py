@@ -4,6 +4,7 @@ dashboard port said in one line."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import subprocess
@@ -34,7 +35,9 @@ print("IMPORTED", sorted(m for m in sys.modules if m.split(".")[0] == "torch"))
 
 
 @pytest.mark.cluster  # starts an interpreter (no Dask): the only way to see a torch-free import
-@pytest.mark.parametrize("args", [["--help"], [], ["prepare", "--help"], ["info", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], [], ["prepare", "--help"], ["info", "--help"], ["train", "--help"]]
+)
 def test_help_does_not_import_torch(args):
     done = subprocess.run(
         [sys.executable, "-c", HELP_WITHOUT_TORCH, *args],
@@ -181,3 +184,21 @@ def test_distributed_takes_another_port_with_the_warning_we_silence(caplog):
     assert not [w for w in shown if "already in use" in str(w.message)]
     ours = [m for m in caplog.messages if m.startswith(f"dashboard port {port} is taken")]
     assert len(ours) == 1 and "; the dashboard is at http://" in ours[0]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--out"])  # --out: its former, hidden name
+def test_gpu_correctness_writes_its_json_where_json_says_as_every_bench_does(
+    flag, tmp_path, monkeypatch
+):
+    checked = {"detail": "max |dask - reference| 0", "verdict": "PASS"}
+    monkeypatch.setattr("dask_dane.bench.gpu.correctness.check", lambda folder, device: checked)
+    written = tmp_path / "correctness.json"
+
+    done = CliRunner().invoke(
+        app, ["bench", "gpu-correctness", "--device", "cpu", flag, str(written)]
+    )
+    none = CliRunner().invoke(app, ["bench", "gpu-correctness", "--device", "cpu"])
+
+    assert done.exit_code == 0, done.output
+    assert json.loads(written.read_text())["verdict"] == "PASS"
+    assert "needs --json FILE" in str(none.exception)

@@ -85,7 +85,7 @@ BAD_INPUT = {
         "both name a scheduler",
     ),
     "bench-train-two-schedulers": (
-        "bench train --configs {typo} --json {out}/r.json --scheduler tcp://127.0.0.1:9 "
+        "bench train --config {typo} --json {out}/r.json --scheduler tcp://127.0.0.1:9 "
         "--scheduler-file {typo}",
         "both name a scheduler",
     ),

@@ -238,7 +238,7 @@ def test_train_finds_its_scheduler_through_a_scheduler_file(digits_stores, tmp_p
         toml.write_text('[defaults]\nmodel = "small-cnn"\nrounds = 1\nlocal_steps = 3\n'
                         '[[run]]\nname = "fedavg"\nalgorithm = "fedavg"\n')  # fmt: skip
         bench = dane_here(
-            "bench", "train", "--configs", str(toml), "--store", str(digits_stores[2]),
+            "bench", "train", "--config", str(toml), "--store", str(digits_stores[2]),
             "--scheduler-file", str(file), "--json", str(tmp_path / "bench.json"),
             "--workdir", str(tmp_path / "bench"), cwd=tmp_path,
         )  # fmt: skip

@@ -26,8 +26,8 @@ def test_every_toml_and_script_under_presets_is_a_preset_with_a_purpose():
 def test_a_preset_name_reads_the_same_settings_as_its_path():
     path = presets.preset_path("fashion-mnist-dane-fast")
     assert read_toml("preset:fashion-mnist-dane-fast") == read_toml(path)
-    tables = run_tables("preset:skew-race-mnist1d", "--configs")
-    assert tables == run_tables(presets.preset_path("skew-race-mnist1d"), "--configs")
+    tables = run_tables("preset:skew-race-mnist1d", "--config")
+    assert tables == run_tables(presets.preset_path("skew-race-mnist1d"), "--config")
 
 
 def test_dane_presets_lists_them_and_prints_a_path(run_cli, capsys):

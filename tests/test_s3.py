@@ -145,7 +145,7 @@ def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_
     toml = tmp_path / "runs.toml"
     toml.write_text('[defaults]\nmodel = "mlp"\nrounds = 1\n[[run]]\nname = "fedavg"\n'
                     'algorithm = "fedavg"\n')  # fmt: skip
-    bench = dane("bench", "train", "--configs", str(toml), "--store", STORE, "--json",
+    bench = dane("bench", "train", "--config", str(toml), "--store", STORE, "--json",
                  str(tmp_path / "bench.json"), "--workdir", "bench", cwd=tmp_path,
                  env=s3_env)  # fmt: skip
     assert bench.returncode == 0, bench.stderr

@@ -61,6 +61,7 @@ def spec_from_flags(spec_type: type, flags: dict[str, Any], **converted: Any) ->
     `converted`: values the command parsed itself), as specs.spec_of makes it."""
     own_fields = {f.name: f for f in fields(spec_type) if f.name != "run"}
     hints = typing.get_type_hints(spec_type)
+    flags = _aliases_applied(own_fields.values(), flags)
     parsed = {
         name: _parsed(value, hints[name], own_fields[name]) if name in own_fields else value
         for name, value in flags.items()
@@ -107,7 +108,25 @@ def _own_parameters(spec_type: type) -> list[inspect.Parameter]:
         text = f.metadata["help"] if required else with_default(f.metadata["help"], default)
         info = typer.Option(*declared, help=text, show_default=False)
         parameters.append(_keyword(f.name, Annotated[kind, info], ... if required else default))
+        for alias in f.metadata.get("aliases", ()):  # a former name: read, not listed
+            hidden = Annotated[kind | None, typer.Option(alias, hidden=True)]
+            parameters.append(_keyword(_alias_parameter(f.name, alias), hidden, None))
     return parameters
+
+
+def _alias_parameter(name: str, alias: str) -> str:
+    return f"{name}__{alias.lstrip('-').replace('-', '_')}"
+
+
+def _aliases_applied(own_fields: Any, flags: dict[str, Any]) -> dict[str, Any]:
+    """`flags` with each field's former names (specs.option's aliases) read as the field."""
+    flags = dict(flags)
+    for f in own_fields:
+        for alias in f.metadata.get("aliases", ()):
+            value = flags.pop(_alias_parameter(f.name, alias), None)
+            if value is not None:
+                flags[f.name] = value
+    return flags
 
 
 def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:

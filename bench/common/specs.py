@@ -58,10 +58,17 @@ def spec_record(spec: Any) -> dict[str, Any]:
     return {**{name: getattr(spec.run, name) for name in run_flags(type(spec))}, **own}
 
 
-def option(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+) -> Any:
     """A bench spec's own field, with the help of its command-line option (`flag`: the
-    option's name where it differs from the field's, e.g. "--bandwidth" for bandwidths)."""
-    metadata = {"help": help, "flag": flag}
+    option's name where it differs from the field's, e.g. "--bandwidth" for bandwidths).
+    `aliases`: former names, still read but hidden from --help (one name per concept)."""
+    metadata = {"help": help, "flag": flag, "aliases": aliases}
     return dataclasses.field(default=default, metadata=metadata)
 
 

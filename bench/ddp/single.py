@@ -43,11 +43,13 @@ class SingleSpec:
     model: str = option("lenet", help="Model.")
     epochs: float = option(2.0, help="Passes over the training set.")
     batch_size: int = option(64, help="Minibatch size.")
-    lr: float = option(0.05, help="Learning rate (SGD with momentum).")
+    lr: float = option(  # --local-lr: `dane train`'s name for SGD's step size
+        0.05, help="Learning rate (SGD with momentum).", flag="--local-lr", aliases=("--lr",)
+    )
     momentum: float = option(0.9, help="Momentum.")
     # Over the steps, as --lr-schedule spans a run's rounds.
     lr_schedule: str = option("constant", help="constant | cosine | step, over the steps.")
-    # Goyal et al. (2017)'s gradual warm-up: the lr rises linearly from warmup_lr to --lr
+    # Goyal et al. (2017)'s gradual warm-up: the lr rises linearly from warmup_lr to --local-lr
     # over the first warmup_epochs (0: none), as a large batch m*B at m times the lr needs.
     warmup_epochs: float = option(
         0.0, help="Raise the lr linearly from --warmup-lr over these epochs."
@@ -79,7 +81,7 @@ class SingleSpec:
             raise ValueError(f"--device must be cpu, cuda or auto (got {self.device!r})")
         if self.warmup_epochs < 0 or not 0 <= self.warmup_lr <= self.lr:
             raise ValueError(
-                f"--warmup-epochs must be 0 or more and --warmup-lr within [0, --lr] (got "
+                f"--warmup-epochs must be 0 or more and --warmup-lr within [0, --local-lr] (got "
                 f"{self.warmup_epochs} and {self.warmup_lr})"
             )
         self.run_config()  # store, model, batch size, lr, schedule: as `dane train` checks them

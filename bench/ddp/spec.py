@@ -27,7 +27,13 @@ class DdpSpec:
     workers: int = option(2, help="DDP ranks = Dask workers.")
     epochs: float = option(2.0, help="DDP: passes over the training set.")
     batch_size: int = option(64, help="Minibatch size per rank (per shard).")
-    lr: float = option(0.05, help="Learning rate (DDP, SGD, DANE's local solver).")
+    # --local-lr, as `dane train` names the local solver's (and sgd's) step size.
+    lr: float = option(
+        0.05,
+        help="Learning rate (DDP, SGD, DANE's local solver).",
+        flag="--local-lr",
+        aliases=("--lr",),
+    )
     momentum: float = option(0.9, help="Momentum.")
     eval_every: int = option(50, help="DDP: steps between evaluations (rank 0).")
     seed: int = option(0, help="Seed of data order and initial weights.")
@@ -43,7 +49,7 @@ class DdpSpec:
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise ValueError(f"--epochs must be a positive number (got {self.epochs}); e.g. 1")
         if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"--lr must be a positive number (got {self.lr}); e.g. 0.05")
+            raise ValueError(f"--local-lr must be a positive number (got {self.lr}); e.g. 0.05")
         if not (math.isfinite(self.target) and 0 < self.target <= 1):
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
         if self.device not in DEVICES:

@@ -12,8 +12,11 @@ from .precision import PrecisionSpec
 
 
 def gpu_correctness(
-    out: Annotated[Path, typer.Option(help="JSON file to write.")],
+    *,
+    json_out: Annotated[Path | None, typer.Option("--json", help="JSON file to write.")] = None,
     device: Annotated[str, typer.Option(help="cuda, or cpu to try the check.")] = "cuda",
+    # Its former name: `--json`, as every other bench names the results file.
+    out: Annotated[Path | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """DANE on L2-regularised logistic regression in float64: Dask on DEVICE against the
     single-process reference on the CPU (presets/scripts/gpu-check.sh runs it)."""
@@ -22,9 +25,12 @@ def gpu_correctness(
     from ..common.output import write_json
     from .correctness import check
 
+    path = json_out or out
+    if path is None:  # required, but the hidden --out may stand for it
+        raise ValueError("dane bench gpu-correctness needs --json FILE")
     with tempfile.TemporaryDirectory() as tmp:
         result = check(Path(tmp), device)
-    write_json(result, out)
+    write_json(result, path)
     typer.echo(f"{result['detail']} {result['verdict']}")
 
 

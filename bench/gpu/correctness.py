@@ -9,7 +9,7 @@ first digits. (A first version used exact Newton-CG solves; on the H200 it did n
 90 s, probably CG iterating to its 5000-step limit where GPU rounding kept the residual above
 the 1e-10 tolerance; the SGD steps are the path the CNN runs take.)
 
-    dane bench gpu-correctness --out correctness.json
+    dane bench gpu-correctness --json correctness.json
 """
 
 from __future__ import annotations

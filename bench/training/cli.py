@@ -23,9 +23,15 @@ from .shards import ShardsSpec
 
 
 def bench_train(
-    configs: Annotated[
-        Path, typer.Option(help="TOML file: [defaults] and one [[run]] table per training run.")
-    ],
+    *,
+    config: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="<path>",
+            help="TOML file: [defaults] and one [[run]] table per training run; repeat it to "
+            "run several files' runs in turn.",
+        ),
+    ] = None,
     json_out: Annotated[Path, typer.Option("--json", help="Write the results here (JSON).")],
     plot_out: PlotOut = None,
     workdir: Workdir = Path("bench-out/training"),
@@ -42,6 +48,8 @@ def bench_train(
     scheduler_file: Annotated[
         str | None, typer.Option(help="Run on the scheduler this `--scheduler-file` names.")
     ] = None,
+    # Its former name: `--config`, as `dane train` and the other benches name a settings file.
+    configs: Annotated[list[Path] | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Training-quality runs (e.g. CNNs on real data), one after another on one cluster:
     a started LocalCluster, or a running scheduler of yours (--scheduler, --scheduler-file).
@@ -49,11 +57,14 @@ def bench_train(
     from ..common.output import saving_partial
     from .train import markdown_table, plot, read_runs, run_all
 
+    paths = [*(config or []), *(configs or [])]
+    if not paths:  # required, but the hidden --configs may stand for it
+        raise ValueError("dane bench train needs --config FILE (the runs' TOML)")
     if scheduler and scheduler_file:
         raise ValueError("--scheduler and --scheduler-file both name a scheduler; pass one")
     cluster = {"scheduler": scheduler} if scheduler else {}
     cluster |= {"scheduler_file": scheduler_file} if scheduler_file else {}
-    runs = read_runs(configs, workdir, store=store, comm_rounds=comm_rounds, cluster=cluster)
+    runs = read_runs(paths, workdir, store=store, comm_rounds=comm_rounds, cluster=cluster)
     result = run_all(runs, log=typer.echo, on_run=saving_partial(json_out))
     save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 

@@ -24,14 +24,15 @@ SCHEDULER_KEYS = ("scheduler", "scheduler_file")
 
 
 def read_runs(
-    path: str | Path,
+    paths: str | Path | list[str | Path] | list[Path],
     workdir: str | Path,
     *,
     store: str | None = None,
     comm_rounds: int | None = None,
     cluster: dict[str, str] | None = None,
 ) -> list[tuple[str, RunConfig]]:
-    """(name, validated config) of every [[run]] in the file, defaults applied.
+    """(name, validated config) of every [[run]] in the files (one or several, in turn),
+    their defaults applied; a name given twice is refused (the runs share `workdir`).
 
     `store` replaces every run's store (one list of methods, raced on many partitions).
     `cluster` ({"scheduler": ADDRESS} or {"scheduler_file": FILE}) runs them all on a
@@ -41,8 +42,13 @@ def read_runs(
     """
     if store is not None:
         open_store(store)  # a missing or broken --store is bad input, not a failed run each
-    runs = []
-    for name, settings in run_tables(path, "--configs"):
+    runs: list[tuple[str, RunConfig]] = []
+    paths = [paths] if isinstance(paths, str | Path) else paths
+    tables = [table for path in paths for table in run_tables(path, "--config")]
+    names = [name for name, _ in tables]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise ValueError(f"--config: runs named {', '.join(twice)} more than once; rename them")
+    for name, settings in tables:
         settings.setdefault("out", str(Path(workdir) / name))
         if store is not None:
             settings["store"] = store

@@ -10,6 +10,10 @@ A new algorithm is one file and one line: its class in ALGORITHMS below, or, fro
 package, an entry point in the group `dask_dane.algorithms` (`toy = my_package.toy:Toy`).
 Its declared hyperparameters become run settings, `dane train` flags and TOML keys
 (`SETTINGS`, which pipeline/setup/settings.py turns into the algorithm section).
+
+These modules import torch inside the functions that compute with it, and for annotations
+only under TYPE_CHECKING: importing them declares the settings, which `dane train --help`
+reads, and that must not wait seconds for torch (tests/test_cli_conventions.py).
 """
 
 from __future__ import annotations

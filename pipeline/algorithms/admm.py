@@ -15,15 +15,16 @@ rho * n_i/N per block: the same updates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.checks import positive
 from .parts.hyperparameters import declare
 from .parts.local_solver import LocalProblem
 from .parts.solvers import SOLVER_PART, Solver
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,8 @@ class Admm(StrategyDefaults):
 
     def init_shard_state(self, weights: torch.Tensor) -> AdmmShardState:
         # u_0 = 0 and x_0 = z_0, so that the first round's dual update u_1 = u_0 + x_0 - z_0 = 0.
+        import torch
+
         return AdmmShardState(dual=torch.zeros_like(weights), local=weights.clone())
 
     def local(self, ctx: LocalContext) -> LocalOutput:

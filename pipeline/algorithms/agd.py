@@ -10,13 +10,14 @@ are y, since that is where the shards must evaluate their gradients; x is the dr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .base import RoundEnd, RoundUpdate
 from .gd import Gd
 from .parts.local_solver import MOMENTUM
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)

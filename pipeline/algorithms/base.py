@@ -39,14 +39,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import torch
-
-from ..round.objective import ShardObjective
 from .parts import checks
 
-Tensors = dict[str, torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+    from ..round.objective import ShardObjective
+
+# A string inside: torch is imported where tensors are made, not to declare the settings.
+Tensors = dict[str, "torch.Tensor"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +207,8 @@ def state_from_data(state_type: type | None, data: dict[str, Any] | None) -> Any
     Checkpoints written before states were dataclasses hold the same keys, with numbers as
     0-dim tensors: those become numbers again.
     """
+    import torch
+
     if state_type is None or not data:
         return None
     numbers = {f.name for f in dataclasses.fields(state_type) if str(f.type) in ("float", "int")}

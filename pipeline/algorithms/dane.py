@@ -24,9 +24,7 @@ What the research added is in parts, each the paper's by default:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.checks import non_negative, positive
@@ -36,6 +34,9 @@ from .parts.hyperparameters import declare
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, StopRule, check_trust_radius
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.update_rule import UPDATE_PART, UpdateRule, proposal_broadcast
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,15 +22,16 @@ ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.diagnostics import solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +65,8 @@ class FedDyn(StrategyDefaults):
         return f"{self.name} alpha={self.mu:g}{radius} {self.solver.label()}"
 
     def init_shard_state(self, weights: torch.Tensor) -> FedDynShardState:
+        import torch
+
         return FedDynShardState(tilt=torch.zeros_like(weights))
 
     def local(self, ctx: LocalContext) -> LocalOutput:

@@ -14,14 +14,15 @@ state, c_i each shard's own state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
 from .parts.local_solver import LocalProblem, LocalSolver
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,9 +56,13 @@ class Scaffold(StrategyDefaults):
         return f"{self.name} {self.solver.label()}"
 
     def init_state(self, weights: torch.Tensor) -> ScaffoldState:
+        import torch
+
         return ScaffoldState(control=torch.zeros_like(weights))
 
     def init_shard_state(self, weights: torch.Tensor) -> ScaffoldShardState:
+        import torch
+
         return ScaffoldShardState(control=torch.zeros_like(weights))
 
     def opening(self, state: ScaffoldState) -> Tensors:

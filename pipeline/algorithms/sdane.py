@@ -21,16 +21,18 @@ and reaches the shards as the round's data.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
-from ..round.objective import ShardObjective
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..round.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +127,8 @@ class SdaneAdaptive(Sdane):
         return round_data.lam
 
     def local(self, ctx: LocalContext) -> LocalOutput:
+        import torch
+
         if ctx.phase < 2:
             output = super().local(ctx)
             if ctx.phase == 0:
@@ -154,6 +158,8 @@ class SdaneAdaptive(Sdane):
         return Broadcast(tensors={"center": mean.tensors["weights"]})
 
     def update(self, end: RoundEnd) -> RoundUpdate:
+        import torch
+
         lam, big_g = end.state.lam, end.mean.tensors["grad"]
         accept = end.mean.metrics["test_lhs"] >= float(torch.dot(big_g, big_g)) / (2 * lam)
         metrics = {"sdane_rejected": float(not accept), "mu": lam}

@@ -7,13 +7,14 @@ One communication round = one step: b <- momentum*b + g; w <- w - local_lr*b.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
 from .parts.schedule import lr_factor
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +39,8 @@ class Sgd(StrategyDefaults):
         return f"{self.name} lr={self.local_lr:g}{schedule} B={self.batch_size}"
 
     def init_state(self, weights: torch.Tensor) -> SgdState:
+        import torch
+
         return SgdState(momentum=torch.zeros_like(weights))
 
     def local(self, ctx: LocalContext) -> LocalOutput:

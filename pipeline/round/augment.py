@@ -10,9 +10,11 @@ from a generator the caller seeds, so that a run is reproducible bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch.nn import functional as F
+if TYPE_CHECKING:
+    import torch
+
 
 FORMS = "flip, crop=P, or both: flip,crop=4 (none: no augmentation)"
 NO_AUGMENTATION = "none"  # no augmentation, as --help shows the default ("" means the same)
@@ -52,6 +54,9 @@ def augment_batch(
     The draws (N flips, then N row and N column offsets) are made on the CPU from `rng` in
     that order, whatever the device of x.
     """
+    import torch
+    from torch.nn import functional as F
+
     if not augmentation.active:
         return x
     count, _, height, width = x.shape

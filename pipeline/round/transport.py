@@ -21,16 +21,26 @@ kept per worker would make a round's result depend on state outside the run's ch
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from .aggregate import Partial
+    from .aggregate import Partial
+
 
 TRANSPORTS = ("float32", "bfloat16")
 # An algorithm's outputs that it averages as weights (algorithms/*.py name them so): they
 # travel as their change from the round's weights.
 DELTA_TENSORS = frozenset({"weights"})
-_WIDTH = {"bfloat16": torch.bfloat16}
+
+
+def _width(transport: str) -> torch.dtype:
+    """The dtype a lossy transport sends in (torch imported here: settings.py reads
+    TRANSPORTS without it)."""
+    import torch
+
+    return {"bfloat16": torch.bfloat16}[transport]
 
 
 def is_lossless(transport: str) -> bool:
@@ -41,7 +51,7 @@ def encode(total: Partial, weights: torch.Tensor, transport: str) -> Partial:
     """A subtree's sum as it travels: its tensors in `transport`'s encoding."""
     if is_lossless(transport):
         return total
-    width = _WIDTH[transport]
+    width = _width(transport)
     tensors = {name: _shift(name, total, weights, -1.0).to(width) for name in total.tensor_sums}
     return replace(total, tensor_sums=tensors)
 
@@ -67,7 +77,9 @@ def _shift(name: str, total: Partial, weights: torch.Tensor, sign: float) -> tor
 
 def sent_bytes(tensors: dict[str, torch.Tensor], transport: str) -> int:
     """Bytes of these tensors on the wire in `transport`'s encoding."""
+    import torch
+
     if is_lossless(transport):
         return sum(t.numel() * t.element_size() for t in tensors.values())
-    width = torch.tensor([], dtype=_WIDTH[transport]).element_size()
+    width = torch.tensor([], dtype=_width(transport)).element_size()
     return sum(t.numel() * width for t in tensors.values())

@@ -23,7 +23,7 @@ mkdir -p "$S" bench-out/cnn "$RESULTS"
 PRESETS=$("${DANE[@]}" presets --dir)
 for file in "$PRESETS"/cnn-*.toml; do
   name=$(basename "$file" .toml)
-  timeout "$LIMIT" "${DANE[@]}" bench train --configs "$file" --json "$RESULTS/$name.json" \
+  timeout "$LIMIT" "${DANE[@]}" bench train --config "$file" --json "$RESULTS/$name.json" \
     --workdir "bench-out/cnn/$name" > "bench-out/cnn/$name.log" 2>&1 &
 done
 wait

@@ -38,7 +38,7 @@ fi
 # 1. Correctness on the GPU: DANE with exact local solves on logistic regression, through
 #    Dask with the shards on the GPU, against the single-process reference on the CPU.
 if [ "$GPUS" -gt 0 ]; then
-  timeout 90 "${DANE[@]}" bench gpu-correctness --out "$OUT/correctness.json" \
+  timeout 90 "${DANE[@]}" bench gpu-correctness --json "$OUT/correctness.json" \
     || echo "GPU correctness check failed (exit $?)"
 fi
 

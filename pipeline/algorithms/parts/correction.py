@@ -30,11 +30,15 @@ gradient phase's metrics and two in its broadcast.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from ...round.objective import ShardObjective
 from .checks import rows_or_all
 from .hyperparameters import Declaration
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...round.objective import ShardObjective
 
 CORRECTIONS = ("plain", "shrink")
 # The gradient sample dane and sdane take f_i and g_i on (declared once, hyperparameters.py).
@@ -56,6 +60,8 @@ def sampling_variance(
 ) -> tuple[float, torch.Tensor, float]:
     """(f_i, g_i, V_i) on `sample` (N of the shard's `shard_rows` rows): the loss and gradient
     as a weighted mean of two half-samples, and V_i = tr Var(g_i) as above."""
+    import torch
+
     rows = sample.num_samples
     if rows >= shard_rows or rows < 2:  # the whole shard: the gradient is exact
         loss, grad = sample.loss_and_grad(w)
@@ -80,6 +86,8 @@ def noise_metrics(variance: float, sample_rows: int, shard_rows: int) -> dict[st
 def mean_noise(metrics: dict[str, float], sample_rows: int) -> torch.Tensor:
     """[Var(g), n] from the gradient phase's weighted means and its summed sample rows:
     mean(N_j / n_j) = sum_j N_j / n gives n, and mean(n_j V_j) / n = sum_j w_j^2 V_j."""
+    import torch
+
     total_rows = sample_rows / metrics[SAMPLE_SHARE]
     return torch.tensor([metrics[NOISE_ROWS] / total_rows, total_rows], dtype=torch.float64)
 
@@ -88,6 +96,8 @@ def shrink_factor(
     own: torch.Tensor, mean: torch.Tensor, variance: float, shard_rows: int, noise: torch.Tensor
 ) -> float:
     """alpha_i for d_i = own - mean, given V_i and the broadcast's [Var(g), n]."""
+    import torch
+
     global_variance, total_rows = float(noise[0]), float(noise[1])
     weight = shard_rows / total_rows
     noise_of_d = max((1.0 - 2.0 * weight) * variance + global_variance, 0.0)

@@ -15,9 +15,12 @@ they read rows that are not counted as training `images`.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from .local_solver import LocalProblem
+
+if TYPE_CHECKING:
+    import torch
 
 DIAGNOSTIC_ROWS = 512
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .checks import one_of, relative_tolerance, validate
 from .hyperparameters import declare
 from .local_solver import LocalProblem, Solution, StopRule
+
+if TYPE_CHECKING:
+    import torch
 
 EXACT_METHODS = ("lbfgs", "cg")
 
@@ -81,6 +82,8 @@ class _Exact:
 
     def target(self, tol: float, v: torch.Tensor, r: torch.Tensor) -> float:
         """tol * ||r||, but not below the rounding noise of computing r at v."""
+        import torch
+
         self.passes += 1
         _, grad_f = self.problem.objective.loss_and_grad(v)
         linear = self.problem.linear
@@ -101,6 +104,8 @@ class _Exact:
 
 def _conjugate_gradient(apply, b: torch.Tensor, *, tol: float, max_iterations: int):  # type: ignore[no-untyped-def]
     """x with ||A x - b|| <= tol (absolute), A symmetric positive definite given by `apply`."""
+    import torch
+
     x = torch.zeros_like(b)
     r = b.clone()
     p = r.clone()
@@ -143,6 +148,8 @@ def _backtrack(problem: _Exact, v: torch.Tensor, h: float, r: torch.Tensor, p: t
 
     Returns (v + step * p, its h, its gradient), or None if no step does.
     """
+    import torch
+
     slope = float(torch.dot(r, p))
     step = 1.0
     for _ in range(40):
@@ -161,6 +168,8 @@ def _lbfgs(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: igno
     point near the optimum (|h - h*| ~ ||v - v*||^2), so it stalls at a relative accuracy of
     about 1e-8; accepting a step that lowers ||grad h|| lets it reach 1e-10 and below.
     """
+    import torch
+
     h, r, first_loss = problem.value_and_grad(v)
     target = problem.target(solver.local_tol, v, r)
     pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []
@@ -185,6 +194,8 @@ def _lbfgs(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: igno
 
 def _two_loop(g: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor, float]]):  # type: ignore[no-untyped-def]
     """The L-BFGS inverse-Hessian approximation applied to g (Nocedal & Wright, alg. 7.4)."""
+    import torch
+
     q = g.clone()
     alphas = []
     for s_k, y_k, rho in reversed(pairs):

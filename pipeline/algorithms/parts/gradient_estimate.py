@@ -15,15 +15,18 @@ Legend: w = weights at the start of round t, g_i = shard i's gradient at w, g = 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from ...round.objective import ShardObjective
 from ..base import LocalContext, LocalOutput
 from . import correction as cr
 from .checks import at_least, one_of, validate
 from .hyperparameters import declare, part_of
 from .setting_error import SettingError, setting
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...round.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +64,8 @@ class GradientEstimate:
 
     def local_gradient(self, ctx: LocalContext) -> LocalOutput:
         """f_i and g_i on the shard or its sample (with shrink: and their variance, kept)."""
+        import torch
+
         sampled = self.rows(ctx.objective, ctx.round_index)
         rows, kept = sampled.num_samples, {}
         if self.correction == "shrink":

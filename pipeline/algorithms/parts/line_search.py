@@ -15,9 +15,12 @@ phase reads (--grad-sample, else the whole shard), forward passes only.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from ...round.objective import ShardObjective
+if TYPE_CHECKING:
+    import torch
+
+    from ...round.objective import ShardObjective
 
 
 def trial_steps(count: int) -> list[float]:

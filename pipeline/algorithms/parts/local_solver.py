@@ -16,11 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
-
-from ...round.objective import ShardObjective
 from .checks import (
     at_least_one,
     momentum_range,
@@ -35,10 +32,15 @@ from .local_steps_schedule import LOCAL_STEPS_SCHEDULES, QSR_DEFAULT_CAP, local_
 from .schedule import SCHEDULES, lr_factor
 from .setting_error import SettingError, setting
 
+if TYPE_CHECKING:
+    import torch
+
+    from ...round.objective import ShardObjective
+
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 DEFAULT_CLIP = 1.0  # --local-clip unset: the local steps' gradients clipped to this norm
 # (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
-StopRule = Callable[[torch.Tensor, torch.Tensor], bool]
+StopRule = Callable[["torch.Tensor", "torch.Tensor"], bool]
 
 # Settings more than one class takes, each declared here once (hyperparameters.py).
 MU = Declaration(
@@ -75,6 +77,8 @@ class LocalProblem:
 
     def project(self, v: torch.Tensor) -> None:
         """Pull v (in place) back onto the trust region's sphere where it has left it."""
+        import torch
+
         if not self.radius or self.anchor is None:
             return
         distance = float(torch.linalg.vector_norm(v - self.anchor))
@@ -83,11 +87,11 @@ class LocalProblem:
 
     def value(self, v: torch.Tensor) -> tuple[float, float]:
         """(h(v), f_i(v)) over the whole shard, without gradients."""
-        f = h = self.objective.loss(v)
+        f = h = self.objective.loss(v)  # tensor methods, not torch.*: no import of torch here
         if self.linear is not None:
-            h -= float(torch.dot(self.linear, v))
+            h -= float(self.linear.dot(v))
         if self.mu and self.anchor is not None:
-            h += 0.5 * self.mu * float(torch.sum((v - self.anchor) ** 2))
+            h += 0.5 * self.mu * float(((v - self.anchor) ** 2).sum())
         return h, f
 
     def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
@@ -95,11 +99,11 @@ class LocalProblem:
         f, grad = self.objective.loss_and_grad(v)
         h = f
         if self.linear is not None:
-            h -= float(torch.dot(self.linear, v))
+            h -= float(self.linear.dot(v))
             grad = grad - self.linear
         if self.mu and self.anchor is not None:
             diff = v - self.anchor
-            h += 0.5 * self.mu * float(torch.dot(diff, diff))
+            h += 0.5 * self.mu * float(diff.dot(diff))
             grad = grad + self.mu * diff
         return h, grad, f
 
@@ -215,6 +219,8 @@ class LocalSolver:
     ) -> Solution:
         """Approximately minimise `problem` from `start`: K steps, or fewer where `stop` says
         so (checked from the second step on: the first always moves)."""
+        import torch
+
         objective, linear, anchor, mu = (
             problem.objective,
             problem.linear,
@@ -254,6 +260,8 @@ class LocalSolver:
 
 def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
     """Scale `grad` (in place) down to norm `max_norm` where it is longer; 0: leave it."""
+    import torch
+
     if not max_norm:
         return
     norm = float(torch.linalg.vector_norm(grad))

@@ -29,8 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 SAFEGUARDS = ("off", "backtrack", "adaptive-mu")
 

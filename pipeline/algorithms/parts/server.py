@@ -16,13 +16,14 @@ driver state, checkpointed with the run; the step acts on the weights, never on 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .checks import momentum_range, one_of, positive, validate
 from .hyperparameters import declare, part_of
 from .setting_error import SettingError, setting
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,8 @@ class MomentumState:
 
 
 def init_momentum(beta: float, weights: torch.Tensor) -> MomentumState | None:
+    import torch
+
     return MomentumState(velocity=torch.zeros_like(weights)) if beta else None
 
 
@@ -80,6 +83,8 @@ FEDEXP_EPSILON = 1e-3  # the paper's eps, which bounds s where the average is ~0
 
 def update_squared(rule: str, weights: torch.Tensor, solution: torch.Tensor) -> dict[str, float]:
     """What a shard reports for FedExP: ||v_i - w||^2 (nothing under the fixed rule)."""
+    import torch
+
     if rule != "fedexp":
         return {}
     return {UPDATE_SQUARED: float(torch.sum((solution - weights) ** 2))}
@@ -89,6 +94,8 @@ def server_scale(
     rule: str, lr: float, metrics: dict[str, float], weights: torch.Tensor, proposal: torch.Tensor
 ) -> float:
     """s for this round: --server-lr, or FedExP's from the shards' averaged ||Delta_i||^2."""
+    import torch
+
     if rule != "fedexp":
         return lr
     averaged = float(torch.sum((proposal - weights) ** 2))

@@ -8,14 +8,15 @@ for FedProx), then the server step on the average (server.py): w <- mean_i v_i b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .local_solver import LocalProblem
 from .server import MomentumState, ServerStep
 from .solvers import SOLVER_PART, Solver
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ...round.objective import ShardObjective
 from ..base import Broadcast, LocalOutput, RoundEnd, RoundUpdate
 from . import line_search as ls
 from . import safeguard as sg
@@ -28,6 +25,11 @@ from .checks import count_or_off, one_of, validate
 from .hyperparameters import declare, part_of
 from .server import SERVER_PART, ServerStep
 from .setting_error import SettingError, setting
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...round.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +77,8 @@ class UpdateRule:
         return sg.SafeguardState if self.safeguard != "off" else self.server.state_type
 
     def init_state(self, weights: torch.Tensor, mu: float) -> Any:
+        import torch
+
         if self.safeguard == "off":
             return self.server.init_state(weights)
         return sg.SafeguardState(
