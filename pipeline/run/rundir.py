@@ -61,8 +61,8 @@ class RunDir:
         """config.toml as written: the original settings and the resumes (setup/resumed.py).
 
         A file without val_fraction was written before the validation split existed: that run
-        trained on every row, so it reads as 0, not today's default, which would hold rows out
-        of a resumed run (and refuse it, the split being part of the run's identity). Only
+        trained on every row, so it reads as 0. Today's default would hold rows out of the
+        resumed rounds unnoticed, and refuse `--val-fraction 0` as a change of the run. Only
         here, not in read_record: a --config file that leaves it out means the default.
         """
         if not self.config.exists():
