@@ -127,13 +127,16 @@ def shard_quadratics():
 
 
 def _exact_setup(info, algorithm: str, *, seed: int = 2, local_tol: float = 1e-12, **settings):
-    """A float64 linear-model run on `info` with exact (cg) local solves: (setup, w0)."""
+    """A float64 linear-model run on `info` with exact (cg) local solves: (setup, w0).
+
+    Every row trains (val_fraction 0): the closed forms it is checked against are of the
+    shards' whole quadratics."""
     from dask_dane.pipeline.setup.config import RunConfig
     from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
     config = RunConfig(
         store=info.path, model="linear", dtype="float64", algorithm=algorithm,
-        local_solver="cg", local_tol=local_tol, seed=seed, **settings,
+        local_solver="cg", local_tol=local_tol, seed=seed, **{"val_fraction": 0.0, **settings},
     ).validate()  # fmt: skip
     setup = prepare_run(config)
     return setup, initial_weights(setup.spec, config.seed).numpy()

@@ -195,6 +195,7 @@ def test_scaffold_corrects_local_steps_with_control_variates(ridge, shard_quadra
         batch_size=1000,
         momentum=0.0,
         seed=2,
+        val_fraction=0.0,  # numpy steps on every row of each shard
     ).validate()
     setup = prepare_run(config)
     parts, shares = shard_quadratics(ridge, L2)
@@ -236,6 +237,7 @@ def test_fedavgm_is_fedavg_with_heavy_ball_momentum_on_the_server(ridge, shard_q
         momentum=0.0,
         server_momentum=beta,
         seed=2,
+        val_fraction=0.0,  # numpy steps on every row of each shard
     ).validate()
     setup = prepare_run(config)
     parts, shares = shard_quadratics(ridge, L2)
@@ -302,6 +304,13 @@ def test_dask_run_equals_reference_on_logistic_regression(
     assert [r["comm_rounds"] for r in rows] == [phases, 2 * phases, 3 * phases]
     for row, expected in zip(rows, reference.history, strict=True):
         assert row["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-12)
+        # The default validation split: held out alike, scored alike, the same round selected.
+        assert row["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-12)
+        assert (row["val_accuracy"], row["is_best"]) == (
+            expected["val_accuracy"],
+            expected["is_best"],
+        )
+        assert row["val_accuracy"] is not None
 
 
 @pytest.mark.cluster

@@ -72,7 +72,8 @@ def ridge(tmp_path_factory):
 
 
 def _objective(info, config_overrides=None, *, rows=None):
-    config = RunConfig(store=info.path, model="linear", dtype="float64", **(config_overrides or {}))
+    settings = {"val_fraction": 0.0, **(config_overrides or {})}  # rows as ridge_arrays reads
+    config = RunConfig(store=info.path, model="linear", dtype="float64", **settings)
     setup = prepare_run(config.validate())
     start, stop = rows if rows is not None else (0, info.num_train)
     shard = load_shard(**{**setup.shard_args(0), "start": start, "stop": stop})
@@ -201,6 +202,7 @@ def test_one_dane_iteration_through_dask_is_the_closed_form(
         local_tol=1e-10,
         rounds=1,
         seed=5,
+        val_fraction=0.0,  # the closed form is of every row's quadratic
     ).validate()
     w0 = initial_weights(prepare_run(config).spec, config.seed).numpy()
     _, shard_hessians, shares = ridge_hessians(ridge)

@@ -60,6 +60,10 @@ def test_dask_run_equals_reference(
     for row, expected in zip(rows, reference.history, strict=True):
         assert row["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-5)
         assert row["test_accuracy"] == pytest.approx(expected["test_accuracy"], abs=1e-9)
+        # The default validation split: the same rows held out, scored, and selecting alike.
+        assert row["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
+        assert row["val_accuracy"] == pytest.approx(expected["val_accuracy"], abs=1e-9)
+        assert row["is_best"] == expected["is_best"] and row["val_accuracy"] is not None
 
 
 @pytest.mark.parametrize(("algorithm", "phases"), [("dane", 2), ("sgd", 1), ("fedavg", 1)])
@@ -166,4 +170,6 @@ def test_allgather_rounds_chained_on_the_cluster_equal_the_reference(
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["train_loss"] for r in rows] == [r["train_loss"] for r in reference.history]
     assert [r["comm_bytes"] for r in rows] == [r["comm_bytes"] for r in reference.history]
+    for key in ("val_loss", "val_accuracy", "is_best"):
+        assert [r[key] for r in rows] == [r[key] for r in reference.history]
     assert [r["attempts"] for r in rows] == [1, 1, 1]

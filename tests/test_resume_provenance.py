@@ -127,6 +127,30 @@ def test_the_report_labels_a_changed_setting_from_the_round_it_took_effect(tmp_p
     assert label == plain.replace("lr=0.05", "lr=0.05 (0.1 from round 4, 0.02 from round 6)")
 
 
+def _without_val_fraction(path: Path) -> None:
+    """config.toml as written before the validation split existed: no val_fraction key."""
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if not line.startswith("val_fraction")))
+
+
+def test_a_run_dir_from_before_the_split_reads_as_no_split_a_config_file_as_the_default(
+    tmp_path,
+):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(to_toml(RunConfig(store="s.zarr", val_fraction=0.0)))
+    _without_val_fraction(run / "config.toml")
+
+    saved = RunDir(run).saved_config()
+
+    assert saved["val_fraction"] == 0.0  # that run trained on every row
+    assert "val_fraction" not in read_toml(run / "config.toml")  # as --config: the default
+    assert RunConfig().val_fraction == 0.1
+    assert check_same_run(saved, RunConfig(store="s.zarr", val_fraction=0.0)) == {}
+    with pytest.raises(ValueError, match=r"val_fraction = 0\.0, not 0\.1"):
+        check_same_run(saved, RunConfig(store="s.zarr"))
+
+
 # --- Real runs on the shared cluster --------------------------------------------------------
 
 
@@ -204,6 +228,30 @@ def test_an_old_config_toml_without_a_record_still_resumes(trained):
     assert record.original == settings
     assert record.resumes == (Resume(2, {"rounds": (2, 3)}),)
     assert [r["round"] for r in _rows(run)] == [1, 2, 3]
+
+
+@pytest.mark.cluster
+def test_a_run_from_before_the_split_resumes_on_every_row(
+    digits_stores, cluster_client, tmp_path, dane_here
+):
+    run = tmp_path / "run"
+    scheduler = ("--scheduler", cluster_client.scheduler.address)
+    first = dane_here(
+        "train", str(digits_stores[2]), *TINY, *scheduler, "--rounds", "2",
+        "--val-fraction", "0", "--out", str(run), cwd=tmp_path,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    _without_val_fraction(run / "config.toml")
+
+    done = dane_here("train", "--out", str(run), "--resume", "--rounds", "3", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    record = read_record(run / "config.toml")
+    assert record.original["val_fraction"] == 0.0  # written out now that it has a default
+    assert record.resumes == (Resume(2, {"rounds": (2, 3)}),)
+    rows = _rows(run)
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert all(r["val_loss"] is None and r["val_accuracy"] is None for r in rows)
 
 
 def test_the_api_refuses_a_changed_setting_in_its_keywords(digits_stores, tmp_path):

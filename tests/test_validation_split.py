@@ -192,7 +192,9 @@ def test_dask_trains_on_the_same_kept_rows_as_the_reference(
         val_fraction=0.25,
         broadcast=broadcast,
     ).validate()
-    all_rows = RunConfig(**settings, rounds=2, local_steps=3, batch_size=16).validate()
+    all_rows = RunConfig(
+        **settings, rounds=2, local_steps=3, batch_size=16, val_fraction=0.0
+    ).validate()
 
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=2, num_workers=2)

@@ -55,10 +55,11 @@ def dirichlet_store(tmp_path_factory):
 
 
 def _config(info, **settings) -> RunConfig:
-    # A minibatch of 1000 covers every shard: each local step is a full-shard step.
+    # A minibatch of 1000 covers every shard: each local step is a full-shard step, on every
+    # row (val_fraction 0), as the oracle computes it.
     return RunConfig(
         store=info.path, model="logistic", dtype="float64", l2=L2, seed=3, algorithm="dane",
-        momentum=BETA, local_steps=STEPS, batch_size=1000,
+        momentum=BETA, local_steps=STEPS, batch_size=1000, val_fraction=0.0,
         **{"rounds": 2, "eta": ETA, "mu": MU, "local_lr": LR, **settings},
     ).validate()  # fmt: skip
 

@@ -25,10 +25,12 @@ L2, LR = 0.02, 0.05
 
 
 def _config(info, rounds: int = 1, **settings) -> RunConfig:
-    # A batch of 64 covers each 30-row shard: every local step is a full-shard step.
+    # A batch of 64 covers each 30-row shard (all of it: no validation split): every local
+    # step is a full-shard step.
     return RunConfig(
         store=info.path, model="linear", dtype="float64", seed=3, batch_size=64,
-        rounds=rounds, local_lr=LR, momentum=0.0, **{"local_clip": 0.0, **settings},
+        rounds=rounds, local_lr=LR, momentum=0.0,
+        **{"local_clip": 0.0, "val_fraction": 0.0, **settings},
     ).validate()  # fmt: skip
 
 

@@ -182,6 +182,7 @@ def cell_config(spec: ConvergenceSpec, store: str, algorithm: str, **settings: A
             "l2": l2,
             "eval_every": spec.rounds,
             "workers": 2,
+            "val_fraction": 0.0,  # w*, the Hessian and the rates are of every training row
             **settings,
         }
     )

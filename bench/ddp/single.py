@@ -63,6 +63,9 @@ class SingleSpec:
     # --device), so a one-process row on a GPU machine is timed where the workers compute.
     device: str = option("cpu", help="cpu | cuda | auto (a GPU where torch sees one).")
     dtype: str = "float32"
+    # Every row trains (no validation split): one process selects no model, and --epochs
+    # counts passes over the store's training rows, as the DDP rows and the runs beside it.
+    val_fraction: float = 0.0
     # The L2 penalty lambda, as `dane train --l2` (None: the store's).
     l2: float | None = option(None, help="L2 penalty lambda (default: the store's, else 0).")
     augment: str = option(

@@ -41,6 +41,9 @@ class DdpSpec:
     dtype: str = "float32"
     device: str = option("cpu", help="auto | cpu | cuda.")
     stop_at_target: bool = False  # stop at the first evaluation at or above `target`
+    # Every row trains: DDP selects no model, and the mirrored `dane train` run and the
+    # ranks' rows per epoch (rank_rows) count the store's shards whole.
+    val_fraction: float = 0.0
 
     def validate(self) -> DdpSpec:
         """Return self, or raise ValueError naming the first bad setting and its fix."""

@@ -25,10 +25,11 @@ class ScalingSpec:
         "store": "Store to train on (written by `dane prepare`).",
         "rounds": "Rounds per count after a warm-up one; medians leave out the last.",
     }
-    # The runs' settings; each count W runs rounds + 1 rounds (the warm-up) on W workers.
+    # The runs' settings; each count W runs rounds + 1 rounds (the warm-up) on W workers, on
+    # every row (no validation split): the rows a round reads are what it times and counts.
     run: RunConfig = field(
         default_factory=run_defaults(model="lenet", rounds=5, local_steps=10, batch_size=64,
-                                     device="cpu")
+                                     device="cpu", val_fraction=0.0)
     )  # fmt: skip
     shards: int | None = option(None, help="Shards the store must hold (checked).")
     workers: tuple[int, ...] = option((1, 2, 4), help="Worker counts, comma-separated.")

@@ -89,7 +89,9 @@ def read_config(path: str | Path) -> RunConfig:
     settings = read_toml(path)
     if "store" in settings:
         raise ValueError(f"{path} names a store; drop it: each shard count has its own")
-    return run_config(**settings)
+    # Every row trains unless the file says otherwise: the DDP rows' epochs and DANE's budget
+    # count the store's training rows, and the runs select no model.
+    return run_config(**{"val_fraction": 0.0, **settings})
 
 
 def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:

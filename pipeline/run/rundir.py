@@ -58,10 +58,19 @@ class RunDir:
         return self.record().effective
 
     def record(self) -> RunRecord:
-        """config.toml as written: the original settings and the resumes (setup/resumed.py)."""
+        """config.toml as written: the original settings and the resumes (setup/resumed.py).
+
+        A file without val_fraction was written before the validation split existed: that run
+        trained on every row, so it reads as 0. Today's default would hold rows out of the
+        resumed rounds unnoticed, and refuse `--val-fraction 0` as a change of the run. Only
+        here, not in read_record: a --config file that leaves it out means the default.
+        """
         if not self.config.exists():
             raise ValueError(f"{self.root} holds no run to resume (no config.toml); drop --resume")
-        return read_record(self.config)
+        record = read_record(self.config)
+        if "val_fraction" in record.original:
+            return record
+        return dataclasses.replace(record, original={**record.original, "val_fraction": 0.0})
 
     def check_writable(self) -> None:
         """Create the directory, or say why it cannot be written."""

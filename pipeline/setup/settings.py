@@ -236,7 +236,7 @@ class RunSettings:
     eval_every: int = declare(1, help="Evaluate every N rounds.")
     stop_at_accuracy: float = declare(
         0.0,
-        help="Stop once the validation accuracy (the test accuracy without --val-fraction) "
+        help="Stop once the validation accuracy (the test accuracy with --val-fraction 0) "
         "reaches this; 0: never.",
     )
     # Tracking (run/tracking.py): copies of metrics.jsonl elsewhere, so resumable settings.
@@ -254,12 +254,15 @@ class RunSettings:
         help="Stop after N evaluated rounds without a better validation metric; 0: never.",
     )
     # Chosen at train time from each shard's rows (round/holdout.py), so any store has one.
-    # 0 until the split selects the best round (issue 35 item 1): held-out rows nothing reads
-    # would only take rows from training.
+    # 0.1 (issue 35 item 1): best.pt, --stop-at-accuracy and --patience then judge rounds on
+    # rows the model never trained on, not on the test split they report. A run dir whose
+    # config.toml predates the key trained on every row and resumes with 0 (run/rundir.py).
     val_fraction: float = declare(
-        0.0,
+        0.1,
         help="Share of each shard's training rows held out (stratified by class, seeded) as "
-        "the validation split; 0: none.",
+        "the validation split that selects best.pt; 0: none, every row trains, best.pt is the "
+        "last evaluated round, --stop-at-accuracy reads the test accuracy and --patience "
+        "never stops.",
     )
 
     def check_run(self) -> None:
