@@ -44,9 +44,10 @@ class MemorySpec:
         "store": "Store to train on (written by `dane prepare`).",
         "rounds": "Rounds per way after a warm-up one; medians leave out the last.",
     }
+    # Every row trains (no validation split): what each way holds is then the store's rows.
     run: RunConfig = field(
         default_factory=run_defaults(model="lenet", rounds=3, local_steps=20, batch_size=64,
-                                     device="cpu")
+                                     device="cpu", val_fraction=0.0)
     )  # fmt: skip
     workers: int = option(2, help="Workers of each cluster.")
     modes: tuple[str, ...] = option(MODES, help="Ways to hold shards, comma-separated.")
