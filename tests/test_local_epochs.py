@@ -26,7 +26,7 @@ def test_k_is_the_passes_over_a_shard_of_the_mean_size_rounded_and_at_least_one(
 
 def test_the_setup_resolves_k_on_the_store_and_builds_the_strategy_with_it(digits_stores):
     store = digits_stores[4]
-    rows = open_store(store).num_train
+    rows = round(open_store(store).num_train * 0.9)  # the default validation split held out
     expected = round(1.5 * rows / 4 / 16)
     config = plan_run({"store": str(store), "local_epochs": 1.5, "batch_size": 16})
 
@@ -56,7 +56,12 @@ def test_k_set_twice_in_one_place_is_an_error_and_a_flag_beats_a_preset(digits_s
     steps_file = tmp_path / "steps.toml"
     steps_file.write_text("local_steps = 10\n")
     assert prepare_run(plan_run({"store": store, "local_epochs": 1.0}, file=steps_file)).config \
-        .local_steps == steps_for_epochs(1.0, open_store(store).num_train, 2, 32)  # fmt: skip
+        .local_steps == steps_for_epochs(1.0, _training_rows(store), 2, 32)  # fmt: skip
+
+
+def _training_rows(store) -> int:
+    """The rows that train at the default --val-fraction 0.1 (a tenth held out)."""
+    return round(open_store(store).num_train * 0.9)
 
 
 def test_the_cli_words_the_conflict_as_flags(run_cli, capfd, assert_one_line_error, digits_stores):
@@ -77,7 +82,7 @@ def test_bench_shards_takes_the_presets_local_epochs_unless_its_flag_says_otherw
 @pytest.mark.cluster
 def test_dane_train_records_the_resolved_k_and_its_rows_use_it(run_cli, digits_stores, tmp_path):
     store, out = digits_stores[2], tmp_path / "run"
-    expected = steps_for_epochs(0.25, open_store(store).num_train, 2, 32)
+    expected = steps_for_epochs(0.25, _training_rows(store), 2, 32)
 
     status = run_cli(["train", str(store), "--local-epochs", "0.25", "--rounds", "1",
                       "--out", str(out), "--dashboard-address", "127.0.0.1:0"])  # fmt: skip

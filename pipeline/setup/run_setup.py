@@ -191,12 +191,14 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
 
 
 def with_local_epochs(config: RunConfig, store: StoreInfo) -> RunConfig:
-    """--local-epochs E resolved on `store`: K (--local-steps) set to E passes over a shard of
-    the store's mean size; the config as it is where E is unset."""
+    """--local-epochs E resolved on `store`: K (--local-steps) set to E passes over the rows a
+    shard of the store's mean size trains on (the validation split's share held out); the
+    config as it is where E is unset."""
     if config.local_epochs is None:
         return config
+    training_rows = round(store.num_train * (1.0 - config.val_fraction))
     steps = steps_for_epochs(
-        config.local_epochs, store.num_train, store.num_shards, config.batch_size
+        config.local_epochs, training_rows, store.num_shards, config.batch_size
     )
     if steps == config.local_steps:
         return config
