@@ -1,5 +1,5 @@
 """`python -m dask_dane.cli`: the `dane` command, as the tests and scripts run it."""
 
-from .commands import main
+from .entry import main
 
 main()

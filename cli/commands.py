@@ -1,20 +1,12 @@
 """The `dane` command line: parses options, calls one pipeline or datasets function each.
 
-Errors print one line on stderr, without a traceback, and exit with a status that says
-what went wrong:
-  0  done;
-  2  bad input (store, settings, config file, paths, an unreachable --scheduler): the line
-     names the problem and the fix, and nothing was written;
-  3  training diverged (loss or weights not finite): the line names the round and suggests a
-     larger --mu or a smaller --local-lr; the last good checkpoint is kept;
-  4  the cluster was lost (the scheduler stopped answering within --timeout, or a round kept
-     failing as workers died): the run directory stays resumable with --resume.
+A command's errors are raised as they are; cli/entry.py's `main` (what `dane` runs) turns
+them into one line on stderr and an exit status.
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -59,11 +51,6 @@ def _options(
     ] = False,
 ) -> None:
     """Train models with DANE (Distributed Approximate NEwton) on a Dask cluster."""
-
-
-EXIT_USER_ERROR = 2
-EXIT_DIVERGED = 3
-EXIT_CLUSTER_LOST = 4
 
 
 @app.command()
@@ -271,31 +258,3 @@ def watch_run(
     if not interval > 0:
         raise ValueError(f"--interval must be a positive number of seconds (got {interval})")
     watch(run_dir, interval)
-
-
-def main() -> None:
-    """Console-script entry: errors become one line on stderr and an exit status (see top)."""
-    from ..pipeline.run.errors import ClusterLost, TrainingDiverged  # torch-free
-
-    try:
-        app(standalone_mode=True)
-    except TrainingDiverged as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(EXIT_DIVERGED)
-    except ClusterLost as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(EXIT_CLUSTER_LOST)
-    except ValueError as err:  # a SettingError names fields: here they read as the flags
-        print(f"error: {_in_flags(err)}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-
-
-def _in_flags(err: ValueError) -> str:
-    """The message with a SettingError's fields worded as flags."""
-    if not hasattr(err, "worded"):
-        return str(err)
-    # Only a SettingError words itself, so the settings are loaded already: the import costs
-    # nothing, and the other commands' errors never wait for it.
-    from ..pipeline.setup.config import in_flags
-
-    return in_flags(err)

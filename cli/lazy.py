@@ -2,10 +2,11 @@
 
 `dane train`'s options are generated from the settings' declarations (every algorithm
 module; torch-free, as the algorithms import torch inside the functions that compute), and
-`dane bench` mounts every benchmark, which import torch: `dane --help` need wait for
-neither. A LazyCommand stands in for such a command in its group: the listing
-needs only its short help; resolving it (to run it or to show its own --help) builds the
-real command, and so does reading its params.
+`dane bench`'s commands import their benchmarks, which import torch: `dane --help` need
+wait for neither, nor `dane bench --help` for the benchmarks (cli/options.py BenchCommands,
+each listed from bench/app.py). A LazyCommand stands in for such a command in its group: the
+listing needs only its help; resolving it (to run it or to show its own --help) builds the
+real command, which keeps its own help, and so does reading its params.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import click
+from typer.core import TyperCommand
 
 
-class LazyCommand(click.Command):
-    """A command listed by its help alone; `load()` builds the real one on first use."""
+class LazyCommand(TyperCommand):
+    """A command listed by its help alone; `load()` builds the real one on first use.
+
+    A TyperCommand, as the commands it stands for are: Typer carries its own copy of click,
+    whose listing shortens a help text otherwise than click's does ("1, 2, 4..." is a
+    sentence's end to one of them), and the listing must read as the real commands' would.
+    """
 
     def __init__(self, name: str, *, help: str, load: Callable[[], click.Command]) -> None:
         super().__init__(name, help=help)
@@ -28,8 +35,9 @@ class LazyCommand(click.Command):
         """The command itself, built once."""
         if self._real is None:
             self._real = self._load()
+            # The real command keeps its own help: the stand-in's may be only the line the
+            # listing shows (a benchmark's), and `dane NAME --help` must show all of it.
             self._real.name = self.name
-            self._real.help = self.help  # one help text, whether listed or shown
         return self._real
 
     @property

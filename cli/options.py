@@ -4,7 +4,8 @@ Every setting is declared once, where it lives, with its default and its help te
 train` takes one option per RunConfig field, named after it, with that field's help and
 default (pipeline/setup/settings.py and the algorithms' declarations), listed under its
 section. `dane prepare`'s defaults are those of PartitionSpec and SourceOptions.
-`train_command` and `bench_group` build the two commands cli/lazy.py defers. Generating
+`train_command` and `bench_group` build the two commands cli/lazy.py defers (and bench's
+own commands are deferred in turn, BenchCommands). Generating
 train's options imports every algorithm's declarations but not torch (they import it where
 they compute), so `dane train --help` answers in a fraction of a second.
 """
@@ -12,6 +13,7 @@ they compute), so `dane train --help` answers in a fraction of a second.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Callable
@@ -20,12 +22,16 @@ from typing import Annotated, Any
 
 import click
 import typer
+from typer.core import TyperGroup
 
 from .. import bench
+from ..bench.app import COMMANDS as BENCH_COMMANDS
+from ..bench.app import load as load_bench_command
 from ..datasets.builtin import MNIST1D_SAMPLES, SYNTHETIC_SAMPLES
 from ..datasets.idx import FASHION_MNIST_DIR
 from ..datasets.partition import PartitionSpec
 from ..datasets.raw import SourceOptions
+from .lazy import LazyCommand, LazyCommands
 
 ARGUMENTS = ("store",)  # fields given by position rather than as --flags
 # `dane train`'s own options, beside RunConfig's.
@@ -108,14 +114,29 @@ class PanelledCommand(typer.core.TyperCommand):
                     formatter.write_dl(records)
 
 
+def _bench_command(name: str) -> click.Command:
+    """`dane bench NAME` as Typer builds it, from its benchmark's cli.py."""
+    command = load_bench_command(name)
+    return _mounted(lambda parent: parent.command(name)(command))
+
+
 BENCH_HELP = bench.BENCH_HELP  # declared beside the benchmarks, read without importing them
 
 
-def bench_group() -> click.Command:
-    """`dane bench`: every benchmark's commands (bench/app.py)."""
-    from ..bench.app import bench_app
+class BenchCommands(LazyCommands, TyperGroup):
+    """`dane bench`'s commands, listed from bench/app.py's names and docstrings' first lines;
+    each is built (its benchmark, torch and the engine imported) only when named."""
 
-    return _mounted(lambda parent: parent.add_typer(bench_app, name="bench"))
+    lazy = tuple(
+        LazyCommand(name, help=line, load=functools.partial(_bench_command, name))
+        for name, (_, line) in BENCH_COMMANDS.items()
+    )
+
+
+def bench_group() -> click.Command:
+    """`dane bench`: every benchmark's commands (bench/app.py), none of them built yet."""
+    group = typer.Typer(cls=BenchCommands, help=BENCH_HELP, no_args_is_help=True)
+    return _mounted(lambda parent: parent.add_typer(group, name="bench"))
 
 
 def _mounted(mount: Callable[[typer.Typer], object]) -> click.Command:

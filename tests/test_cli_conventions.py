@@ -4,19 +4,24 @@ dashboard port said in one line."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import logging
 import socket
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
+from dask_dane.bench import app as bench_app
 from dask_dane.cli.commands import app
+from dask_dane.cli.options import bench_group
 from dask_dane.pipeline.round.augment import Augmentation, parse_augment
 from dask_dane.pipeline.run import cluster_checks
 from dask_dane.pipeline.setup.config import ClusterSettings, RunConfig
@@ -36,8 +41,10 @@ print("IMPORTED", sorted(m for m in sys.modules if m.split(".")[0] == "torch"))
 
 @pytest.mark.cluster  # starts an interpreter (no Dask): the only way to see a torch-free import
 @pytest.mark.parametrize(
-    "args", [["--help"], [], ["prepare", "--help"], ["info", "--help"], ["train", "--help"]]
-)
+    "args",
+    [["--help"], [], ["prepare", "--help"], ["info", "--help"], ["train", "--help"],
+     ["bench", "--help"], ["bench"]],
+)  # fmt: skip
 def test_help_does_not_import_torch(args):
     done = subprocess.run(
         [sys.executable, "-c", HELP_WITHOUT_TORCH, *args],
@@ -65,6 +72,29 @@ def test_the_listing_shows_train_and_bench_built_only_when_named():
     assert train.exit_code == 0 and "--local-lr" in train.output and "[0.05]" in train.output
     assert "--install-completion" not in bench.output  # mounted under dane's settings
     assert bench.exit_code == 0 and "scaling" in bench.output
+
+
+def test_bench_lists_each_command_by_its_docstring_s_first_line_and_builds_it_whole():
+    declared = {}  # every bench/NAME/cli.py's COMMANDS: what `dane bench` can run
+    for cli in sorted((Path(bench_app.__file__).parent).glob("*/cli.py")):
+        module = importlib.import_module(f"dask_dane.bench.{cli.parent.name}.cli")
+        for name, command in module.COMMANDS.items():
+            declared[name] = (cli.parent.name, inspect.getdoc(command).splitlines()[0])
+    group = bench_group()
+
+    # A command added to a cli.py and not to bench/app.py (or the other way) fails here.
+    assert declared == bench_app.COMMANDS
+    assert list(group.commands) == list(bench_app.COMMANDS)  # the listing's order
+    for name in declared:  # built, each keeps its whole help, not the listing's line
+        assert group.commands[name].real().help == inspect.getdoc(bench_app.load(name))
+
+
+def test_a_bench_command_s_own_help_is_whole_and_lists_its_options():
+    done = CliRunner().invoke(app, ["bench", "train", "--help"])
+
+    assert done.exit_code == 0, done.output
+    assert "a running scheduler of yours" in done.output  # its docstring's second line
+    assert "--config" in done.output
 
 
 @pytest.fixture

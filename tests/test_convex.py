@@ -263,7 +263,7 @@ def test_bench_cell_rate_matches_spectral_radius_and_mu_stabilises(cluster_clien
 
 
 def test_bad_convex_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    from dask_dane.cli.commands import main
+    from dask_dane.cli.entry import main
 
     ridge_path = tmp_path / "ridge.zarr"
     write_store(
@@ -314,7 +314,7 @@ def test_bad_convex_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkey
 
 
 def test_bench_rejects_bad_grids_before_any_work(tmp_path, monkeypatch, capsys):
-    from dask_dane.cli.commands import main
+    from dask_dane.cli.entry import main
 
     cases = {
         "--algorithms": (["--algorithms", "dane,newton"], "newton"),

@@ -1,6 +1,6 @@
 """Failures of a valid run (not of its input), each with its own exit status in the CLI.
 
-Kept free of heavy imports so that cli/commands.py can tell them apart without loading torch
+Kept free of heavy imports so that cli/entry.py can tell them apart without loading torch
 or Dask.
 """
 

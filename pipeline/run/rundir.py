@@ -10,8 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..setup.config import IDENTITY_KEYS, RESUMABLE_KEYS, RunConfig, read_record, to_toml
-from ..setup.resumed import Change, Resume, RunRecord, add_resume
+from ..setup.config import RunConfig, read_record, to_toml
+from ..setup.resumed import (
+    IDENTITY_KEYS,
+    RESUMABLE_KEYS,
+    Change,
+    Resume,
+    RunRecord,
+    add_resume,
+)
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .metrics import read_metrics
 

@@ -10,7 +10,8 @@ Precedence: built-in defaults < a TOML file (--config) < command-line flags. The
 configuration is written to the run directory as config.toml, one [table] per section, and
 `--resume` reads it back; flat keys, as older files hold them, read the same. A resume may
 change only RESUMABLE_KEYS; config.toml then keeps the original settings and records each
-resume as a [[resumed]] table (resumed.py), and reading it back gives the settings in effect.
+resume as a [[resumed]] table, and reading it back gives the settings in effect (both in
+resumed.py, which declares what a resume is).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from typing import Any
 from ... import presets
 from ..algorithms import SETTINGS, Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
-from .resumed import RESUMED, Resume, RunRecord, parse_resumes
+from .resumed import (  # IDENTITY_KEYS and RESUMABLE_KEYS re-exported: callers read them here
+    IDENTITY_KEYS,
+    RESUMABLE_KEYS,
+    RESUMED,
+    Resume,
+    RunRecord,
+    parse_resumes,
+)
 from .settings import (
     DEVICES,
     DTYPES,
@@ -60,55 +68,6 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
     "section_of",
     "to_toml",
 ]
-
-# Settings that define what is being trained: a resumed run must not change them.
-IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype", "val_fraction")
-
-# The only settings a resume may change (each change is recorded in config.toml's [[resumed]]).
-# Every other one is refused: it is part of the method the run's curve and label stand for
-# (the data, the model and its precision, the algorithm and its hyperparameters, the seed), so a
-# change would splice two different runs into one.
-RESUMABLE_KEYS = frozenset(
-    {
-        # How long to train: continuing a run further is what a resume is most often for.
-        "rounds",
-        # The local step size already changes from round to round by design (--lr-schedule,
-        # --lr-warmup), so no round's update assumes another round's rate; each row records
-        # the rate it used (metrics.py).
-        "local_lr",
-        "lr_schedule",
-        "lr_warmup",
-        # When to evaluate and when to stop: they choose what is measured, not what is trained.
-        "eval_every",
-        "stop_at_accuracy",
-        "patience",
-        # Where and how the same rounds run. Results equal bit for bit across workers, threads,
-        # broadcast forms and clusters (both round forms sum in one fixed order, aggregate.py);
-        # a device changes the rounding of the same math only. `out`: the directory may have
-        # moved, or be spelled another way. (transport is not here: bfloat16 changes the sums.)
-        "out",
-        "workers",
-        "memory_limit",
-        "threads_per_worker",
-        "device",
-        # Where the shards are held: a resume on a cluster with less memory must be able to
-        # stream. Minibatch draws differ from resident ones (round/streamed.py ChunkWindow);
-        # full passes and exact solves do not.
-        "shard_memory",
-        "broadcast",
-        "scheduler",
-        "scheduler_file",
-        "host",
-        "dashboard_address",
-        "timeout",
-        "tls_ca_file",
-        "tls_cert",
-        "tls_key",
-        # Where copies of the metrics go (run/tracking.py): nothing trained depends on them.
-        "tensorboard",
-        "mlflow",
-    }
-)
 
 # The sections in the order config.toml lists them; their fields are RunConfig's.
 SECTIONS: dict[str, type] = {

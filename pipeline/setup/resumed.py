@@ -9,6 +9,9 @@ adds one table, the round it resumed after and what it changed, old and new:
 
 A side is left out where the setting was unset (TOML has no null). The settings a resumed run
 trains with are the original ones with every table's new values applied in order (`effective`).
+
+Which settings a resume may change at all is declared here too (RESUMABLE_KEYS; config.py
+re-exports it): every other one would splice two different runs into one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,55 @@ from typing import Any
 
 RESUMED = "resumed"  # config.toml's array of tables
 Change = tuple[Any, Any]  # (old, new); None: unset
+
+# Settings that define what is being trained: a resumed run must not change them.
+IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype", "val_fraction")
+
+# The only settings a resume may change (each change is recorded in config.toml's [[resumed]]).
+# Every other one is refused: it is part of the method the run's curve and label stand for
+# (the data, the model and its precision, the algorithm and its hyperparameters, the seed), so a
+# change would splice two different runs into one.
+RESUMABLE_KEYS = frozenset(
+    {
+        # How long to train: continuing a run further is what a resume is most often for.
+        "rounds",
+        # The local step size already changes from round to round by design (--lr-schedule,
+        # --lr-warmup), so no round's update assumes another round's rate; each row records
+        # the rate it used (metrics.py).
+        "local_lr",
+        "lr_schedule",
+        "lr_warmup",
+        # When to evaluate and when to stop: they choose what is measured, not what is trained.
+        "eval_every",
+        "stop_at_accuracy",
+        "patience",
+        # Where and how the same rounds run. Results equal bit for bit across workers, threads,
+        # broadcast forms and clusters (both round forms sum in one fixed order, aggregate.py);
+        # a device changes the rounding of the same math only. `out`: the directory may have
+        # moved, or be spelled another way. (transport is not here: bfloat16 changes the sums.)
+        "out",
+        "workers",
+        "memory_limit",
+        "threads_per_worker",
+        "device",
+        # Where the shards are held: a resume on a cluster with less memory must be able to
+        # stream. Minibatch draws differ from resident ones (round/streamed.py ChunkWindow);
+        # full passes and exact solves do not.
+        "shard_memory",
+        "broadcast",
+        "scheduler",
+        "scheduler_file",
+        "host",
+        "dashboard_address",
+        "timeout",
+        "tls_ca_file",
+        "tls_cert",
+        "tls_key",
+        # Where copies of the metrics go (run/tracking.py): nothing trained depends on them.
+        "tensorboard",
+        "mlflow",
+    }
+)
 
 
 @dataclass(frozen=True)

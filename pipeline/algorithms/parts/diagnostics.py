@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .local_solver import LocalProblem
+from .local_problem import LocalProblem
 
 if TYPE_CHECKING:
     import torch

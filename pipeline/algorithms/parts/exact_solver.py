@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .checks import one_of, relative_tolerance, validate
 from .hyperparameters import declare
-from .local_solver import LocalProblem, Solution, StopRule
+from .local_problem import LocalProblem, Solution, StopRule
 
 if TYPE_CHECKING:
     import torch

@@ -1,8 +1,5 @@
-"""The local problem every solve-then-average algorithm hands its shards, and the K-step solver.
+"""The K-step solver of the local problem (local_problem.py), and the settings it shares.
 
-LocalProblem: min_v f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 on one shard, optionally
-within a trust region ||v - anchor|| <= radius. DANE uses linear = grad f_i(w) - eta * g and
-anchor = w; FedProx linear = 0; FedAvg also mu = 0.
 LocalSolver: at most K minibatch steps of SGD (with momentum) or Adam on it, at --local-lr
 times the round's schedule factor (schedule.py), stopping early where the caller's rule says
 the problem is solved well enough (InexactDANE, S-DANE); exact_solver.py solves it to a
@@ -14,7 +11,6 @@ its own solves round over round, and the clip caps how far one step can follow i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -28,6 +24,7 @@ from .checks import (
     validate,
 )
 from .hyperparameters import Declaration, declare
+from .local_problem import LocalProblem, Solution, StopRule  # importers take them from here too
 from .local_steps_schedule import LOCAL_STEPS_SCHEDULES, QSR_DEFAULT_CAP, local_steps_at
 from .schedule import SCHEDULES, lr_factor
 from .setting_error import SettingError, setting
@@ -35,12 +32,8 @@ from .setting_error import SettingError, setting
 if TYPE_CHECKING:
     import torch
 
-    from ...round.objective import ShardObjective
-
 LOCAL_OPTIMIZERS = ("sgd", "adam")
 DEFAULT_CLIP = 1.0  # --local-clip unset: the local steps' gradients clipped to this norm
-# (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
-StopRule = Callable[["torch.Tensor", "torch.Tensor"], bool]
 
 # Settings more than one class takes, each declared here once (hyperparameters.py).
 MU = Declaration(
@@ -62,60 +55,6 @@ LR_SCHEDULE = Declaration(
     rule=one_of(*SCHEDULES),
     help="--local-lr across rounds: constant | cosine | step.",
 )
-
-
-@dataclass(frozen=True)
-class LocalProblem:
-    """h(v) = f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 (no term where None or 0),
-    over ||v - anchor|| <= radius where radius > 0 (a trust region; 0: everywhere)."""
-
-    objective: ShardObjective
-    linear: torch.Tensor | None = None
-    anchor: torch.Tensor | None = None
-    mu: float = 0.0
-    radius: float = 0.0
-
-    def project(self, v: torch.Tensor) -> None:
-        """Pull v (in place) back onto the trust region's sphere where it has left it."""
-        import torch
-
-        if not self.radius or self.anchor is None:
-            return
-        distance = float(torch.linalg.vector_norm(v - self.anchor))
-        if distance > self.radius:
-            v.sub_(self.anchor).mul_(self.radius / distance).add_(self.anchor)
-
-    def value(self, v: torch.Tensor) -> tuple[float, float]:
-        """(h(v), f_i(v)) over the whole shard, without gradients."""
-        f = h = self.objective.loss(v)  # tensor methods, not torch.*: no import of torch here
-        if self.linear is not None:
-            h -= float(self.linear.dot(v))
-        if self.mu and self.anchor is not None:
-            h += 0.5 * self.mu * float(((v - self.anchor) ** 2).sum())
-        return h, f
-
-    def value_and_grad(self, v: torch.Tensor) -> tuple[float, torch.Tensor, float]:
-        """(h(v), grad h(v), f_i(v)) over the whole shard."""
-        f, grad = self.objective.loss_and_grad(v)
-        h = f
-        if self.linear is not None:
-            h -= float(self.linear.dot(v))
-            grad = grad - self.linear
-        if self.mu and self.anchor is not None:
-            diff = v - self.anchor
-            h += 0.5 * self.mu * float(diff.dot(diff))
-            grad = grad + self.mu * diff
-        return h, grad, f
-
-
-@dataclass(frozen=True, kw_only=True)
-class Solution:
-    """A local solve's result: the solution and what it cost."""
-
-    weights: torch.Tensor
-    first_loss: float  # f_i on the first minibatch (a loss at the start), or f_i(start)
-    steps: int  # minibatch steps taken, or the exact method's iterations
-    rows: int  # rows of the shard read (images processed)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .local_solver import LocalProblem
+from .local_problem import LocalProblem
 from .server import MomentumState, ServerStep
 from .solvers import SOLVER_PART, Solver
 
