@@ -142,10 +142,20 @@ def test_the_default_store_is_prepared_once_and_then_reused(tmp_path, monkeypatc
 
 
 def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
-    small_least_squares,
+    small_least_squares, monkeypatch
 ):
     # InexactDANE's rule with a loose theta: the solves stop after a few of their 40 steps,
     # and the row reports how many (beside FedExP's step, which shares the metrics).
+    from dask_dane.pipeline.algorithms.parts import server
+
+    seen, original = [], server.server_scale
+
+    def spy(rule, lr, metrics, weights, proposal):
+        scale = original(rule, lr, metrics, weights, proposal)
+        seen.append((metrics[server.UPDATE_SQUARED], scale))
+        return scale
+
+    monkeypatch.setattr(server, "server_scale", spy)
     config = _config(small_least_squares, algorithm="dane", local_steps=40, local_theta=0.5,
                      server_lr_rule="fedexp", rounds=2)  # fmt: skip
 
@@ -153,7 +163,12 @@ def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
 
     steps = [row["local_steps"] for row in run.history]
     assert all(1 <= s < 40 for s in steps), steps
-    assert all(row["server_lr"] >= 1.0 for row in run.history)
+    # FedExP's step read this round's ||v_i - w||^2 averaged over the (equal) shards: the
+    # solves' own step norms, which each row's shard diagnostics report independently.
+    assert [row["server_lr"] for row in run.history] == [scale for _, scale in seen]
+    for row, (update_squared, _) in zip(run.history, seen, strict=True):
+        norms = [shard["step_norm"] ** 2 for shard in row["shards"]]
+        assert update_squared == pytest.approx(np.mean(norms), rel=1e-9)
 
 
 def test_an_exact_solve_counts_every_pass_over_its_shard_as_images(small_least_squares):
