@@ -78,9 +78,9 @@ class ShardsSpec:
         epochs = self.run.local_epochs if self.local_epochs is None else self.local_epochs
         steps = self.run.local_steps
         if epochs is not None and rows:
-            # The rows that train, as the run's own set-up counts them (with_local_epochs).
-            training_rows = round(rows * (1.0 - self.run.val_fraction))
-            steps = steps_for_epochs(epochs, training_rows, shards, self.run.batch_size)
+            steps = steps_for_epochs(
+                epochs, rows, shards, self.run.batch_size, val_fraction=self.run.val_fraction
+            )
         return replace(
             self.run, store=store, out=out, local_steps=steps, local_epochs=epochs
         ).validate()

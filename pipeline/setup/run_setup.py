@@ -196,9 +196,12 @@ def with_local_epochs(config: RunConfig, store: StoreInfo) -> RunConfig:
     config as it is where E is unset."""
     if config.local_epochs is None:
         return config
-    training_rows = round(store.num_train * (1.0 - config.val_fraction))
     steps = steps_for_epochs(
-        config.local_epochs, training_rows, store.num_shards, config.batch_size
+        config.local_epochs,
+        store.num_train,
+        store.num_shards,
+        config.batch_size,
+        val_fraction=config.val_fraction,
     )
     if steps == config.local_steps:
         return config

@@ -20,10 +20,14 @@ LOCAL_STEPS_SCHEDULES = ("constant", "qsr", "post-local")
 QSR_DEFAULT_CAP = 16  # --local-steps-max 0: at most 16 K local steps a round under qsr
 
 
-def steps_for_epochs(epochs: float, rows: int, shards: int, batch_size: int) -> int:
+def steps_for_epochs(
+    epochs: float, rows: int, shards: int, batch_size: int, val_fraction: float = 0.0
+) -> int:
     """K that makes a local solve pass over a shard `epochs` times: the shards' mean rows
-    (`rows` training rows over `shards`) over the batch, rounded, at least 1 (--local-epochs)."""
-    return max(1, round(epochs * rows / shards / batch_size))
+    (`rows` training rows over `shards`, less the validation split's share `val_fraction`,
+    which does not train) over the batch, rounded, at least 1 (--local-epochs)."""
+    training_rows = round(rows * (1.0 - val_fraction))
+    return max(1, round(epochs * training_rows / shards / batch_size))
 
 
 def local_steps_at(
