@@ -33,15 +33,20 @@ train: $(STAMP)
 # tests that start no process on both cores (pytest-xdist, a file to a process: 84 s there
 # against 134 s on one), then the cluster tests one at a time (their workers already use
 # both cores: on two pytest processes they ran slower).
-# BESIDE_PURE_PASS: a command run beside the pure pass and waited for (its output printed, its
-# failure failing the target) before the cluster pass starts. CI puts its wheel check there
-# (194 s alone): no test of the pure pass bounds a time, and the cluster pass runs alone.
+# BESIDE_PURE_PASS (optional): a command run beside the pure pass and waited for (its output
+# printed, its failure failing the target) before the cluster pass starts: no test of the
+# pure pass bounds a time, and the cluster pass runs alone.
+# The command is passed to `sh -c` through the environment, never pasted into the recipe: a
+# recipe line is parsed whole before any of it runs, so an empty value pasted into `( ... )`
+# was a syntax error even behind an `if`, and a value holding quotes would break the quoting.
+# Through the environment, an empty or unset variable is an empty string that `[ -n ]` skips.
 BESIDE_PURE_PASS ?=
+export BESIDE_PURE_PASS
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@set -e; log=$$(mktemp); beside=; \
-	if [ -n '$(BESIDE_PURE_PASS)' ]; then ( $(BESIDE_PURE_PASS) ) > "$$log" 2>&1 & beside=$$!; fi; \
+	if [ -n "$$BESIDE_PURE_PASS" ]; then sh -c "$$BESIDE_PURE_PASS" > "$$log" 2>&1 & beside=$$!; fi; \
 	pure=0; $(PY) -m pytest -m "not cluster" -n 2 --dist loadfile --durations=10 || pure=$$?; \
 	if [ -n "$$beside" ]; then \
 	  echo "== the command beside the pure pass:"; wait $$beside || pure=$$?; cat "$$log"; fi; \

@@ -9,7 +9,12 @@ set -uo pipefail
 FMNIST=${1:-/usr/share/datasets/fashion-mnist}
 LIMIT=${2:-3000}
 RESULTS=${3:-bench-out/cnn}
-DANE=(python3 -m dask_dane.cli)
+# The Python that has dask_dane: $PYTHON if set, else python3 where it imports dask_dane (an
+# activated venv, a pip install), else this checkout's .venv, which `make setup` creates: a
+# bare python3 outside an activated venv lacks the package.
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import dask_dane' 2>/dev/null || PYTHON="$(dirname "$0")/../../.venv/bin/python"
+DANE=("$PYTHON" -m dask_dane.cli)
 S=bench-out/stores
 mkdir -p "$S" bench-out/cnn "$RESULTS"
 "${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 4 --out $S/fmnist-iid-4.zarr --force

@@ -13,12 +13,17 @@
 set -uo pipefail
 OUT=${1:-bench-out/gpu-check}
 mkdir -p "$OUT"
-DANE=(python3 -m dask_dane.cli)
-CORES=$(python3 -c 'import os; print(os.cpu_count())')
-GPUS=$(python3 -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+# The Python that has dask_dane: $PYTHON if set, else python3 where it imports dask_dane (an
+# activated venv, a pip install), else this checkout's .venv, which `make setup` creates: a
+# bare python3 outside an activated venv lacks the package.
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import dask_dane' 2>/dev/null || PYTHON="$(dirname "$0")/../../.venv/bin/python"
+DANE=("$PYTHON" -m dask_dane.cli)
+CORES=$("$PYTHON" -c 'import os; print(os.cpu_count())')
+GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
 echo "machine: $CORES CPU cores, $GPUS GPU(s)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import importlib
 for name in ("torch", "dask", "distributed", "zarr", "dask_cuda"):
     try:
@@ -49,7 +54,7 @@ timeout 60 "${DANE[@]}" bench precision --store "$STORE" --model lenet --device 
   || echo "precision timing failed (exit $?): see $OUT/precision.err"
 
 # 3. Strong scaling on the CPU cores: workers 1, 2, 4, 8 (at most the cores), one thread each.
-WORKERS=$(python3 -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $CORES))")
+WORKERS=$("$PYTHON" -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $CORES))")
 timeout 200 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
   --workers "$WORKERS" --rounds 2 --local-steps 5 --grad-sample 256 --device cpu \
   --workdir "$OUT/cpu" --json "$OUT/scaling-cpu.json" --plot "$OUT/scaling-cpu.png" \
@@ -59,7 +64,7 @@ timeout 200 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8
 # 4. The GPUs: one worker per GPU, model and shards on the GPU; the fixed cost of a tiny round
 #    (in hops of this machine) with one GPU worker.
 if [ "$GPUS" -gt 0 ]; then
-  GPU_WORKERS=$(python3 -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $GPUS))")
+  GPU_WORKERS=$("$PYTHON" -c "print(','.join(str(w) for w in (1, 2, 4, 8) if w <= $GPUS))")
   timeout 120 "${DANE[@]}" bench scaling --store "$STORE" --model lenet --shards 8 \
     --workers "$GPU_WORKERS" --rounds 3 --local-steps 50 --device cuda --no-reference \
     --workdir "$OUT/gpu" --json "$OUT/scaling-gpu.json" \
@@ -69,7 +74,7 @@ fi
 
 echo
 if [ -f "$OUT/correctness.json" ]; then
-  python3 -c "import json; r = json.load(open('$OUT/correctness.json')); print('GPU correctness:', r['verdict'], r['detail'])"
+  "$PYTHON" -c "import json; r = json.load(open('$OUT/correctness.json')); print('GPU correctness:', r['verdict'], r['detail'])"
 fi
 if [ -f "$OUT/precision.txt" ]; then echo "== fp32 against bf16, one process =="; cat "$OUT/precision.txt"; fi
 echo "== CPU cores =="; cat "$OUT/scaling-cpu.txt"

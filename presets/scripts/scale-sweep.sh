@@ -18,7 +18,7 @@
 # directories (metrics.jsonl of every round) stay under OUT/<name>/runs even if a bench is
 # stopped. Environment: ROUNDS (10), DEVICE (auto), SHARDS (1,2,4,8,16,32), SEED_SHARDS
 # (1,8,16), LOCAL_EPOCHS (1), SIDE_BY_SIDE (1; 0 runs the benches one after another, as a
-# 2-core machine must), FASHION_MNIST_DIR, PYTHON (python3). Installs nothing.
+# 2-core machine must), FASHION_MNIST_DIR, PYTHON (the one that has dask_dane). Installs nothing.
 set -uo pipefail
 OUT=${1:-bench-out/scale-sweep}
 ROUNDS=${ROUNDS:-10}
@@ -27,7 +27,12 @@ SHARDS=${SHARDS:-1,2,4,8,16,32}
 SEED_SHARDS=${SEED_SHARDS:-1,8,16}
 LOCAL_EPOCHS=${LOCAL_EPOCHS:-1}
 SIDE_BY_SIDE=${SIDE_BY_SIDE:-1}
-DANE=("${PYTHON:-python3}" -m dask_dane.cli)
+# The Python that has dask_dane: $PYTHON if set, else python3 where it imports dask_dane (an
+# activated venv, a pip install), else this checkout's .venv, which `make setup` creates: a
+# bare python3 outside an activated venv lacks the package.
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import dask_dane' 2>/dev/null || PYTHON="$(dirname "$0")/../../.venv/bin/python"
+DANE=("$PYTHON" -m dask_dane.cli)
 FMNIST=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 CFG="$OUT/cfg"
 mkdir -p "$CFG"

@@ -9,7 +9,12 @@
 set -euo pipefail
 OUT=${1:-bench-out/stores}
 FMNIST=${2:-/usr/share/datasets/fashion-mnist}
-DANE=(python3 -m dask_dane.cli)
+# The Python that has dask_dane: $PYTHON if set, else python3 where it imports dask_dane (an
+# activated venv, a pip install), else this checkout's .venv, which `make setup` creates: a
+# bare python3 outside an activated venv lacks the package.
+PYTHON=${PYTHON:-python3}
+"$PYTHON" -c 'import dask_dane' 2>/dev/null || PYTHON="$(dirname "$0")/../../.venv/bin/python"
+DANE=("$PYTHON" -m dask_dane.cli)
 mkdir -p "$OUT"
 prepare() {  # NAME SOURCE ARGS...
   local name=$1 source=$2
