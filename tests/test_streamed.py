@@ -20,7 +20,8 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.round.shards import architecture, load_shard
-from dask_dane.pipeline.round.streamed import CACHE_CHUNKS, WINDOW_CHUNKS, ChunkWindow, StreamedRows
+from dask_dane.pipeline.round.streamed import CACHE_CHUNKS, WINDOW_CHUNKS, StreamedRows
+from dask_dane.pipeline.round.window import ChunkWindow
 from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
@@ -324,7 +325,8 @@ def test_a_shard_too_big_to_hold_is_one_line_naming_it_and_the_fix(
     out = tmp_path / "run"
     address = cluster_client.scheduler.address
     status = run_cli(["train", str(digits_stores[2]), "--model", "mlp", "--rounds", "1",
-                      "--out", str(out), "--scheduler", address])  # fmt: skip
+                      "--out", str(out), "--scheduler", address,
+                      "--shard-memory", "resident"])  # fmt: skip
 
     assert_one_line_error(status, capfd, ["shard 0 holds", "--shard-memory stream"])
     assert not out.exists()  # nothing written

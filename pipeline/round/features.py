@@ -87,6 +87,9 @@ class StoredRows:
         """All rows converted: a shard-sized copy (tests, single-process baselines)."""
         return self[:]
 
+    def release(self) -> None:
+        """Nothing to drop: resident rows are the shard itself (StreamedRows drops its cache)."""
+
     def take(self, rows: Rows) -> StoredRows:
         """The given rows, still in their stored dtype (subsets of an objective)."""
         return StoredRows(self.stored[rows], self.dtype, self.mean, self.std)

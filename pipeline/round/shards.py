@@ -25,7 +25,7 @@ from .augment import parse_augment
 from .features import StoredRows, stored_rows
 from .holdout import part_positions, select_part
 from .objective import ShardObjective
-from .streamed import streamed_rows
+from .streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows, streamed_rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +95,9 @@ def load_shard(
             what = shard_name(split, index, start, stop)
             y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
             rows = start + part_positions(y, part, val_fraction, seed=seed, index=index)
+        # The test split and the validation rows are only read in full passes, in order.
+        passes_only = split == "test" or part == "val"
+        how["cache_chunks"] = PASS_CACHE_CHUNKS if passes_only else CACHE_CHUNKS
         if len(rows):  # none: a shard too small to hold a row out (read below, empty)
             return streamed_shard(store, split, rows, index, task, device, **how)
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
@@ -122,6 +125,7 @@ def streamed_shard(
     normalization: dict,
     dtype: str,
     num_classes: int | None,
+    cache_chunks: int = CACHE_CHUNKS,
 ) -> ShardData:
     """The given rows (sorted indices into `split`: a range, or the rows a shard keeps) with
     features streamed from the store, labels read whole and checked (streamed.py)."""
@@ -135,6 +139,7 @@ def streamed_shard(
         dtype=getattr(torch, dtype),
         device=resolve_device(device),
         num_classes=num_classes,
+        cache_chunks=cache_chunks,
     )
     return ShardData(index=index, x=x, y=y, task=task)
 
@@ -142,12 +147,22 @@ def streamed_shard(
 def load_evaluation(test: dict, val: list[dict]) -> ShardData:
     """The test split, carrying the validation rows each shard holds out (`val`: load_shard's
     arguments per shard, part="val"; none: no split). Read on the worker that evaluates, from
-    the store: the training shards stay where they are."""
+    the store: the training shards stay where they are. Each is held as its arguments'
+    shard_memory says: the validation rows are read a chunk at a time either way, and then
+    held (resident) or left in the store (stream)."""
     split = load_shard(**test)
-    parts = [load_shard(**args) for args in val]
-    if not sum(len(part.y) for part in parts):
+    parts = [part for part in (load_shard(**args) for args in val) if len(part.y)]
+    if not parts:
         return split
-    x, y = StoredRows.concat([p.x for p in parts]), torch.cat([p.y for p in parts])
+    streamed = val[0]["shard_memory"] == "stream" and all(
+        isinstance(p.x, StreamedRows) for p in parts
+    )
+    x = (
+        StreamedRows.join([p.x for p in parts])
+        if streamed
+        else StoredRows.concat([p.x for p in parts])
+    )
+    y = torch.cat([p.y for p in parts])
     return dataclasses.replace(split, held_out=ShardData(index=-2, x=x, y=y, task=split.task))
 
 

@@ -9,10 +9,8 @@ and converts per slice exactly as StoredRows does, so every slice equals the res
 It pickles as its recipe (store, split, rows, normalisation), never its cache: a shard
 reloaded on another worker after a fault reads the same rows.
 
-Local minibatches cannot be drawn from the whole shard without reading all of it every step.
-ChunkWindow draws them from a shuffle buffer over chunks instead (see its docstring); it is a
-function of the round's generator and the step index alone, so the Dask run equals the
-single-process reference and a reloaded shard gives the same weights.
+Local minibatches cannot be drawn from the whole shard without reading all of it every step:
+window.py's ChunkWindow draws them from a shuffle buffer over chunks instead.
 """
 
 from __future__ import annotations
@@ -27,10 +25,13 @@ import torch
 from ...datasets.store.stream import ChunkReader, read_labels, shard_name
 from .features import Rows, StoredRows, normalizer
 
-# Chunks a minibatch is drawn from (the shuffle buffer), and the chunks kept decoded: the
-# window, the one the prefetch thread reads ahead, and one a full pass is on.
+# Chunks a minibatch is drawn from (window.py's shuffle buffer), and the chunks kept decoded:
+# the window, the one the prefetch thread reads ahead, and one a full pass is on.
 WINDOW_CHUNKS = 4
 CACHE_CHUNKS = WINDOW_CHUNKS + 2
+# A split that is only ever read in order, in full passes (the test split, the validation
+# rows): the chunk a pass is on and the one the prefetch thread reads ahead.
+PASS_CACHE_CHUNKS = 2
 # Fixed samples kept as read: the solve diagnostics' rows and a --grad-sample, the same rows
 # every round (drawn from the strategy's seed), scattered over every chunk of the shard.
 KEPT_SAMPLES = 2
@@ -52,8 +53,10 @@ class StreamedRows:
         mean: torch.Tensor | None,
         std: torch.Tensor | None,
         device: torch.device,
+        cache_chunks: int = CACHE_CHUNKS,
     ) -> None:
         self.reader, self.rows = reader, np.asarray(rows, dtype=np.int64)
+        self.cache_chunks = cache_chunks
         self.dtype, self.mean, self.std, self.device = dtype, mean, std, torch.device(device)
         array = reader.array
         self._sample_shape = tuple(array.shape[1:])
@@ -136,8 +139,29 @@ class StreamedRows:
     def _with(self, rows: np.ndarray, device: torch.device) -> StreamedRows:
         moved = [None if t is None else t.to(device) for t in (self.mean, self.std)]
         return StreamedRows(
-            self.reader, rows, dtype=self.dtype, mean=moved[0], std=moved[1], device=device
-        )
+            self.reader, rows, dtype=self.dtype, mean=moved[0], std=moved[1], device=device,
+            cache_chunks=self.cache_chunks,
+        )  # fmt: skip
+
+    def release(self) -> None:
+        """Drop the decoded chunks and kept samples: a split scored now and then holds nothing
+        between its passes (each pass reads every chunk again anyway)."""
+        with self._lock:
+            self._cache.clear()
+            self._samples.clear()
+
+    @staticmethod
+    def join(parts: list[StreamedRows]) -> StreamedRows:
+        """Rows of one split streamed by several parts (every shard's validation rows), as
+        one StreamedRows, still streamed; the parts' rows must follow each other in order."""
+        rows = np.concatenate([p.rows for p in parts])
+        if np.any(np.diff(rows) <= 0):
+            raise ValueError("streamed parts join only in the order of their rows")
+        first = parts[0]
+        return StreamedRows(
+            first.reader, rows, dtype=first.dtype, mean=first.mean, std=first.std,
+            device=first.device, cache_chunks=first.cache_chunks,
+        )  # fmt: skip
 
     def chunk_positions(self, chunk: int) -> torch.Tensor:
         """The row positions chunk `chunk` holds (what a minibatch draws from)."""
@@ -187,7 +211,7 @@ class StreamedRows:
                 fresh = not background
                 future = Future() if fresh else self._executor().submit(self._read, chunk)
                 self._cache[chunk] = future
-                while len(self._cache) > CACHE_CHUNKS:  # least recently used first
+                while len(self._cache) > self.cache_chunks:  # least recently used first
                     self._cache.popitem(last=False)
             self._cache.move_to_end(chunk)
         if fresh:
@@ -212,7 +236,7 @@ class StreamedRows:
 
     def __getstate__(self) -> dict:
         """The recipe: store, split, rows and normalisation; never the cache or the thread."""
-        keep = ("reader", "dtype", "mean", "std", "device")
+        keep = ("reader", "dtype", "mean", "std", "device", "cache_chunks")
         state = {name: getattr(self, name) for name in keep}
         contiguous = len(self.rows) and self.rows[-1] - self.rows[0] + 1 == len(self.rows)
         state["rows"] = (int(self.rows[0]), int(self.rows[-1]) + 1) if contiguous else self.rows
@@ -222,46 +246,6 @@ class StreamedRows:
         rows = state.pop("rows")
         rows = np.arange(*rows) if isinstance(rows, tuple) else rows  # a range travels as one
         self.__init__(state.pop("reader"), rows, **state)  # type: ignore[misc]
-
-
-class ChunkWindow:
-    """Local minibatches of one round on a streamed shard: a shuffle buffer over chunks.
-
-    The round's generator permutes the shard's chunks once; a window of WINDOW_CHUNKS
-    consecutive chunks of that order moves on by one chunk each time the steps have drawn as
-    many rows as a chunk holds on average, and each minibatch is drawn uniformly, without
-    replacement, from the rows of the chunks in the window. So a step reads at most one new
-    chunk (read ahead by the prefetch thread), and an epoch's steps pass the window over
-    every chunk. A shard of at most WINDOW_CHUNKS chunks is sampled as a resident one is:
-    uniformly over all its rows. A larger one is sampled from a moving part of itself: rows
-    of one chunk meet in minibatches more often than a uniform draw would pair them. That is
-    harmless where a shard's rows are in mixed order (an iid partition writes them permuted:
-    docs/results/memory.md measures it), not where the partition writes them class by class
-    (dirichlet, label-skew), whose chunks hold a class or two each (README, `--shard-memory`).
-    """
-
-    def __init__(self, rows: StreamedRows, rng: torch.Generator) -> None:
-        self.rows = rows
-        self.order = torch.randperm(rows.num_chunks, generator=rng).tolist()
-        self.drawn = 0
-
-    def window(self) -> list[int]:
-        """The chunks the next minibatch is drawn from."""
-        count = len(self.order)
-        first = self.drawn * count // len(self.rows)
-        return [self.order[(first + j) % count] for j in range(min(WINDOW_CHUNKS, count))]
-
-    def sample(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
-        """A minibatch of distinct row positions from the window's chunks."""
-        chunks = self.window()
-        candidates = torch.cat([self.rows.chunk_positions(c) for c in chunks])
-        size = min(batch_size, len(candidates))
-        picked = candidates[torch.randperm(len(candidates), generator=rng)[:size]]
-        self.drawn += size
-        if len(self.order) > WINDOW_CHUNKS:  # the chunk the window takes in next
-            first = self.order.index(chunks[0])
-            self.rows.prefetch(self.order[(first + WINDOW_CHUNKS) % len(self.order)])
-        return picked
 
 
 def streamed_rows(
@@ -275,6 +259,7 @@ def streamed_rows(
     dtype: torch.dtype,
     device: torch.device,
     num_classes: int | None = None,
+    cache_chunks: int = CACHE_CHUNKS,
 ) -> tuple[StreamedRows, torch.Tensor]:
     """A shard's features streamed and its labels read whole and checked, as tensors on
     `device` (labels long for classification, else in `dtype`)."""
@@ -282,6 +267,8 @@ def streamed_rows(
     y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
     reader = ChunkReader(store, split, what)
     mean, std = normalizer(reader.array.ndim, dtype, device, normalization)
-    x = StreamedRows(reader, rows, dtype=dtype, mean=mean, std=std, device=device)
+    x = StreamedRows(
+        reader, rows, dtype=dtype, mean=mean, std=std, device=device, cache_chunks=cache_chunks
+    )
     targets = torch.from_numpy(np.ascontiguousarray(y)).to(device)
     return x, targets.long() if task == "classification" else targets.to(dtype)

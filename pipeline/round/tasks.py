@@ -284,6 +284,8 @@ def evaluate(
     if shard.held_out is not None:
         held = make_objective(spec, shard.held_out, buffers).evaluate(weights.to(shard.x.device))
         metrics.update({f"val_{name}": value for name, value in held.items()})
+        shard.held_out.x.release()
+    shard.x.release()  # a streamed split holds no chunk between evaluations
     return {**metrics, "eval_s": time.perf_counter() - started}
 
 

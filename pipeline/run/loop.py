@@ -99,7 +99,7 @@ def train(
             ):
                 workers = worker_addresses(active)
                 limits = worker_memory_limit(active.scheduler_info(n_workers=-1))
-                setup = hold_shards(setup, run_dir, limits, callbacks.on_shards)
+                setup = hold_shards(setup, run_dir, limits, callbacks.on_shards, len(workers))
                 data = _load_shards(active, setup, workers)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(workers))
                 _run_rounds(active, setup, run_dir, state, data, callbacks)
@@ -140,7 +140,10 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
         allow_other_workers=True,
         **setup.evaluation_args(),
     )
-    wait_for(client, [*shards, test], setup.config.timeout)
+    try:
+        wait_for(client, [*shards, test], setup.config.timeout)
+    except OSError as err:  # every worker lost at once (stranded.py): not a traceback
+        raise ValueError(killed_loading(-1, err)) from None
     for index, future in enumerate([*shards, test]):  # index num_shards: the test split
         if future.status == "error":
             err = future.exception()  # KilledWorker: its nanny restarted it past its memory

@@ -69,15 +69,17 @@ class RunDir:
 
         A file without val_fraction was written before the validation split existed: that run
         trained on every row, so it reads as 0. Today's default would hold rows out of the
-        resumed rounds unnoticed, and refuse `--val-fraction 0` as a change of the run. Only
-        here, not in read_record: a --config file that leaves it out means the default.
+        resumed rounds unnoticed, and refuse `--val-fraction 0` as a change of the run. A file
+        without shard_memory was written when resident was the default: it resumes resident,
+        as it trained (auto could stream, and streamed minibatches are other draws). Only
+        here, not in read_record: a --config file that leaves them out means the defaults.
         """
         if not self.config.exists():
             raise ValueError(f"{self.root} holds no run to resume (no config.toml); drop --resume")
         record = read_record(self.config)
-        if "val_fraction" in record.original:
-            return record
-        return dataclasses.replace(record, original={**record.original, "val_fraction": 0.0})
+        before = {"val_fraction": 0.0, "shard_memory": "resident"}
+        missing = {key: value for key, value in before.items() if key not in record.original}
+        return dataclasses.replace(record, original={**missing, **record.original})
 
     def check_writable(self) -> None:
         """Create the directory, or say why it cannot be written."""

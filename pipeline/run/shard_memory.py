@@ -27,11 +27,16 @@ RESIDENT_FITS_SHARE = 0.8
 def shard_bytes(store: StoreInfo, converted_to: str | None = None) -> list[int]:
     """Each training shard's features as stored (what a resident shard holds), or converted
     to the dtype `converted_to` (what a converted shard holds, when that is wider)."""
+    row = row_bytes(store, converted_to)
+    return [(stop - start) * row for start, stop in store.shards]
+
+
+def row_bytes(store: StoreInfo, converted_to: str | None = None) -> int:
+    """One row's features as stored, or converted to `converted_to` where that is wider."""
     itemsize = np.dtype(store.x_dtype).itemsize
     if converted_to is not None:
         itemsize = max(itemsize, np.dtype(converted_to).itemsize)
-    row = int(np.prod(store.sample_shape, dtype=np.int64)) * itemsize
-    return [(stop - start) * row for start, stop in store.shards]
+    return int(np.prod(store.sample_shape, dtype=np.int64)) * itemsize
 
 
 def worker_memory_limit(scheduler_info: dict) -> int | None:
@@ -74,18 +79,79 @@ def _size(count: int) -> str:
     return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
 
 
+def split_bytes(store: StoreInfo, val_fraction: float, converted_to: str | None = None) -> dict:
+    """Bytes of features the evaluating worker would hold for the test split and for every
+    shard's held-out validation rows, as stored (or converted, as shard_bytes)."""
+    row = row_bytes(store, converted_to)
+    num_train = sum(stop - start for start, stop in store.shards)
+    return {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
+
+
+def resolve_split_memory(
+    mode: str, store: StoreInfo, limit: int | None, *, train: str, shards_on_worker: int,
+    val_fraction: float, dtype: str = "float32",
+) -> tuple[dict[str, str], str]:  # fmt: skip
+    """({"test": how, "val": how}, why): how the evaluating worker holds the test split and
+    the held-out validation rows, beside `shards_on_worker` training shards held `train`.
+
+    stream streams both; resident and converted hold both (refused, as one line, where the
+    test split cannot fit); auto holds what fits in AUTO_STREAM_SHARE of the worker's limit
+    after its own resident shards, the validation rows first (scored with every evaluation,
+    as the test split is, but smaller), and streams the rest.
+    """
+    sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None)
+    if mode == "stream" or (mode != "auto" and limit is None):
+        return {"test": mode, "val": mode}, ""
+    if mode in ("resident", "converted"):
+        if sizes["test"] > RESIDENT_FITS_SHARE * limit:
+            raise ValueError(
+                f"the test split holds {_size(sizes['test'])} of features, more than "
+                f"{RESIDENT_FITS_SHARE:.0%} of a worker's memory limit ({_size(limit)}): it "
+                f"cannot be held {mode}; pass --shard-memory auto (or stream), or give the "
+                "workers more memory"
+            )
+        return {"test": mode, "val": mode}, ""
+    if limit is None:
+        return {"test": "resident", "val": "resident"}, ""
+    trained = max(shard_bytes(store)) * shards_on_worker if train == "resident" else 0
+    budget = AUTO_STREAM_SHARE * limit - trained
+    held = {}
+    for split in ("val", "test"):
+        held[split] = "resident" if sizes[split] <= budget else "stream"
+        budget -= sizes[split] if held[split] == "resident" else 0
+    parts = [f"{split} {held[split]} ({_size(sizes[split])})" for split in ("test", "val")]
+    return held, "; evaluation: " + ", ".join(parts if val_fraction > 0 else parts[:1])
+
+
 def hold_shards(
-    setup: RunSetup, run_dir: RunDir, limit: int | None, announce: Callable[[str], None]
+    setup: RunSetup,
+    run_dir: RunDir,
+    limit: int | None,
+    announce: Callable[[str], None],
+    workers: int = 1,
 ) -> RunSetup:
-    """`setup` with --shard-memory resolved for workers of memory limit `limit` (the smallest,
-    worker_memory_limit): the choice and its reason noted in config.toml (a comment: the
-    setting itself stays as given, so auto resumes as auto) and announced as a phrase for the
-    run's first line (Callbacks.on_shards)."""
-    mode = setup.config.shard_memory
-    chosen, why = resolve_shard_memory(mode, setup.store, limit, setup.config.dtype)
-    run_dir.note_config(f"shard_memory {why}")
-    announce(why)
-    return replace(setup, config=replace(setup.config, shard_memory=chosen))
+    """`setup` with --shard-memory resolved for `workers` workers of memory limit `limit` (the
+    smallest, worker_memory_limit), for the training shards and, on the evaluating worker,
+    the test split and the validation rows: the choice and its reason noted in config.toml
+    (a comment: the setting itself stays as given, so auto resumes as auto) and announced as
+    a phrase for the run's first line (Callbacks.on_shards)."""
+    config = setup.config
+    chosen, why = resolve_shard_memory(config.shard_memory, setup.store, limit, config.dtype)
+    held, evaluation = resolve_split_memory(
+        config.shard_memory, setup.store, limit, train=chosen, dtype=config.dtype,
+        shards_on_worker=-(-setup.store.num_shards // max(workers, 1)),
+        val_fraction=config.val_fraction,
+    )  # fmt: skip
+    if chosen == "stream":
+        why += "; minibatches from a window of chunks: other draws than a resident run's"
+    run_dir.note_config(f"shard_memory {why}{evaluation}")
+    announce(why + evaluation)
+    return replace(
+        setup,
+        config=replace(config, shard_memory=chosen),
+        test_memory=held["test"],
+        val_memory=held["val"],
+    )
 
 
 def killed_loading(index: int, err: BaseException) -> str:
@@ -94,6 +160,7 @@ def killed_loading(index: int, err: BaseException) -> str:
     up after distributed.scheduler.allowed-failures): the shard and the fix. Dask's words
     name the task, which tells a shard's load from the test split's."""
     what = "the test split" if "load_test" in str(err) else f"shard {index}"
+    what = "the shards" if index < 0 else what  # every worker lost at once: which is unknown
     words = " ".join(str(err).split())
     words = words if len(words) <= 160 else words[:157] + "..."
     return (

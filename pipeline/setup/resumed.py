@@ -54,7 +54,7 @@ RESUMABLE_KEYS = frozenset(
         "threads_per_worker",
         "device",
         # Where the shards are held: a resume on a cluster with less memory must be able to
-        # stream. Minibatch draws differ from resident ones (round/streamed.py ChunkWindow);
+        # stream. Minibatch draws differ from resident ones (round/window.py ChunkWindow);
         # full passes and exact solves do not.
         "shard_memory",
         "broadcast",

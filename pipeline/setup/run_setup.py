@@ -44,6 +44,11 @@ class RunSetup:
     store: StoreInfo
     spec: ModelSpec
     strategy: Strategy
+    # How the evaluating worker holds the test split and the held-out validation rows
+    # (resident | stream), resolved beside the shards' (run/shard_memory.py); None: as the
+    # shards are held.
+    test_memory: str | None = None
+    val_memory: str | None = None
 
     def shard_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_shard for training shard `index`."""
@@ -53,13 +58,15 @@ class RunSetup:
 
     def val_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_shard for training shard `index`'s held-out rows."""
-        return {**self.shard_args(index), **self._holdout("val")}
+        args = {**self.shard_args(index), **self._holdout("val")}
+        return {**args, "shard_memory": self.val_memory or args["shard_memory"]}
 
     def _holdout(self, part: str) -> dict:
         return dict(part=part, val_fraction=self.config.val_fraction, seed=self.config.seed)
 
     def test_args(self) -> dict:
-        return self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
+        args = self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
+        return {**args, "shard_memory": self.test_memory or args["shard_memory"]}
 
     # In-process loading, exactly as the workers load: the reference, evaluation and the
     # benchmarks' single-process baselines read the same normalised rows through these.

@@ -128,13 +128,18 @@ class ClusterSettings:
         help="Memory limit of each worker of a started cluster, e.g. 2GiB (Dask's: the "
         "machine's memory over --workers).",
     )
+    # auto by default: a run whose data fits is held resident, as before, and one whose data
+    # does not fit streams what does not, instead of stopping to ask for the flag.
     shard_memory: str = declare(
-        "resident",
-        help="resident (each shard read once and held as stored: uint8 images stay uint8) | "
-        "converted (held in the run's dtype, normalised: 4x a uint8 store's bytes, no "
-        "per-batch conversion) | stream (features read from the store a chunk at a time, "
-        "minibatches drawn from a window of chunks) | auto (stream when a shard's stored "
-        "bytes exceed a quarter of a worker's memory limit).",
+        "auto",
+        help="auto (stream the training shards when one exceeds a quarter of a worker's "
+        "memory limit; on the evaluating worker, hold the validation rows and the test split "
+        "where they fit in what its shards leave of that quarter, stream the rest) | resident "
+        "(each shard read once and held as stored: uint8 images stay uint8) | converted (held "
+        "in the run's dtype, normalised: 4x a uint8 store's bytes, no per-batch conversion) | "
+        "stream (every split read from the store a chunk at a time). Streamed shards draw "
+        "minibatches from a window of chunks: other draws than a resident run's, so the "
+        "weights differ; full passes (gradients, evaluation) give the same numbers.",
     )
     scheduler: str | None = declare(None, help="Address of a running Dask scheduler to use.")
     # What `dask scheduler --scheduler-file` wrote (HPC).
