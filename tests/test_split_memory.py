@@ -1,0 +1,146 @@
+"""Every split held the way it fits (`--shard-memory auto`, the default): the test split and the
+validation rows are held by the evaluating worker where they fit, streamed where they do not,
+and scored to the same numbers either way; a resumed run keeps the way it was held.
+
+The cluster here has workers with a memory limit of 64 KiB and Dask's memory manager off: auto
+decides from that limit, and the test split (96 KiB) alone exceeds it, while nothing is paused
+or killed for the real size of a Python process."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.sources import SourceOptions, load_source
+from dask_dane.datasets.store import open_store, write
+from dask_dane.pipeline.round import tasks
+from dask_dane.pipeline.round.features import StoredRows
+from dask_dane.pipeline.round.streamed import PASS_CACHE_CHUNKS, StreamedRows
+from dask_dane.pipeline.run.metrics import read_metrics
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.run.shard_memory import resolve_split_memory
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
+
+ROW_BYTES = 64  # a digits image: 1 x 8 x 8 uint8
+LIMIT = 64 * 2**10  # each worker's memory limit, as auto reads it
+
+
+@pytest.fixture(scope="module")
+def big_test_split(tmp_path_factory):
+    """Digits with 300 training rows in 2 shards and 1497 test rows (96 KiB, more than LIMIT),
+    in chunks of 37 rows."""
+    raw = load_source("digits", SourceOptions(seed=0))
+    x = np.concatenate([raw.x_train, raw.x_test])
+    y = np.concatenate([raw.y_train, raw.y_test])
+    raw = dataclasses.replace(raw, x_train=x[:300], y_train=y[:300], x_test=x[300:], y_test=y[300:])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(write, "CHUNK_BYTES", 37 * ROW_BYTES)
+        path = tmp_path_factory.mktemp("split") / "digits.zarr"
+        written = write.write_store(raw, PartitionSpec(num_shards=2, seed=0), path, force=False)
+    return open_store(str(written.path))
+
+
+def test_auto_holds_what_fits_beside_the_shards_and_streams_the_rest(big_test_split):
+    info = big_test_split
+    decide = dict(train="resident", shards_on_worker=1)
+
+    held, why = resolve_split_memory("auto", info, LIMIT, val_fraction=0.1, **decide)
+    assert held == {"test": "stream", "val": "resident"}, why
+    assert "evaluation: test stream (94 KiB), val resident (2 KiB)" in why
+
+    held, _ = resolve_split_memory("auto", info, LIMIT, val_fraction=0.5, **decide)
+    assert held == {"test": "stream", "val": "stream"}  # 150 rows: over what the shard leaves
+    held, _ = resolve_split_memory("auto", info, 100 * LIMIT, val_fraction=0.5, **decide)
+    assert held == {"test": "resident", "val": "resident"}
+    held, _ = resolve_split_memory("stream", info, 100 * LIMIT, val_fraction=0.1, **decide)
+    assert held == {"test": "stream", "val": "stream"}
+    with pytest.raises(ValueError, match=r"^the test split holds 94 KiB .* --shard-memory auto"):
+        resolve_split_memory("resident", info, LIMIT, val_fraction=0.1, **decide)
+
+
+def test_streamed_splits_score_as_resident_ones_and_hold_no_chunk_afterwards(big_test_split):
+    config = RunConfig(store=str(big_test_split.path), model="mlp", val_fraction=0.5).validate()
+    setup = prepare_run(config)
+    weights, buffers = initial_state(setup.spec, 3)
+
+    resident = dataclasses.replace(setup, test_memory="resident", val_memory="resident")
+    streamed = dataclasses.replace(setup, test_memory="stream", val_memory="stream")
+    held, split = resident.load_evaluation(), streamed.load_evaluation()
+    scores = [tasks.evaluate(setup.spec, s, weights, buffers) for s in (held, split)]
+
+    assert isinstance(held.x, StoredRows) and isinstance(held.held_out.x, StoredRows)
+    assert isinstance(split.x, StreamedRows) and isinstance(split.held_out.x, StreamedRows)
+    assert split.x.cache_chunks == PASS_CACHE_CHUNKS
+    assert torch.equal(held.held_out.y, split.held_out.y)
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        assert scores[0][name] == scores[1][name], name
+    assert split.x.nbytes == split.x.rows.nbytes  # no chunk kept between evaluations
+    assert split.held_out.x.nbytes == split.held_out.x.rows.nbytes
+
+
+@pytest.fixture(scope="module")
+def small_workers():
+    """2 workers whose memory limit is LIMIT, with Dask's memory manager off."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from dask_dane.pipeline.run.cluster import CLUSTER_CONFIG
+
+    off = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause")}
+    off["distributed.worker.memory.terminate"] = False
+    with dask.config.set({**CLUSTER_CONFIG, **off}):
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR, memory_limit=LIMIT,
+        )  # fmt: skip
+        client = Client(cluster)
+        yield client
+        client.close()
+        cluster.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("val_fraction", [0.0, 0.5], ids=["no-validation", "validation"])
+def test_a_test_split_larger_than_a_worker_trains_and_scores_with_the_defaults(
+    big_test_split, small_workers, tmp_path, val_fraction
+):
+    from dask_dane.pipeline.run.loop import train
+
+    config = RunConfig(
+        store=str(big_test_split.path), out=str(tmp_path / "run"), model="small-cnn",
+        rounds=2, seed=3, local_steps=5, batch_size=16, val_fraction=val_fraction,
+    ).validate()  # fmt: skip
+
+    train(config, client=small_workers)
+
+    run = RunDir(tmp_path / "run")
+    note = re.search(r"^# shard_memory (.*)$", run.config.read_text(), flags=re.M).group(1)
+    assert note.startswith("auto: resident (shard ") and "evaluation: test stream" in note
+    assert ("val stream" in note) == (val_fraction > 0), note
+    rows = read_metrics(run.metrics)
+    reference = run_reference(prepare_run(config), rounds=2, num_workers=2).history
+    scored = ["test_loss", "test_accuracy"] + ["val_loss", "val_accuracy"] * (val_fraction > 0)
+    for row, expected in zip(rows, reference, strict=True):
+        assert {k: row[k] for k in scored} == {k: expected[k] for k in scored}
+
+
+def test_a_resumed_run_keeps_how_its_shards_were_held(tmp_path, digits_stores):
+    run = RunDir(tmp_path / "run")
+    run.check_writable()
+    store = str(digits_stores[2])
+
+    run.write_config(RunConfig(store=store, shard_memory="stream").validate())
+    assert run.saved_config()["shard_memory"] == "stream"
+
+    lines = run.config.read_text().splitlines()
+    run.config.write_text("\n".join(x for x in lines if not x.startswith("shard_memory")) + "\n")
+    assert run.saved_config()["shard_memory"] == "resident"  # written when resident was default
+    assert RunConfig().shard_memory == "auto"
