@@ -101,11 +101,20 @@ class StoredRows:
 
     @staticmethod
     def concat(parts: list[StoredRows]) -> StoredRows:
-        """Shards' rows in order, as one (the reference's whole training set)."""
-        # Streamed shards (streamed.py) are read whole: what asks for all rows holds them.
-        parts = [p if isinstance(p, StoredRows) else p.take(torch.arange(len(p))) for p in parts]
+        """Shards' rows in order, as one (the reference's whole training set, the validation
+        rows of every shard). Streamed parts (streamed.py) are read whole, one at a time into
+        the result: what asks for all rows holds them, but never twice."""
         first = parts[0]
-        return StoredRows(torch.cat([p.stored for p in parts]), first.dtype, first.mean, first.std)
+        shape = (sum(len(p) for p in parts), *first.shape[1:])
+        dtype = first.stored.dtype if isinstance(first, StoredRows) else first.stored_dtype
+        joined = torch.empty(shape, dtype=dtype, device=first.device)
+        start = 0
+        for part in parts:
+            rows = part.stored if isinstance(part, StoredRows) else part.read_all()
+            joined[start : start + len(rows)] = rows
+            start += len(rows)
+            del rows  # a streamed part's copy goes before the next is read
+        return StoredRows(joined, first.dtype, first.mean, first.std)
 
 
 def stored_rows(stored: torch.Tensor, dtype: torch.dtype, normalization: dict | None) -> StoredRows:

@@ -95,6 +95,10 @@ class StreamedRows:
             held += list(self._samples.values())
         return self.rows.nbytes + sum(t.element_size() * t.nelement() for t in held)
 
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        return self._stored_dtype
+
     def element_size(self) -> int:
         return torch.empty((), dtype=self.dtype).element_size()
 
@@ -110,6 +114,10 @@ class StreamedRows:
 
     def dense(self) -> torch.Tensor:
         return self[:]
+
+    def read_all(self) -> torch.Tensor:
+        """Every row in its stored dtype, read a chunk at a time (a fresh tensor, not kept)."""
+        return self._gather(np.arange(len(self), dtype=np.int64))
 
     def take(self, rows: Rows) -> StoredRows | StreamedRows:
         """A range of rows stays streamed (a half-shard, correction.py); picked rows (a fixed
