@@ -124,7 +124,7 @@ def train(
     """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
 
     Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
-    presets/skew-dane.toml (README, "Non-iid data").
+    presets/skew-dane.toml (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
     from ..pipeline.run import loop
