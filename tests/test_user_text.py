@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # "issue 12", "Issue #12", "issues 12 and 25"; not "issue-14" (an old anchor kept for links).
-ISSUE = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
+ISSUE = re.compile(r"\bissues?[\s#]+\d+", re.IGNORECASE)  # "#" also starts a wrapped comment
 TEXT_SUFFIXES = {".md", ".toml", ".sh", ".json", ".py", ".txt"}
 
 
@@ -28,9 +28,10 @@ def issue_mentions(root: Path) -> list[str]:
     """Each mention of an issue number in the user's text, as 'file:line: text'."""
     found = []
     for path in user_text_files(root):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            for match in ISSUE.finditer(line):
-                found.append(f"{path.relative_to(root)}:{number}: {match.group(0)}")
+        text = path.read_text(encoding="utf-8")
+        for match in ISSUE.finditer(text):  # the whole text: a wrapped line splits "issue\n12"
+            number = text.count("\n", 0, match.start()) + 1
+            found.append(f"{path.relative_to(root)}:{number}: {' '.join(match.group(0).split())}")
     return found
 
 
@@ -46,12 +47,12 @@ def test_the_checker_finds_each_spelling_and_spares_an_old_anchor(tmp_path):
     (tmp_path / "README.md").write_text("see issue 12\n")
     (tmp_path / "docs" / "page.md").write_text("# Page\n(Issue #5) and issues 12 and 25\n")
     (tmp_path / "docs" / "old.md").write_text('<a id="speed-issue-5"></a> an issue tracker\n')
-    (tmp_path / "presets" / "p.toml").write_text("# measured in ISSUE 34\nx = 1\n")
+    (tmp_path / "presets" / "p.toml").write_text("# measured in ISSUE\n# 34\nx = 1\n")
     assert issue_mentions(tmp_path) == [
         "README.md:1: issue 12",
         "docs/page.md:2: Issue #5",
         "docs/page.md:2: issues 12",
-        "presets/p.toml:1: ISSUE 34",
+        "presets/p.toml:1: ISSUE # 34",
     ]
 
 
