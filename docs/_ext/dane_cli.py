@@ -118,7 +118,9 @@ class DaneSettings(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         import dataclasses
 
+        from dask_dane.cli.options import ARGUMENTS
         from dask_dane.pipeline.algorithms.parts.hyperparameters import shown_default
+        from dask_dane.pipeline.algorithms.parts.setting_error import flag
         from dask_dane.pipeline.setup.config import SECTIONS
 
         rows = []
@@ -127,18 +129,25 @@ class DaneSettings(SphinxDirective):
                 declared = f.metadata.get("declaration")
                 if declared is not None:
                     shown = shown_default(declared.default) or "unset"
-                    rows.append([f.name, section, shown, declared.help])
-        return [_table(["key", "section", "default", "what it sets"], rows, code=3)]
+                    option = "STORE" if f.name in ARGUMENTS else flag(f.name)
+                    rows.append([f.name, option, section, shown, declared.help])
+        header = ["key", "dane train", "section", "default", "what it sets"]
+        return [_table(header, rows, code=4)]
 
 
 class DanePresets(SphinxDirective):
     """`dane-presets`: the shipped presets and scripts, as `dane presets` lists them."""
 
     def run(self) -> list[nodes.Node]:
-        from dask_dane.presets import list_presets
+        from dask_dane.presets import RECOMMENDED, list_presets
 
-        rows = [[p.name, p.kind, p.purpose] for p in list_presets()]
-        return [_table(["name", "kind", "purpose"], rows, code=1)]
+        shipped = sorted(list_presets(), key=lambda p: p.name not in RECOMMENDED)
+        kinds = {"settings": "dane train", "runs": "dane bench train", "script": "script"}
+        rows = [
+            [p.name, "recommended" if p.name in RECOMMENDED else kinds[p.kind], p.purpose]
+            for p in shipped
+        ]
+        return [_table(["name", "use", "purpose"], rows, code=1)]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
