@@ -28,6 +28,7 @@ root_doc = "index"
 exclude_patterns = [
     "_build",
     "_ext",
+    "_static",
     "examples",
     # Kept for the links into it from before the site; it maps old anchors to new pages.
     "results.md",
@@ -47,5 +48,6 @@ autodoc_typehints = "none"  # numpydoc's Parameters section says the types
 
 html_theme = "furo"
 html_title = "dask-dane"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["dane.css"]
 smartquotes = False  # "--local-lr" stays two hyphens, as it is typed

@@ -96,9 +96,10 @@ class DaneCli(SphinxDirective):
 
 
 def _table(header: list[str], rows: list[list[str]], code: int) -> nodes.table:
-    """A table whose first `code` columns are literals and the rest prose."""
+    """A table whose first `code` columns are literals and the rest prose, the prose the
+    widest (a long help text would otherwise push the table past the page)."""
     group = nodes.tgroup(cols=len(header))
-    group += [nodes.colspec(colwidth=1) for _ in header]
+    group += [nodes.colspec(colwidth=2 if i < code else 6) for i in range(len(header))]
 
     def row(cells: list[str], literal_upto: int) -> nodes.row:
         line = nodes.row()
@@ -109,7 +110,7 @@ def _table(header: list[str], rows: list[list[str]], code: int) -> nodes.table:
 
     group += nodes.thead("", row(header, 0))
     group += nodes.tbody("", *(row(cells, code) for cells in rows))
-    return nodes.table("", group)
+    return nodes.table("", group, classes=["colwidths-given", "dane-reference"])
 
 
 class DaneSettings(SphinxDirective):
