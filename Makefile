@@ -11,7 +11,7 @@ RUN_DIR ?= runs/quickstart
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.dask-dane-installed
 
-.PHONY: setup train test coverage test-fast mutation lint clean
+.PHONY: setup train test coverage test-fast mutation lint clean docs
 
 setup: $(STAMP)
 
@@ -87,6 +87,13 @@ mutation: $(STAMP)
 	$(PY) tests/mutation/run.py run --paths-to-mutate $(MUTATE) --tests-dir tests \
 		--runner '$(PY) tests/mutation/forkserver.py run $(MUTATION_SOCKET) -x -q -p no:cacheprovider -m "not cluster" tests/test_comm.py tests/test_algorithms.py tests/test_oracles.py'; \
 	status=$$?; kill $$(cat .mutation-server.pid); rm -f .mutation-server.pid; exit $$status
+
+# The documentation site, offline, warnings as errors (docs/conf.py). Its tools are the `docs`
+# extra (also in `test`). -E: a fresh read every time, since the CLI reference and the settings
+# are generated from the code, which Sphinx does not watch.
+docs: $(STAMP)
+	$(PY) -c 'import sphinx, myst_parser, furo, numpydoc' 2>/dev/null || $(PY) -m pip install -q -e '.[docs]'
+	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

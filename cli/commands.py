@@ -22,6 +22,21 @@ class _Commands(LazyCommands, TyperGroup):
 
     order = ("prepare", "info", "train", "evaluate", "export", "report", "presets", "watch")
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The commands under their panels' headings: `bench` apart from the commands a user
+        trains with (its rich_help_panel), in plain text as the rest of --help."""
+        panels: dict[str, list[tuple[str, Any]]] = {}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)  # a stand-in stays one: nothing is built
+            if command is not None and not command.hidden:
+                panel = getattr(command, "rich_help_panel", None) or "Commands"
+                panels.setdefault(panel, []).append((name, command))
+        width = max((len(name) for rows in panels.values() for name, _ in rows), default=0)
+        for title, rows in panels.items():
+            with formatter.section(title):
+                limit = formatter.width - 6 - width
+                formatter.write_dl([(name, c.get_short_help_str(limit)) for name, c in rows])
+
 
 app = typer.Typer(
     cls=_Commands,
@@ -30,6 +45,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode=None,  # plain-text usage errors: one readable line, no box
+    epilog=opt.docs("dane"),
 )
 
 
@@ -53,7 +69,7 @@ def _options(
     """Train models with DANE (Distributed Approximate NEwton) on a Dask cluster."""
 
 
-@app.command()
+@app.command(epilog=opt.docs("prepare"))
 def prepare(
     source: opt.Source,
     out: opt.StoreOut,
@@ -106,7 +122,7 @@ def prepare(
     )
 
 
-@app.command()
+@app.command(epilog=opt.docs("info"))
 def info(store: Annotated[str, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
     """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
     from .store_info import store_lines
@@ -124,7 +140,7 @@ def train(
     """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
 
     Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
-    presets/skew-dane.toml (README, "Non-iid data").
+    presets/skew-dane.toml (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
     from ..pipeline.run import loop
@@ -135,7 +151,7 @@ def train(
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
 
-    resolved = plan_run(flags, file=config, resume=resume)
+    resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
     refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
     with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
         export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
@@ -152,7 +168,7 @@ def train(
     )
 
 
-@app.command()
+@app.command(epilog=opt.docs("evaluate"))
 def evaluate(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
     best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
@@ -172,7 +188,7 @@ def evaluate(
     typer.echo(line)
 
 
-@app.command()
+@app.command(epilog=opt.docs("export"))
 def export(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
     out: Annotated[Path, typer.Option("--out", help="The file to write (.pt2 or .pt).")],
@@ -198,7 +214,7 @@ def export(
     typer.echo(f"wrote {written} ({format})")
 
 
-@app.command()
+@app.command(epilog=opt.docs("report"))
 def report(
     run_dirs: Annotated[
         list[Path], typer.Argument(help="Run directories written by `dane train`.")
@@ -212,7 +228,7 @@ def report(
         typer.echo(f"wrote {path}")
 
 
-@app.command("presets")
+@app.command("presets", epilog=opt.docs("presets"))
 def show_presets(
     path: Annotated[
         str | None, typer.Option("--path", metavar="NAME", help="Print the file of NAME only.")
@@ -229,24 +245,32 @@ def show_presets(
     if path is not None:
         typer.echo(presets.preset_path(path))
         return
-    shipped = presets.list_presets()
-    width = max(len(p.name) for p in shipped)
-    for kind, title in (("settings", "dane train --config preset:NAME"),
-                        ("runs", "dane bench train --config preset:NAME"),
-                        ("script", "bash \"$(dane presets --path NAME)\"")):  # fmt: skip
+    shipped = {p.name: p for p in presets.list_presets()}
+    width = max(map(len, shipped))
+    recommended = [shipped[name] for name in presets.RECOMMENDED]
+    rest = [p for p in shipped.values() if p.name not in presets.RECOMMENDED]
+    for title, listed in (
+        ("Recommended (dane train --config preset:NAME)", recommended),
+        ("Benchmark settings (dane train --config preset:NAME)",
+         [p for p in rest if p.kind == "settings"]),
+        ("Benchmark runs (dane bench train --config preset:NAME)",
+         [p for p in rest if p.kind == "runs"]),
+        ("Benchmark grids (bash \"$(dane presets --path NAME)\")",
+         [p for p in rest if p.kind == "script"]),
+    ):  # fmt: skip
         typer.echo(f"{title}:")
-        for preset in (p for p in shipped if p.kind == kind):
+        for preset in listed:
             typer.echo(f"  {preset.name:<{width}}  {preset.purpose}")
 
 
 # Built when named: train's options import every algorithm, bench every benchmark (torch).
 _Commands.lazy = (
     LazyCommand("train", help=inspect.getdoc(train) or "", load=lambda: opt.train_command(train)),
-    LazyCommand("bench", help=opt.BENCH_HELP, load=opt.bench_group),
+    LazyCommand("bench", help=opt.BENCH_HELP, load=opt.bench_group, rich_help_panel="Benchmarks"),
 )
 
 
-@app.command("watch")
+@app.command("watch", epilog=opt.docs("watch"))
 def watch_run(
     run_dir: Annotated[Path, typer.Argument(help="The run directory (its metrics.jsonl).")],
     interval: Annotated[float, typer.Option(help="Seconds between reads of it.")] = 1.0,

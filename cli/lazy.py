@@ -26,8 +26,15 @@ class LazyCommand(TyperCommand):
     sentence's end to one of them), and the listing must read as the real commands' would.
     """
 
-    def __init__(self, name: str, *, help: str, load: Callable[[], click.Command]) -> None:
-        super().__init__(name, help=help)
+    def __init__(
+        self,
+        name: str,
+        *,
+        help: str,
+        load: Callable[[], click.Command],
+        rich_help_panel: str | None = None,
+    ) -> None:
+        super().__init__(name, help=help, rich_help_panel=rich_help_panel)
         self._load = load
         self._real: click.Command | None = None
 

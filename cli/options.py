@@ -34,6 +34,27 @@ from ..datasets.raw import SourceOptions
 from .lazy import LazyCommand, LazyCommands
 
 ARGUMENTS = ("store",)  # fields given by position rather than as --flags
+# The page of the documentation (docs/, `make docs` builds the site) that each command's
+# --help ends with; `dane bench` and its commands share the benchmarks' page.
+DOCS = {
+    "dane": "docs/index.md",
+    "prepare": "docs/howto/own-images.md",
+    "info": "docs/reference/formats.md",
+    "train": "docs/tutorials/quickstart.md",
+    "evaluate": "docs/reference/formats.md",
+    "export": "docs/howto/own-model.md",
+    "report": "docs/howto/tracking.md",
+    "presets": "docs/reference/settings.md",
+    "watch": "docs/howto/tracking.md",
+    "bench": "docs/results/running.md",
+}
+
+
+def docs(command: str) -> str:
+    """The line a command's --help ends with: its page, and the command line reference."""
+    return f"Docs: {DOCS[command]}, and every option in docs/reference/cli.md."
+
+
 # `dane train`'s own options, beside RunConfig's.
 # train's own two options stand with the run's settings in its --help (config.PANELS).
 RUN_PANEL = "Run and output"
@@ -56,6 +77,7 @@ def run_config_parameters() -> list[inspect.Parameter]:
     # Imported here, not above: the declarations import every algorithm module, which
     # `dane --help` (and every command but train) need not wait for (cli/lazy.py).
     from ..pipeline.algorithms.parts.hyperparameters import with_default
+    from ..pipeline.algorithms.parts.setting_error import FLAG_NAMES, flag, former_flag
     from ..pipeline.setup.config import SECTIONS, RunConfig, panel_of
 
     types = typing.get_type_hints(RunConfig)
@@ -66,14 +88,38 @@ def run_config_parameters() -> list[inspect.Parameter]:
             if f.name in ARGUMENTS:
                 info = typer.Argument(help=text)
             else:
-                info = typer.Option(help=text, rich_help_panel=panel_of(f.name))
-            annotation = Annotated[_without_none(types[f.name]) | None, info]
-            parameters.append(
-                inspect.Parameter(
-                    f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
-                )
-            )
+                info = typer.Option(flag(f.name), help=text, rich_help_panel=panel_of(f.name))
+            kind = _without_none(types[f.name]) | None
+            parameters.append(_keyword(f.name, Annotated[kind, info]))
+            if f.name in FLAG_NAMES:  # the former spelling still parses, hidden from --help
+                hidden = typer.Option(former_flag(f.name), hidden=True)
+                parameters.append(_keyword(f.name + FORMER, Annotated[kind, hidden]))
     return parameters
+
+
+FORMER = "__former"  # the suffix of a former spelling's parameter (run_config_parameters)
+
+
+def former_spellings_applied(flags: dict[str, Any]) -> dict[str, Any]:
+    """`flags` with each former spelling (--lr-schedule) read as its field (lr_schedule)."""
+    from ..pipeline.algorithms.parts.setting_error import flag, former_flag
+
+    flags = dict(flags)
+    for key in [k for k in flags if k.endswith(FORMER)]:
+        name, value = key.removesuffix(FORMER), flags.pop(key)
+        if value is None:
+            continue
+        if flags.get(name) is not None:
+            raise ValueError(f"{former_flag(name)} is {flag(name)}'s former name: give one")
+        flags[name] = value
+    return flags
+
+
+def _keyword(name: str, annotation: Any) -> inspect.Parameter:
+    """A keyword parameter that is None unless its flag is given."""
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+    )
 
 
 def run_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -87,7 +133,9 @@ def run_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def train_command(train: Callable[..., Any]) -> click.Command:
     """`dane train` as Typer builds it: `train` with one option per RunConfig field."""
     return _mounted(
-        lambda parent: parent.command("train", cls=PanelledCommand)(run_config_options(train))
+        lambda parent: parent.command("train", cls=PanelledCommand, epilog=docs("train"))(
+            run_config_options(train)
+        )
     )
 
 
@@ -117,7 +165,7 @@ class PanelledCommand(typer.core.TyperCommand):
 def _bench_command(name: str) -> click.Command:
     """`dane bench NAME` as Typer builds it, from its benchmark's cli.py."""
     command = load_bench_command(name)
-    return _mounted(lambda parent: parent.command(name)(command))
+    return _mounted(lambda parent: parent.command(name, epilog=docs("bench"))(command))
 
 
 BENCH_HELP = bench.BENCH_HELP  # declared beside the benchmarks, read without importing them
@@ -135,7 +183,9 @@ class BenchCommands(LazyCommands, TyperGroup):
 
 def bench_group() -> click.Command:
     """`dane bench`: every benchmark's commands (bench/app.py), none of them built yet."""
-    group = typer.Typer(cls=BenchCommands, help=BENCH_HELP, no_args_is_help=True)
+    group = typer.Typer(
+        cls=BenchCommands, help=BENCH_HELP, no_args_is_help=True, epilog=docs("bench")
+    )
     return _mounted(lambda parent: parent.add_typer(group, name="bench"))
 
 
@@ -161,7 +211,8 @@ Source = Annotated[
     str,
     typer.Argument(
         help="Data source: digits | synthetic | fashion-mnist | mnist-1d | idx:DIR | npz:FILE "
-        "| images:DIR (DIR/<class>/<image>) | cifar10:DIR | cifar100:DIR (python batches)."
+        "| images:DIR (DIR/<class>/<image>) | cifar10:DIR | cifar100:DIR (python batches); "
+        "tabular, for the convex experiments: synthetic-ridge | digits-tabular."
     ),
 ]
 StoreOut = Annotated[str, typer.Option("--out", help="Store to write: a path or s3://... URL.")]

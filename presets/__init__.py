@@ -19,6 +19,14 @@ from importlib.resources import files
 from pathlib import Path
 
 PREFIX = "preset:"
+# The settings to start from, each for a case a user has; `dane presets` lists them first.
+# The others are the benchmarks' settings and grids, kept to reproduce the measured pages.
+RECOMMENDED = (
+    "skew-dane",
+    "fashion-mnist-scale",
+    "fashion-mnist-dane-best",
+    "fashion-mnist-dane-fast",
+)
 # This package holds the TOMLs; its scripts/ folder the shell scripts that drive whole grids.
 # A wheel installs as files, so the resources are paths the CLI can print and bash can run.
 PRESETS_DIR = Path(str(files(__name__)))

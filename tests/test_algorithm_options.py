@@ -37,7 +37,7 @@ def test_lr_schedules_follow_their_formulas():
     # The names a user types are the names the schedule knows.
     for name in ("constant", "cosine", "step"):
         assert RunConfig(lr_schedule=name).validate().lr_schedule == name
-    with pytest.raises(ValueError, match="--lr-schedule"):
+    with pytest.raises(ValueError, match="--local-lr-schedule"):
         RunConfig(lr_schedule="linear").validate()
 
 

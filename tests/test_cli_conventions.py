@@ -64,10 +64,15 @@ def test_the_listing_shows_train_and_bench_built_only_when_named():
     train = runner.invoke(app, ["train", "--help"])
     bench = runner.invoke(app, ["bench", "--help"])
 
-    names = [line.split()[0] for line in listing.output.split("Commands:")[1].splitlines() if line]
-    assert names == [
-        "prepare", "info", "train", "evaluate", "export", "report", "presets", "watch", "bench"
+    commands, benchmarks = listing.output.split("Commands:")[1].split("Benchmarks:")
+
+    def names(section: str) -> list[str]:  # up to the blank line that ends it
+        return [line.split()[0] for line in section.split("\n\n")[0].splitlines() if line]
+
+    assert names(commands) == [
+        "prepare", "info", "train", "evaluate", "export", "report", "presets", "watch"
     ]  # fmt: skip
+    assert names(benchmarks) == ["bench"]  # apart, under its own heading
     assert "Train a model with DANE" in listing.output
     assert train.exit_code == 0 and "--local-lr" in train.output and "[0.05]" in train.output
     assert "--install-completion" not in bench.output  # mounted under dane's settings

@@ -39,13 +39,13 @@ def test_defaults_are_valid():
         ("safeguard", "sometimes", "--safeguard"),
         ("l2", -0.01, "--l2"),
         ("timeout", 0.0, "--timeout"),
-        ("momentum", 1.0, "--momentum"),
+        ("momentum", 1.0, "--local-momentum"),
         ("server_momentum", -0.1, "--server-momentum"),
         ("trust_radius", -1.0, "--trust-radius"),
         ("line_search", -2, "--line-search"),
         ("eval_every", 0, "--eval-every"),
         ("threads_per_worker", 0, "--threads-per-worker"),
-        ("lr_schedule", "linear", "--lr-schedule"),
+        ("lr_schedule", "linear", "--local-lr-schedule"),
     ],
 )
 def test_validate_rejects_bad_value_naming_the_flag(field, value, flag):

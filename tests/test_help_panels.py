@@ -9,6 +9,7 @@ import re
 from typer.testing import CliRunner
 
 from dask_dane.cli.commands import app
+from dask_dane.pipeline.algorithms.parts.setting_error import flag
 from dask_dane.pipeline.setup.config import PANELS, RunConfig, panel_of
 
 
@@ -41,7 +42,7 @@ def test_train_help_groups_every_option_under_its_panel_in_order():
     listed = {option: title for title, options in panels.items() for option in options}
     for f in dataclasses.fields(RunConfig):
         if f.name != "store":  # the argument
-            assert listed["--" + f.name.replace("_", "-")] == panel_of(f.name), f.name
+            assert listed[flag(f.name)] == panel_of(f.name), f.name
 
 
 def test_train_help_shows_defaults_in_one_style():

@@ -47,7 +47,9 @@ def _is_package(path: Path) -> bool:
 
 
 def _sources(folder: str = "") -> list[Path]:
-    skip = {"tests", ".venv", ".git", ".pixi", "build"}
+    # docs/_ext: the Sphinx extension, a client of the installed package (it imports
+    # dask_dane by name, as sphinx-build runs it), not a part of it.
+    skip = {"tests", ".venv", ".git", ".pixi", "build", "_ext", "_build"}
     return sorted(
         p for p in (ROOT / folder).rglob("*.py") if not skip & set(p.relative_to(ROOT).parts)
     )

@@ -44,7 +44,12 @@ REFUSALS = [
         {"local_steps": 0},
         "local_steps (--local-steps) must be at least 1 (got 0)",
     ),
-    ("momentum", "dane", {"momentum": 1.0}, "momentum (--momentum) must be in [0, 1) (got 1.0)"),
+    (
+        "momentum",
+        "dane",
+        {"momentum": 1.0},
+        "momentum (--local-momentum) must be in [0, 1) (got 1.0)",
+    ),
     (
         "tolerance",
         "dane",

@@ -46,9 +46,17 @@ class SingleSpec:
     lr: float = option(  # --local-lr: `dane train`'s name for SGD's step size
         0.05, help="Learning rate (SGD with momentum).", flag="--local-lr", aliases=("--lr",)
     )
-    momentum: float = option(0.9, help="Momentum.")
-    # Over the steps, as --lr-schedule spans a run's rounds.
-    lr_schedule: str = option("constant", help="constant | cosine | step, over the steps.")
+    # The local solver's settings share `dane train`'s --local- prefix; the former names stay.
+    momentum: float = option(
+        0.9, help="Momentum.", flag="--local-momentum", aliases=("--momentum",)
+    )
+    # Over the steps, as --local-lr-schedule spans a run's rounds.
+    lr_schedule: str = option(
+        "constant",
+        help="constant | cosine | step, over the steps.",
+        flag="--local-lr-schedule",
+        aliases=("--lr-schedule",),
+    )
     # Goyal et al. (2017)'s gradual warm-up: the lr rises linearly from warmup_lr to --local-lr
     # over the first warmup_epochs (0: none), as a large batch m*B at m times the lr needs.
     warmup_epochs: float = option(

@@ -34,7 +34,9 @@ class DdpSpec:
         flag="--local-lr",
         aliases=("--lr",),
     )
-    momentum: float = option(0.9, help="Momentum.")
+    momentum: float = option(
+        0.9, help="Momentum.", flag="--local-momentum", aliases=("--momentum",)
+    )
     eval_every: int = option(50, help="DDP: steps between evaluations (rank 0).")
     seed: int = option(0, help="Seed of data order and initial weights.")
     target: float = 0.88  # test accuracy whose first crossing is reported

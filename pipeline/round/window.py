@@ -24,7 +24,8 @@ class ChunkWindow:
     of one chunk meet in minibatches more often than a uniform draw would pair them. That is
     harmless where a shard's rows are in mixed order (an iid partition writes them permuted:
     docs/results/memory.md measures it), not where the partition writes them class by class
-    (dirichlet, label-skew), whose chunks hold a class or two each (README, `--shard-memory`).
+    (dirichlet, label-skew), whose chunks hold a class or two each
+    (docs/howto/larger-than-memory.md).
     """
 
     def __init__(self, rows: StreamedRows, rng: torch.Generator) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 34's accuracy sweep: `preset:fashion-mnist-scale` and its cures on m = 1 ... 32 iid
+# The defaults study's accuracy sweep: `preset:fashion-mnist-scale` and its cures on m = 1 ... 32 iid
 # shards of Fashion-MNIST, 10 rounds of one pass over a shard each, one `dane bench shards`
 # per configuration, side by side (a GPU machine: every worker computes on the GPU it sees;
 # each bench starts its own 2-worker LocalCluster):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The skewed partitions of issue 13, for Fashion-MNIST and MNIST-1D:
+# The skewed partitions of the skewed-shards study, for Fashion-MNIST and MNIST-1D:
 #   Dirichlet alpha 0.1, 0.3 and 0.5 over 8 and 10 shards (Hsu et al. 2019), and 2 and 3
 #   classes per shard over 10 shards (10 x 2 and 10 x 3 pieces: every label is on a shard).
 # Each store: OUT/<dataset>-<partition>-<shards>.zarr, e.g. fmnist-dir0.5-8.zarr,

@@ -25,10 +25,25 @@ def setting(name: str, value: object = None, *, with_flag: bool = False) -> str:
     return f"{_MARK}{_WITH_FLAG if with_flag else ''}{text}{_MARK}"
 
 
+# Flags spelled otherwise than their field: the local solver's settings share the --local-
+# prefix on the command line. The field names (the API's keywords, the TOML keys) stay, and
+# so does each former flag, hidden (cli/options.py).
+FLAG_NAMES = {
+    "lr_schedule": "--local-lr-schedule",
+    "lr_warmup": "--local-lr-warmup",
+    "momentum": "--local-momentum",
+}
+
+
 def flag(name: str, value: str | None = None) -> str:
     """The `dane train` flag of a field (local_lr -> --local-lr), with its value if given."""
-    option = "--" + name.replace("_", "-")
+    option = FLAG_NAMES.get(name) or former_flag(name)
     return option if value is None else f"{option} {value}"
+
+
+def former_flag(name: str) -> str:
+    """The flag a field's name spells (momentum -> --momentum): FLAG_NAMES' hidden aliases."""
+    return "--" + name.replace("_", "-")
 
 
 def field_name(name: str, value: str | None) -> str:
