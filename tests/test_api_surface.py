@@ -239,7 +239,7 @@ def test_train_talks_unless_told_not_to(digits_stores, cluster_client, tmp_path,
     accuracy = result.history[-1]["test_accuracy"]
     assert shown[0] == f"dask-dane: training fedavg for 2 rounds into {tmp_path / 'a'}"
     assert shown[1].startswith("dask-dane: 2 workers ready, dashboard http")
-    assert "; shards resident (shard 0 holds 45 KiB of features; the smallest worker" in shown[1]
+    assert "; shards auto: resident (shard 0 holds 45 KiB of features, within 25%" in shown[1]
     assert shown[2].startswith(f"round 1/2  train loss {result.history[0]['train_loss']:.4f}")
     assert shown[3].startswith("round 2/2  train loss ")
     assert f"test acc {accuracy:.4f}" in shown[3]

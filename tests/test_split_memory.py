@@ -22,6 +22,7 @@ from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.round import tasks
 from dask_dane.pipeline.round.features import StoredRows
 from dask_dane.pipeline.round.streamed import PASS_CACHE_CHUNKS, StreamedRows
+from dask_dane.pipeline.run import shard_memory
 from dask_dane.pipeline.run.metrics import read_metrics
 from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
@@ -48,9 +49,10 @@ def big_test_split(tmp_path_factory):
     return open_store(str(written.path))
 
 
-def test_auto_holds_what_fits_beside_the_shards_and_streams_the_rest(big_test_split):
+def test_auto_holds_what_fits_beside_the_shards_and_streams_the_rest(big_test_split, monkeypatch):
     info = big_test_split
     decide = dict(train="resident", shards_on_worker=1)
+    monkeypatch.setattr(shard_memory, "WORKER_BASE_BYTES", 0)  # a worker of a few KiB
 
     held, why = resolve_split_memory("auto", info, LIMIT, val_fraction=0.1, **decide)
     assert held == {"test": "stream", "val": "resident"}, why
@@ -64,6 +66,22 @@ def test_auto_holds_what_fits_beside_the_shards_and_streams_the_rest(big_test_sp
     assert held == {"test": "stream", "val": "stream"}
     with pytest.raises(ValueError, match=r"^the test split holds 94 KiB .* --shard-memory auto"):
         resolve_split_memory("resident", info, LIMIT, val_fraction=0.1, **decide)
+
+
+def test_auto_leaves_the_worker_its_own_base_below_the_pause_threshold(big_test_split):
+    # 1.7 M training rows of 64 bytes in 2 shards (52 MiB each, streamed on 512 MiB workers);
+    # a tenth held out is 10.4 MiB of validation rows.
+    info = dataclasses.replace(
+        big_test_split, shards=((0, 850_000), (850_000, 1_700_000)), num_test=1000
+    )
+    decide = dict(train="stream", shards_on_worker=1, val_fraction=0.1)
+
+    small, _ = resolve_split_memory("auto", info, 512 * 2**20, **decide)
+    large, _ = resolve_split_memory("auto", info, 1024 * 2**20, **decide)
+
+    # 80% of 512 MiB less the worker's 400 MiB leaves 9.6 MiB, under a quarter's 128 MiB.
+    assert small == {"test": "resident", "val": "stream"}
+    assert large == {"test": "resident", "val": "resident"}
 
 
 def test_streamed_splits_score_as_resident_ones_and_hold_no_chunk_afterwards(big_test_split):

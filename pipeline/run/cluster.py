@@ -92,9 +92,16 @@ def uses_cuda_cluster(config: ClusterSettings) -> bool:
 #   page by page and unmapped again: lenet's local work ran 1.5x slower in a worker than in
 #   one process (0.92 s against 0.60 s a task, `dane bench scaling` found it). Freed memory up
 #   to 64 MiB stays with the process, and blocks up to 32 MiB come from the heap.
+# - Spilling to disk: a worker past 60-70% of its memory limit pickles the data it holds to
+#   its local disk and back when a task needs it. A held split is a copy of the store, needed
+#   by the next task again: spilling validation rows held resident on a 512 MiB worker copied
+#   them 50 MiB at a time, back and forth every few milliseconds, as evaluation began. What
+#   does not fit is streamed instead (--shard-memory auto), so nothing is spilled.
 # Users of their own cluster set the same in its Dask config.
 CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
+    "distributed.worker.memory.target": False,
+    "distributed.worker.memory.spill": False,
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 64 * 2**20,
     "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": 32 * 2**20,
 }

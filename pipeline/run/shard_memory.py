@@ -22,6 +22,12 @@ from .rundir import RunDir
 AUTO_STREAM_SHARE = 0.25
 # Dask pauses a worker at 80% of its memory limit: a resident shard above that never fits.
 RESIDENT_FITS_SHARE = 0.8
+# What a CPU worker holds before any split: Python, Dask, torch and a first step's buffers
+# (docs/results/memory.md: about 400 MiB). The evaluating worker's splits are held resident
+# only in what that leaves below the pause threshold: on a 512 MiB worker a quarter of the
+# limit (128 MiB) would have held 53 MiB of validation rows there, and the worker sat at
+# 99% of its limit through every evaluation.
+WORKER_BASE_BYTES = 400 * 2**20
 
 
 def shard_bytes(store: StoreInfo, converted_to: str | None = None) -> list[int]:
@@ -96,8 +102,9 @@ def resolve_split_memory(
 
     stream streams both; resident and converted hold both (refused, as one line, where the
     test split cannot fit); auto holds what fits in AUTO_STREAM_SHARE of the worker's limit
-    after its own resident shards, the validation rows first (scored with every evaluation,
-    as the test split is, but smaller), and streams the rest.
+    (or in what the worker's own base leaves below Dask's pause threshold, if less) after
+    its own resident shards, the validation rows first (scored with every evaluation, as
+    the test split is, but smaller), and streams the rest.
     """
     sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None)
     if mode == "stream" or (mode != "auto" and limit is None):
@@ -114,7 +121,8 @@ def resolve_split_memory(
     if limit is None:
         return {"test": "resident", "val": "resident"}, ""
     trained = max(shard_bytes(store)) * shards_on_worker if train == "resident" else 0
-    budget = AUTO_STREAM_SHARE * limit - trained
+    left = min(AUTO_STREAM_SHARE * limit, RESIDENT_FITS_SHARE * limit - WORKER_BASE_BYTES)
+    budget = left - trained
     held = {}
     for split in ("val", "test"):
         held[split] = "resident" if sizes[split] <= budget else "stream"
