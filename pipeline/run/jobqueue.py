@@ -1,0 +1,142 @@
+"""A dask-jobqueue cluster for `--cluster slurm|pbs|lsf|sge` (cluster.py starts it here).
+
+The scheduler runs in the driver's process; each worker is one batch job (one process, the
+job's cores as its threads), submitted by dask-jobqueue from Dask's jobqueue config and the
+run's `--job-*` overrides. The driver waits up to `--queue-timeout` for every job's worker
+before round 1; a queue that has not started them is one line naming the jobs' state
+(QueueStalled, exit 4). Closing the cluster cancels its jobs (scancel, qdel, bkill), which
+make_client does at the end of a run, on an error and on Ctrl-C alike. dask-jobqueue is the
+`hpc` extra, imported only when a run asks for such a cluster.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+from ..algorithms.parts.setting_error import SettingError, setting
+from ..setup.config import ClusterSettings
+from ..setup.job_settings import LOCAL
+from .errors import QueueStalled
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+INSTALL = "pip install 'dask-dane[hpc]'"
+# --cluster NAME: dask-jobqueue's class, and the command that submits a job.
+CLUSTER_CLASSES = {
+    "slurm": ("SLURMCluster", "sbatch"),
+    "pbs": ("PBSCluster", "qsub"),
+    "lsf": ("LSFCluster", "bsub"),
+    "sge": ("SGECluster", "qsub"),
+}
+# The allocator variables of the workers cluster.py starts (CLUSTER_CONFIG says why), set in
+# the job script: a nanny's own defaults give way to the environment's.
+PROLOGUE = [
+    f"export MALLOC_TRIM_THRESHOLD_={64 * 2**20}",
+    f"export MALLOC_MMAP_THRESHOLD_={32 * 2**20}",
+]
+
+
+def uses_job_queue(config: ClusterSettings) -> bool:
+    """True for --cluster slurm|pbs|lsf|sge."""
+    return config.cluster != LOCAL
+
+
+def check_job_queue(config: ClusterSettings) -> None:
+    """SettingError, before anything is written, where the cluster asked for cannot start
+    here: dask-jobqueue missing (one line with the install command) or no submit command."""
+    if not uses_job_queue(config):
+        return
+    named = setting("cluster", config.cluster)
+    if importlib.util.find_spec("dask_jobqueue") is None:
+        raise SettingError(f"{named} needs dask-jobqueue: {INSTALL}")
+    submit = CLUSTER_CLASSES[config.cluster][1]
+    if shutil.which(submit) is None:
+        raise SettingError(
+            f"{named} submits jobs with `{submit}`, which is not on PATH here; run on a "
+            "machine that submits jobs (a login node)"
+        )
+
+
+def start_job_cluster(config: ClusterSettings) -> Any:
+    """The job-queue cluster of `config`, its jobs submitted (cluster.scale(jobs=N))."""
+    import dask
+    import dask_jobqueue
+
+    class_name, _ = CLUSTER_CLASSES[config.cluster]
+    queue = config.cluster
+    own = dask.config.get(f"jobqueue.{queue}", default={}) or {}
+    overrides = {
+        "cores": config.job_cores,
+        "memory": config.job_memory,
+        "walltime": config.job_walltime,
+    }
+    options: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+    # One worker per job, whatever the config's `processes`: a job is the unit that gets a
+    # GPU (--gres=gpu:1), and the pipeline places shards per worker.
+    options["processes"] = 1
+    options["job_extra_directives"] = [
+        *(own.get("job-extra-directives") or []),
+        *config.job_directive_list(),
+    ]
+    options["job_script_prologue"] = [*(own.get("job-script-prologue") or []), *PROLOGUE]
+    # The dashboard where --dashboard-address says, unless the jobqueue config places it.
+    options["scheduler_options"] = {
+        "dashboard_address": config.dashboard_address,
+        **(own.get("scheduler-options") or {}),
+    }
+    try:
+        cluster = getattr(dask_jobqueue, class_name)(**options)
+    except ValueError as err:  # no cores or memory in the flags nor in the config
+        if "cores and memory" not in str(err):
+            raise
+        raise SettingError(
+            f"{setting('cluster', queue)} needs a job's cores and memory: pass "
+            f"{setting('job_cores')} and {setting('job_memory')}, or set jobqueue.{queue}.cores "
+            f"and .memory in Dask's config (DASK_JOBQUEUE__{queue.upper()}__CORES=4)"
+        ) from None
+    cluster.scale(jobs=job_count(config))
+    return cluster
+
+
+def job_count(config: ClusterSettings) -> int:
+    """--jobs, or --workers where it is not given."""
+    return config.jobs if config.jobs is not None else config.workers
+
+
+def wait_for_jobs(client: Client, cluster: Any, config: ClusterSettings) -> None:
+    """Return once every job's worker has joined; QueueStalled after --queue-timeout."""
+    wanted = job_count(config)
+    try:
+        client.wait_for_workers(wanted, timeout=config.queue_timeout)
+    except TimeoutError:
+        joined = len(client.scheduler_info(n_workers=-1)["workers"])
+        raise QueueStalled(
+            f"the {config.cluster} queue started {joined} of {wanted} workers' jobs within "
+            f"--queue-timeout {config.queue_timeout:g} s ({queue_state(cluster, config)}); "
+            "check the partition, the job's resources and your allocation, or wait longer "
+            "with a larger --queue-timeout"
+        ) from None
+
+
+def queue_state(cluster: Any, config: ClusterSettings) -> str:
+    """The jobs and their state as the queue reports them, in one line."""
+    ids = [job.job_id for job in cluster.workers.values() if getattr(job, "job_id", None)]
+    if not ids:
+        return "no job was submitted"
+    if config.cluster != "slurm":  # the others are not run here: name the jobs, not a guess
+        return f"jobs {', '.join(ids)}"
+    done = subprocess.run(
+        ["squeue", "--noheader", "--format=%i %T (%r)", f"--jobs={','.join(ids)}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    listed = {line.split()[0] for line in lines}
+    gone = [job for job in ids if job not in listed]
+    lines += [f"{job} not in the queue (ended: see its job log)" for job in gone]
+    return "jobs " + "; ".join(lines)
