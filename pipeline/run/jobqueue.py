@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import signal
 import subprocess
+import threading
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..algorithms.parts.setting_error import SettingError, setting
@@ -64,8 +67,8 @@ def check_job_queue(config: ClusterSettings) -> None:
 def start_job_cluster(config: ClusterSettings) -> Any:
     """The job-queue cluster of `config`, its jobs submitted (cluster.scale(jobs=N))."""
     import dask
-    import dask_jobqueue
 
+    dask_jobqueue = _import_dask_jobqueue()
     class_name, _ = CLUSTER_CLASSES[config.cluster]
     queue = config.cluster
     own = dask.config.get(f"jobqueue.{queue}", default={}) or {}
@@ -100,6 +103,17 @@ def start_job_cluster(config: ClusterSettings) -> Any:
         ) from None
     cluster.scale(jobs=job_count(config))
     return cluster
+
+
+def _import_dask_jobqueue() -> ModuleType:
+    """dask_jobqueue, imported with the SIGINT handler left as it was: its runner module sets
+    one that calls sys.exit() when imported, so Ctrl-C would end a run with status 0."""
+    handler = signal.getsignal(signal.SIGINT)
+    import dask_jobqueue
+
+    if handler is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handler)
+    return dask_jobqueue
 
 
 def job_count(config: ClusterSettings) -> int:
