@@ -50,7 +50,8 @@ def uses_job_queue(config: ClusterSettings) -> bool:
 
 def check_job_queue(config: ClusterSettings) -> None:
     """SettingError, before anything is written, where the cluster asked for cannot start
-    here: dask-jobqueue missing (one line with the install command) or no submit command."""
+    here: dask-jobqueue missing (one line with the install command), no submit command, or
+    a job's cores or memory in neither the flags nor Dask's jobqueue config."""
     if not uses_job_queue(config):
         return
     named = setting("cluster", config.cluster)
@@ -61,6 +62,19 @@ def check_job_queue(config: ClusterSettings) -> None:
         raise SettingError(
             f"{named} submits jobs with `{submit}`, which is not on PATH here; run on a "
             "machine that submits jobs (a login node)"
+        )
+    import dask
+
+    _import_dask_jobqueue()  # which adds its defaults (jobqueue.yaml) to Dask's config
+    queue = config.cluster
+    given = {"cores": config.job_cores, "memory": config.job_memory}
+    if any(
+        given[key] is None and dask.config.get(f"jobqueue.{queue}.{key}") is None for key in given
+    ):
+        raise SettingError(
+            f"{named} needs a job's cores and memory: pass {setting('job_cores')} and "
+            f"{setting('job_memory')}, or set jobqueue.{queue}.cores and .memory in Dask's "
+            f"config (DASK_JOBQUEUE__{queue.upper()}__CORES=4)"
         )
 
 
@@ -91,16 +105,7 @@ def start_job_cluster(config: ClusterSettings) -> Any:
         "dashboard_address": config.dashboard_address,
         **(own.get("scheduler-options") or {}),
     }
-    try:
-        cluster = getattr(dask_jobqueue, class_name)(**options)
-    except ValueError as err:  # no cores or memory in the flags nor in the config
-        if "cores and memory" not in str(err):
-            raise
-        raise SettingError(
-            f"{setting('cluster', queue)} needs a job's cores and memory: pass "
-            f"{setting('job_cores')} and {setting('job_memory')}, or set jobqueue.{queue}.cores "
-            f"and .memory in Dask's config (DASK_JOBQUEUE__{queue.upper()}__CORES=4)"
-        ) from None
+    cluster = getattr(dask_jobqueue, class_name)(**options)  # cores, memory: check_job_queue
     cluster.scale(jobs=job_count(config))
     return cluster
 
