@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -126,6 +127,19 @@ class SlurmNode:
         while (left := self.jobs()) and time.monotonic() < deadline:
             time.sleep(0.2)
         return left
+
+    def wait_for_job(self, job: str, timeout: float = 240) -> str:
+        """The job's state and exit code once it has ended ("COMPLETED 0:0"), polled more
+        often than `sbatch --wait` does (its pauses grow to 10 s)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = self.run("scontrol", "show", "job", job)
+            state = re.search(r"JobState=(\S+)", shown)
+            code = re.search(r"ExitCode=(\S+)", shown)
+            if state and code and state.group(1) not in ("PENDING", "RUNNING", "COMPLETING"):
+                return f"{state.group(1)} {code.group(1)}"
+            time.sleep(0.2)
+        raise TimeoutError(f"job {job} did not end within {timeout:g} s")
 
     def cancel_all(self) -> None:
         self.run("scancel", "--full", "--user", "root", check=False)
