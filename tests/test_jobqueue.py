@@ -158,3 +158,12 @@ def test_importing_dask_jobqueue_leaves_ctrl_c_as_it_was(monkeypatch):
     before = signal.getsignal(signal.SIGINT)
     jobqueue._import_dask_jobqueue()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_its_defaults_come_back_after_a_config_block_removed_them(monkeypatch):
+    # A dask.config.set block open at dask_jobqueue's first import removes its defaults on
+    # exit; the next run in that process (a notebook's second call) needs them.
+    monkeypatch.delitem(dask.config.config, "jobqueue")
+    jobqueue._import_dask_jobqueue()
+    assert dask.config.get("jobqueue.slurm.python", default="missing") is None
+    assert dask.config.get("jobqueue.slurm.death-timeout") == 60

@@ -111,13 +111,19 @@ def start_job_cluster(config: ClusterSettings) -> Any:
 
 
 def _import_dask_jobqueue() -> ModuleType:
-    """dask_jobqueue, imported with the SIGINT handler left as it was: its runner module sets
-    one that calls sys.exit() when imported, so Ctrl-C would end a run with status 0."""
+    """dask_jobqueue, imported with the SIGINT handler left as it was, its defaults in Dask's
+    config. Its runner module sets a handler that calls sys.exit() when imported, so Ctrl-C
+    would end a run with status 0. Its defaults are added once, at its first import, and a
+    `dask.config.set` block open then removes them on exit: a second run in the same
+    process (a notebook) would find no `jobqueue.slurm.python`. Re-adding them keeps every
+    value already set."""
     handler = signal.getsignal(signal.SIGINT)
     import dask_jobqueue
+    from dask_jobqueue.config import reconfigure
 
     if handler is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, handler)
+    reconfigure()
     return dask_jobqueue
 
 
