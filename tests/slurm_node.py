@@ -68,9 +68,8 @@ def unavailable_reason() -> str | None:
     """Why a Slurm node cannot be started here, or None."""
     if os.geteuid() != 0:
         return "a one-node Slurm needs root (CI runs as root)"
-    missing = [name for name in DAEMONS + COMMANDS if shutil.which(name) is None]
-    if not shutil.which("munged") and Path("/usr/sbin/munged").exists():
-        missing.remove("munged")
+    missing = [name for name in DAEMONS if not Path(_sbin(name)).exists()]
+    missing += [name for name in COMMANDS if shutil.which(name) is None]
     if missing:
         return f"{', '.join(missing)} not found: apt-get install slurm-wlm munge"
     running = _running_daemons()
