@@ -5,7 +5,6 @@ state in the stalled-queue line. No cluster, no job: tests/test_slurm.py runs a 
 from __future__ import annotations
 
 import ast
-import importlib
 import signal
 import subprocess
 import sys
@@ -94,14 +93,18 @@ def test_flags_and_the_jobqueue_config_meet_in_one_job_script(queue, monkeypatch
 
     made: dict = {}
 
+    class_name = jobqueue.CLUSTER_CLASSES[queue][0]
+    job_class = getattr(dask_jobqueue, class_name).job_cls
+
     class Recorder:  # stands for dask-jobqueue's cluster: records, starts nothing
+        job_cls = job_class
+
         def __init__(self, **options):
             made["options"] = options
 
         def scale(self, *, jobs):
             made["jobs"] = jobs
 
-    class_name = jobqueue.CLUSTER_CLASSES[queue][0]
     monkeypatch.setattr(dask_jobqueue, class_name, Recorder)
     directive, line = DIRECTIVES[queue]
     config = RunConfig(
@@ -117,13 +120,12 @@ def test_flags_and_the_jobqueue_config_meet_in_one_job_script(queue, monkeypatch
     with dask.config.set(own):
         jobqueue.start_job_cluster(config)
         options = made["options"]
-        module = importlib.import_module(f"dask_jobqueue.{queue}")
-        job_class = getattr(module, class_name.replace("Cluster", "Job"))
-        cluster_only = {"scheduler_options"}
+        cluster_only = {"scheduler_options", "job_cls"}
         job_kwargs = {k: v for k, v in options.items() if k not in cluster_only}
         script = job_class(scheduler="tcp://10.0.0.1:8786", name="w", **job_kwargs).job_script()
 
     assert made["jobs"] == 3
+    assert issubclass(options["job_cls"], job_class)  # which records a refused submission
     assert options["cores"] == 4 and "memory" not in options  # the flag, else the config's
     assert options["processes"] == 1  # one worker a job
     assert options["job_extra_directives"] == ["-A proj", directive]
@@ -138,16 +140,17 @@ def test_flags_and_the_jobqueue_config_meet_in_one_job_script(queue, monkeypatch
 
 
 def test_the_stalled_queue_line_names_each_job_and_its_state(monkeypatch):
-    cluster = SimpleNamespace(
-        workers={"a": SimpleNamespace(job_id="7"), "b": SimpleNamespace(job_id="8")}
-    )
+    jobs = {"a": SimpleNamespace(job_id="7"), "b": SimpleNamespace(job_id="8")}
+    cluster = SimpleNamespace(workers=jobs)
     listing = subprocess.CompletedProcess([], 0, stdout="7 PENDING (PartitionDown)\n", stderr="")
     monkeypatch.setattr(jobqueue.subprocess, "run", lambda *a, **k: listing)
-    slurm = RunConfig(cluster="slurm").validate()
-    assert jobqueue.queue_state(cluster, slurm) == (
+    states = jobqueue.job_states(cluster, RunConfig(cluster="slurm").validate())
+    assert states == {"7": "PENDING (PartitionDown)", "8": None}
+    assert jobqueue._queue_line(states, cluster) == (
         "jobs 7 PENDING (PartitionDown); 8 not in the queue (ended: see its job log)"
     )
-    assert jobqueue.queue_state(cluster, RunConfig(cluster="lsf").validate()) == "jobs 7, 8"
+    lsf = jobqueue.job_states(cluster, RunConfig(cluster="lsf").validate())
+    assert jobqueue._queue_line(lsf, cluster) == "jobs 7, 8"
     assert issubclass(QueueStalled, ClusterLost)  # exit 4 (cli/entry.py)
 
 

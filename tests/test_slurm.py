@@ -179,6 +179,37 @@ def test_a_queue_that_never_starts_the_jobs_is_one_line_and_exit_4(slurm, digits
     assert slurm.jobs_left() == []  # the pending jobs were cancelled, not left in the queue
 
 
+# A job the queue refuses (exit 2, what sbatch said), and jobs that start but whose worker
+# cannot (a node without the job's python: exit 4 at once, not after --queue-timeout 60).
+BROKEN_JOBS = {
+    "refused": (["--job-directives", "--partition=nope"], {}, 2, "invalid partition specified"),
+    "ended": ([], {"DASK_JOBQUEUE__SLURM__PYTHON": "/absent/python"}, 4, "not in the queue"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN_JOBS))
+def test_a_job_refused_or_ended_without_its_worker_is_one_line_at_once(
+    case, slurm, digits_stores, tmp_path
+):
+    flags, env, status, said = BROKEN_JOBS[case]
+    started = time.monotonic()
+    done = _train(
+        slurm,
+        tmp_path,
+        *[str(digits_stores[4]), "--cluster", "slurm", "--jobs", "2", "--job-cores", "1"],
+        *["--job-memory", "1GiB", *flags, "--queue-timeout", "60"],
+        *["--out", str(tmp_path / "run"), *RUN],
+        DASK_JOBQUEUE__SLURM__LOG_DIRECTORY=str(tmp_path / "jobs"),
+        **env,
+    )
+    assert done.returncode == status, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], done.stderr
+    assert time.monotonic() - started < 40  # well before --queue-timeout
+    assert not (tmp_path / "run").exists()
+    assert slurm.jobs_left() == []
+
+
 def test_ctrl_c_ends_the_run_and_cancels_its_jobs(slurm, digits_stores, tmp_path):
     # Interrupted while it waits for jobs the queue holds: the same close as at a run's end.
     args = [str(digits_stores[4]), "--cluster", "slurm", "--jobs", "2", "--job-cores", "1"]

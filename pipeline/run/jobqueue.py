@@ -3,10 +3,11 @@
 The scheduler runs in the driver's process; each worker is one batch job (one process, the
 job's cores as its threads), submitted by dask-jobqueue from Dask's jobqueue config and the
 run's `--job-*` overrides. The driver waits up to `--queue-timeout` for every job's worker
-before round 1; a queue that has not started them is one line naming the jobs' state
-(QueueStalled, exit 4). Closing the cluster cancels its jobs (scancel, qdel, bkill), which
-make_client does at the end of a run, on an error and on Ctrl-C alike. dask-jobqueue is the
-`hpc` extra, imported only when a run asks for such a cluster.
+before round 1; a queue that has not started them, or a job that ended without its worker,
+is one line naming the jobs' state (QueueStalled, exit 4); a job the queue refused, one
+line with what its submit command said (exit 2). Closing the cluster cancels its jobs
+(scancel, qdel, bkill), which make_client does at the end of a run, on an error and on
+Ctrl-C alike. dask-jobqueue is the `hpc` extra, imported only when a run asks for one.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.config import ClusterSettings
@@ -26,6 +28,10 @@ from .errors import QueueStalled
 
 if TYPE_CHECKING:
     from distributed import Client
+
+# How often the wait for the jobs looks at the queue: a job that ended without its worker
+# (a broken environment on its node) stops the run then, not after --queue-timeout.
+POLL_S = 2.0
 
 INSTALL = "pip install 'dask-dane[hpc]'"
 # --cluster NAME: dask-jobqueue's class, and the command that submits a job.
@@ -105,9 +111,33 @@ def start_job_cluster(config: ClusterSettings) -> Any:
         "dashboard_address": config.dashboard_address,
         **(own.get("scheduler-options") or {}),
     }
-    cluster = getattr(dask_jobqueue, class_name)(**options)  # cores, memory: check_job_queue
+    cluster_class = getattr(dask_jobqueue, class_name)
+    options["job_cls"] = _recording(cluster_class.job_cls)
+    cluster = cluster_class(**options)  # cores, memory: check_job_queue
     cluster.scale(jobs=job_count(config))
     return cluster
+
+
+def _recording(job_class: type) -> type:
+    """`job_class` keeping what the submit command said when it refused a job (`refused`)
+    instead of raising it: raised in the cluster's event loop it would print a traceback, and
+    the wait for the job would only time out."""
+
+    from distributed.deploy.spec import ProcessInterface
+
+    class Recorded(job_class):  # type: ignore[valid-type, misc]
+        refused: ClassVar[list[str]] = []
+
+        async def start(self) -> None:
+            try:
+                await super().start()
+            except RuntimeError as err:  # dask-jobqueue's: the command, its status, stderr
+                self.refused.append(str(err))
+                # Started as the cluster expects of every job; with no job id, closing it
+                # cancels nothing.
+                await ProcessInterface.start(self)
+
+    return Recorded  # a class, so a list, per cluster
 
 
 def _import_dask_jobqueue() -> ModuleType:
@@ -133,35 +163,73 @@ def job_count(config: ClusterSettings) -> int:
 
 
 def wait_for_jobs(client: Client, cluster: Any, config: ClusterSettings) -> None:
-    """Return once every job's worker has joined; QueueStalled after --queue-timeout."""
+    """Return once every job's worker has joined. ValueError where the queue refused a job;
+    QueueStalled where a job ended without its worker, or after --queue-timeout."""
     wanted = job_count(config)
-    try:
-        client.wait_for_workers(wanted, timeout=config.queue_timeout)
-    except TimeoutError:
+    deadline = time.monotonic() + config.queue_timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            client.wait_for_workers(wanted, timeout=max(0.1, min(POLL_S, left)))
+            return
+        except TimeoutError:
+            pass
+        _refuse_refused(cluster, config)
         joined = len(client.scheduler_info(n_workers=-1)["workers"])
-        raise QueueStalled(
-            f"the {config.cluster} queue started {joined} of {wanted} workers' jobs within "
-            f"--queue-timeout {config.queue_timeout:g} s ({queue_state(cluster, config)}); "
-            "check the partition, the job's resources and your allocation, or wait longer "
-            "with a larger --queue-timeout"
-        ) from None
+        states = job_states(cluster, config)
+        ended = [job for job, state in states.items() if state is None]
+        line = _queue_line(states, cluster)
+        if ended:  # no job replaces it: the wait could only time out
+            raise QueueStalled(
+                f"{joined} of {wanted} workers joined, and {len(ended)} of their "
+                f"{config.cluster} jobs ended without one ({line}); the job's log says why "
+                f"(in jobqueue.{config.cluster}.log-directory, else where the run started)"
+            )
+        if time.monotonic() >= deadline:
+            raise QueueStalled(
+                f"the {config.cluster} queue started {joined} of {wanted} workers' jobs within "
+                f"--queue-timeout {config.queue_timeout:g} s ({line}); check the partition, "
+                "the job's resources and your allocation, or wait longer with a larger "
+                "--queue-timeout"
+            )
 
 
-def queue_state(cluster: Any, config: ClusterSettings) -> str:
-    """The jobs and their state as the queue reports them, in one line."""
+def _refuse_refused(cluster: Any, config: ClusterSettings) -> None:
+    """ValueError (exit 2) naming what the submit command said where it refused a job."""
+    refused = getattr(cluster.job_cls, "refused", None)
+    if not refused:
+        return
+    said = refused[0].partition("stderr:")[2].strip() or refused[0].strip()
+    submit = CLUSTER_CLASSES[config.cluster][1]
+    raise ValueError(
+        f"`{submit}` refused a worker's job: {'; '.join(said.splitlines())}; check "
+        f"--job-directives, the other --job-* flags and Dask's jobqueue.{config.cluster} config"
+    )
+
+
+def job_states(cluster: Any, config: ClusterSettings) -> dict[str, str | None]:
+    """Each submitted job's state and reason as `squeue` gives them ("PENDING (PartitionDown)"),
+    None for a job no longer in the queue; empty for the queues other than SLURM (not run
+    here: no guess at their commands' output)."""
     ids = [job.job_id for job in cluster.workers.values() if getattr(job, "job_id", None)]
-    if not ids:
-        return "no job was submitted"
-    if config.cluster != "slurm":  # the others are not run here: name the jobs, not a guess
-        return f"jobs {', '.join(ids)}"
+    if not ids or config.cluster != "slurm":
+        return {}
     done = subprocess.run(
         ["squeue", "--noheader", "--format=%i %T (%r)", f"--jobs={','.join(ids)}"],
         capture_output=True,
         text=True,
         timeout=30,
     )
-    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    listed = {line.split()[0] for line in lines}
-    gone = [job for job in ids if job not in listed]
-    lines += [f"{job} not in the queue (ended: see its job log)" for job in gone]
-    return "jobs " + "; ".join(lines)
+    listed = dict(line.strip().split(" ", 1) for line in done.stdout.splitlines() if line.strip())
+    return {job: listed.get(job) for job in ids}
+
+
+def _queue_line(states: dict[str, str | None], cluster: Any) -> str:
+    """The jobs and their states in one line."""
+    ids = [job.job_id for job in cluster.workers.values() if getattr(job, "job_id", None)]
+    if not ids:
+        return "no job was submitted"
+    if not states:
+        return f"jobs {', '.join(ids)}"
+    gone = "not in the queue (ended: see its job log)"
+    return "jobs " + "; ".join(f"{job} {state or gone}" for job, state in states.items())
