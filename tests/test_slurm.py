@@ -157,57 +157,76 @@ def test_a_job_cancelled_mid_run_gives_the_undisturbed_weights(
     assert slurm.jobs_left() == []
 
 
-def test_a_queue_that_never_starts_the_jobs_is_one_line_and_exit_4(slurm, digits_stores, tmp_path):
-    # The `down` partition accepts jobs and never starts them.
-    started = time.monotonic()
-    done = _train(
-        slurm,
-        tmp_path,
-        *[str(digits_stores[4]), "--cluster", "slurm", "--jobs", "2", "--job-cores", "1"],
-        *["--job-memory", "1GiB", "--job-directives", "--partition=down"],
-        *["--queue-timeout", str(QUEUE_TIMEOUT_S), "--out", str(tmp_path / "run"), *RUN],
-        DASK_JOBQUEUE__SLURM__LOG_DIRECTORY=str(tmp_path / "jobs"),
-    )
-    took = time.monotonic() - started
-    assert done.returncode == 4, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert re.search(r"started 0 of 2 workers' jobs within --queue-timeout 3 s", lines[0])
-    assert lines[0].count("PENDING (PartitionDown)") == 2
-    assert took < QUEUE_TIMEOUT_S + 30  # the process's start and the jobs' cancelling
-    assert not (tmp_path / "run").exists()  # nothing was trained
-    assert slurm.jobs_left() == []  # the pending jobs were cancelled, not left in the queue
-
-
-# A job the queue refuses (exit 2, what sbatch said), and jobs that start but whose worker
-# cannot (a node without the job's python: exit 4 at once, not after --queue-timeout 60).
-BROKEN_JOBS = {
-    "refused": (["--job-directives", "--partition=nope"], {}, 2, "invalid partition specified"),
-    "ended": ([], {"DASK_JOBQUEUE__SLURM__PYTHON": "/absent/python"}, 4, "not in the queue"),
+# Runs whose workers never join, each a (flags, environment): the `down` partition accepts
+# jobs and never starts them; sbatch refuses a partition that does not exist; jobs that start
+# on a node without the job's python end at once.
+NO_WORKER = {
+    "down": (["--job-directives", "--partition=down", "--queue-timeout", str(QUEUE_TIMEOUT_S)], {}),
+    "refused": (["--job-directives", "--partition=nope", "--queue-timeout", "60"], {}),
+    "ended": (["--queue-timeout", "60"], {"DASK_JOBQUEUE__SLURM__PYTHON": "/absent/python"}),
 }
 
 
-@pytest.mark.parametrize("case", list(BROKEN_JOBS))
-def test_a_job_refused_or_ended_without_its_worker_is_one_line_at_once(
-    case, slurm, digits_stores, tmp_path
-):
-    flags, env, status, said = BROKEN_JOBS[case]
-    started = time.monotonic()
-    done = _train(
-        slurm,
-        tmp_path,
-        *[str(digits_stores[4]), "--cluster", "slurm", "--jobs", "2", "--job-cores", "1"],
-        *["--job-memory", "1GiB", *flags, "--queue-timeout", "60"],
-        *["--out", str(tmp_path / "run"), *RUN],
-        DASK_JOBQUEUE__SLURM__LOG_DIRECTORY=str(tmp_path / "jobs"),
-        **env,
-    )
-    assert done.returncode == status, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and said in lines[0], done.stderr
-    assert time.monotonic() - started < 40  # well before --queue-timeout
-    assert not (tmp_path / "run").exists()
-    assert slurm.jobs_left() == []
+@pytest.fixture(scope="module")
+def no_worker_runs(slurm, digits_stores, tmp_path_factory) -> dict[str, tuple]:
+    """Each NO_WORKER run, side by side (they mostly wait): per case its exit status,
+    stderr lines, seconds, and whether its run directory exists; "left": the queue after."""
+
+    def start(case: str) -> tuple[subprocess.Popen, Path, float]:
+        flags, env = NO_WORKER[case]
+        folder = tmp_path_factory.mktemp(case)
+        args = [str(digits_stores[4]), "--cluster", "slurm", "--jobs", "2", "--job-cores", "1"]
+        args += ["--job-memory", "1GiB", *flags, "--out", str(folder / "run"), *RUN]
+        logs = {"DASK_JOBQUEUE__SLURM__LOG_DIRECTORY": str(folder / "jobs"), **env}
+        driver = subprocess.Popen(
+            [str(BIN / "dane"), "train", *args],
+            env=_env(slurm, **logs),
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return driver, folder, time.monotonic()
+
+    started = {case: start(case) for case in NO_WORKER}
+    runs: dict[str, tuple] = {}
+    for case, (driver, folder, at) in started.items():
+        _, stderr = driver.communicate(timeout=120)
+        took = time.monotonic() - at
+        runs[case] = (
+            driver.returncode,
+            stderr.strip().splitlines(),
+            took,
+            (folder / "run").exists(),
+        )
+    runs["left"] = tuple(slurm.jobs_left())
+    return runs
+
+
+def test_a_queue_that_never_starts_the_jobs_is_one_line_and_exit_4(no_worker_runs):
+    status, lines, took, run_dir = no_worker_runs["down"]
+    assert status == 4 and len(lines) == 1, lines
+    assert re.search(r"started 0 of 2 workers' jobs within --queue-timeout 3 s", lines[0])
+    assert lines[0].count("PENDING (PartitionDown)") == 2
+    assert took < QUEUE_TIMEOUT_S + 30  # the process's start and the jobs' cancelling
+    assert not run_dir  # nothing was trained
+    assert no_worker_runs["left"] == ()  # the pending jobs were cancelled, not left queued
+
+
+def test_a_job_the_queue_refuses_is_one_line_and_exit_2_at_once(no_worker_runs):
+    status, lines, took, run_dir = no_worker_runs["refused"]
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("error: `sbatch` refused a worker's job: sbatch: error: invalid")
+    assert took < 40 and not run_dir  # not after --queue-timeout 60
+
+
+def test_jobs_that_end_without_their_worker_are_one_line_and_exit_4_at_once(no_worker_runs):
+    status, lines, took, run_dir = no_worker_runs["ended"]
+    assert status == 4 and len(lines) == 1, lines
+    assert "0 of 2 workers joined, and 2 of their slurm jobs ended without one" in lines[0]
+    assert lines[0].count("not in the queue (ended: see its job log)") == 2
+    assert took < 40 and not run_dir  # not after --queue-timeout 60
+    assert no_worker_runs["left"] == ()
 
 
 def test_ctrl_c_ends_the_run_and_cancels_its_jobs(slurm, digits_stores, tmp_path):
