@@ -170,3 +170,16 @@ def test_its_defaults_come_back_after_a_config_block_removed_them(monkeypatch):
     jobqueue._import_dask_jobqueue()
     assert dask.config.get("jobqueue.slurm.python", default="missing") is None
     assert dask.config.get("jobqueue.slurm.death-timeout") == 60
+
+
+def test_device_cuda_is_not_refused_on_a_driver_without_a_gpu_when_jobs_have_them():
+    # The workers run in batch jobs on GPU nodes (--job-directives '--gres=gpu:1'); the
+    # login node that runs dane train may have none. A local cluster is still refused.
+    from dask_dane.pipeline.run.cluster_checks import refuse_missing_gpu
+
+    refuse_missing_gpu(RunConfig(cluster="slurm", device="cuda").validate())
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(SettingError, match="torch sees no GPU"):
+            refuse_missing_gpu(RunConfig(device="cuda").validate())
