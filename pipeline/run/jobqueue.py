@@ -91,7 +91,10 @@ def start_job_cluster(config: ClusterSettings) -> Any:
     dask_jobqueue = _import_dask_jobqueue()
     class_name, _ = CLUSTER_CLASSES[config.cluster]
     queue = config.cluster
-    own = dask.config.get(f"jobqueue.{queue}", default={}) or {}
+
+    def own(key: str) -> Any:  # the jobqueue config's, as spelt there (- or _) or not at all
+        return dask.config.get(f"jobqueue.{queue}.{key}", default=None)
+
     overrides = {
         "cores": config.job_cores,
         "memory": config.job_memory,
@@ -102,14 +105,14 @@ def start_job_cluster(config: ClusterSettings) -> Any:
     # GPU (--gres=gpu:1), and the pipeline places shards per worker.
     options["processes"] = 1
     options["job_extra_directives"] = [
-        *(own.get("job-extra-directives") or []),
+        *(own("job-extra-directives") or []),
         *config.job_directive_list(),
     ]
-    options["job_script_prologue"] = [*(own.get("job-script-prologue") or []), *PROLOGUE]
+    options["job_script_prologue"] = [*(own("job-script-prologue") or []), *PROLOGUE]
     # The dashboard where --dashboard-address says, unless the jobqueue config places it.
     options["scheduler_options"] = {
         "dashboard_address": config.dashboard_address,
-        **(own.get("scheduler-options") or {}),
+        **(own("scheduler-options") or {}),
     }
     cluster_class = getattr(dask_jobqueue, class_name)
     options["job_cls"] = _recording(cluster_class.job_cls)
@@ -122,7 +125,6 @@ def _recording(job_class: type) -> type:
     """`job_class` keeping what the submit command said when it refused a job (`refused`)
     instead of raising it: raised in the cluster's event loop it would print a traceback, and
     the wait for the job would only time out."""
-
     from distributed.deploy.spec import ProcessInterface
 
     class Recorded(job_class):  # type: ignore[valid-type, misc]
