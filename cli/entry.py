@@ -9,7 +9,9 @@ what went wrong:
   3  training diverged (loss or weights not finite): the line names the round and suggests a
      larger --mu or a smaller --local-lr; the last good checkpoint is kept;
   4  the cluster was lost (the scheduler stopped answering within --timeout, or a round kept
-     failing as workers died): the run directory stays resumable with --resume.
+     failing as workers died): the run directory stays resumable with --resume; or it never
+     came up (--cluster slurm: the queue did not start the jobs within --queue-timeout, the
+     line names their queue state).
 """
 
 from __future__ import annotations

@@ -130,7 +130,8 @@ def train(
     algorithm
         dane, sdane, fedavg, fedprox, feddyn, scaffold, sgd, ...
     client
-        A running `distributed.Client` to train on; None starts a LocalCluster of `workers`.
+        A running `distributed.Client` to train on; None starts a LocalCluster of `workers`
+        (or, with `cluster="slurm", jobs=N`, a dask-jobqueue cluster of N batch jobs).
     workers
         Workers of the cluster started when `client` is None.
     out
@@ -144,7 +145,8 @@ def train(
         A `Callbacks` whose functions are called at the start, after each round with its
         metrics row, and with each round's weights.
     **settings
-        Any `dane train` flag by its Python name (rounds=10, local_lr=0.05, augment="flip").
+        Any `dane train` flag by its Python name (rounds=10, local_lr=0.05, augment="flip",
+        cluster="slurm", jobs=4, job_directives="--gres=gpu:1").
 
     Returns
     -------

@@ -90,6 +90,12 @@ BAD_INPUT = {
         "both name a scheduler",
     ),
     "train-local-clip-negative": ("train {s8} --local-clip -1 --out {out}", "--local-clip"),
+    "train-jobs-without-a-queue": ("train {s8} --jobs 2 --out {out}", "pass --cluster slurm"),
+    "train-unknown-cluster": ("train {s8} --cluster k8s --out {out}", "unknown --cluster 'k8s'"),
+    "train-queue-beside-scheduler": (
+        "train {s8} --cluster slurm --scheduler tcp://127.0.0.1:9 --out {out}",
+        "names a running one",
+    ),
     "watch-interval-0": ("watch {root} --interval 0", "--interval"),
     "prepare-unknown-source": ("prepare imagenet --out {out}", "unknown source 'imagenet'"),
     "prepare-existing-store": ("prepare synthetic --out {s8}", "--force"),

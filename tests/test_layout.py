@@ -19,6 +19,7 @@ PACKAGE = "dask_dane"
 # and driver modules; bench/).
 DISTRIBUTED_IMPORTERS = {
     "pipeline/run/cluster.py",
+    "pipeline/run/jobqueue.py",  # the batch-queue clusters (dask-jobqueue, the hpc extra)
     "pipeline/round/graph.py",
     "pipeline/run/loop.py",
     "pipeline/run/pipelined.py",  # the driver of chained rounds
@@ -207,7 +208,8 @@ def test_only_cluster_graph_loop_and_bench_import_distributed():
         relative = str(path.relative_to(ROOT))
         if relative in DISTRIBUTED_IMPORTERS or relative.startswith("bench/"):
             continue
-        uses = {n for n in _imports(path) if n.split(".")[0] in ("distributed", "dask_cuda")}
+        cluster_packages = ("distributed", "dask_cuda", "dask_jobqueue")
+        uses = {n for n in _imports(path) if n.split(".")[0] in cluster_packages}
         assert not uses, f"{relative} imports {uses}"
 
 

@@ -1,15 +1,17 @@
 """make_client(): the Dask cluster a run uses.
 
 - `--scheduler ADDRESS`: connect to a running cluster (jobqueue, Kubernetes, SSH, ...);
+- `--cluster slurm|pbs|lsf|sge`: a dask-jobqueue cluster, one worker per batch job (jobqueue.py);
 - GPUs present and the `gpu` extra installed: dask-cuda's LocalCUDACluster, one worker per GPU;
 - otherwise a LocalCluster of `--workers` processes with `--threads-per-worker` threads.
-Started clusters (scheduler, nannies, workers, dashboard) listen on 127.0.0.1 unless the user
-asks for another `--host` / `--dashboard-address`. A remote scheduler is reached with TLS when
+Local clusters (scheduler, nannies, workers, dashboard) listen on 127.0.0.1 unless the user
+asks for another `--host` / `--dashboard-address`; a job queue's scheduler where its jobqueue
+config says (its workers run on other nodes). A remote scheduler is reached with TLS when
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 
 Also the driver's requests that must not hang on a frozen scheduler: `wait_for`,
-`check_scheduler` and `bounded` (all bounded by `--timeout`; ClusterLost otherwise).
-A start from a script without a main guard ends in one line (main_guard.py).
+`check_scheduler` and `bounded` (all bounded by `--timeout`; ClusterLost otherwise). A
+start from a script without a main guard ends in one line (main_guard.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .cluster_checks import checked_start
 from .cluster_logs import LOG_FORMAT, route_cluster_logs
 from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
 from .errors import ClusterLost
+from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
 from .main_guard import refuse_in_spawned_import, reporting_unguarded_main
 from .stranded import check_stranded
 
@@ -112,7 +115,8 @@ def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
 
     refuse_in_spawned_import()  # a worker re-running an unguarded script leaves here
     with dask.config.set(CLUSTER_CONFIG), reporting_unguarded_main():  # read once, at start
-        return checked_start(config, lambda: _new_cluster(config))  # --device, the port
+        start = start_job_cluster if uses_job_queue(config) else _new_cluster  # jobqueue.py
+        return checked_start(config, lambda: start(config))  # --device, the port
 
 
 def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
@@ -152,19 +156,16 @@ class WorkerLogsToFile(WorkerPlugin):
 
 @contextmanager
 def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> Iterator[Client]:
-    """A connected client; a cluster started here is closed on exit.
+    """A connected client; a cluster started here is closed on exit (a job queue's jobs too).
 
     `config` is the run's cluster section (a RunConfig is one). `worker_log`: where the
-    workers of a cluster started here write their log records (a running scheduler's
-    workers are the user's, and log where the user set them to).
+    workers of a local cluster started here write their log records (a running scheduler's
+    workers are the user's, a job's write to its job's output file).
     """
     address = config.scheduler_file and scheduler_file_address(config.scheduler_file)
-    if address := address or config.scheduler:
-        client = _connect(config, address)
-        cluster = None
-    else:
-        cluster = _start_cluster(config)
-        client = Client(cluster)
+    address = address or config.scheduler
+    cluster = None if address else _start_cluster(config)
+    client = _connect(config, address) if address else Client(cluster)
     # The driver reports a lost scheduler itself, in one line (loop.py): the client's own
     # reconnection tracebacks would only bury it.
     client_log = logging.getLogger("distributed.client")
@@ -172,7 +173,9 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     client_log.setLevel(logging.CRITICAL)
     try:
         client.register_plugin(TorchThreads())
-        if cluster is not None and worker_log is not None:
+        if cluster is not None and uses_job_queue(config):
+            wait_for_jobs(client, cluster, config)  # every job's worker, or QueueStalled
+        elif cluster is not None and worker_log is not None:
             client.register_plugin(WorkerLogsToFile(str(worker_log.absolute())))
         client.wait_for_workers(1, timeout=config.timeout)
         yield client

@@ -39,6 +39,8 @@ def refuse_missing_gpu(config: ClusterSettings) -> None:
     """
     if config.device != "cuda" or config.scheduler or config.scheduler_file:
         return
+    if config.cluster != "local":  # its workers run in batch jobs, on the nodes' GPUs
+        return
     import torch
 
     if not torch.cuda.is_available():

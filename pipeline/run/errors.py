@@ -13,3 +13,8 @@ class TrainingDiverged(ValueError):
 
 class ClusterLost(RuntimeError):
     """The scheduler stopped answering, or workers kept dying; the run is resumable (exit 4)."""
+
+
+class QueueStalled(ClusterLost):
+    """The job queue did not start the workers' jobs within --queue-timeout: the cluster
+    never came up, so nothing was trained (exit 4, as a lost cluster)."""

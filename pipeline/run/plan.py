@@ -17,6 +17,7 @@ from typing import Any
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.config import RunConfig, read_toml, resolve_config
 from ..setup.run_setup import ensure_default_store
+from .jobqueue import check_job_queue
 from .rundir import RunDir, check_same_run
 from .tracking import check_tracking
 
@@ -33,6 +34,7 @@ def plan_run(
     config = resolve_config(file=file, flags=settings, base=base)
     config = _one_source_of_local_steps(config, settings, read_toml(file) if file else {})
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
+    check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
     if config.store is None:
         config = dataclasses.replace(config, store=str(ensure_default_store(config)))
     if resume:

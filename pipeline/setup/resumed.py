@@ -66,6 +66,13 @@ RESUMABLE_KEYS = frozenset(
         "tls_ca_file",
         "tls_cert",
         "tls_key",
+        "cluster",
+        "jobs",
+        "job_cores",
+        "job_memory",
+        "job_walltime",
+        "job_directives",
+        "queue_timeout",
         # Where copies of the metrics go (run/tracking.py): nothing trained depends on them.
         "tensorboard",
         "mlflow",

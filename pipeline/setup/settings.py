@@ -22,6 +22,7 @@ from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
 from ..round.topology import TREE_FROM_WORKERS
 from ..round.transport import TRANSPORTS
+from .job_settings import JobSettings, check_bytes
 
 DTYPES = ("float32", "float64")
 # What the forward and backward passes compute in: fp32, or bf16 under torch.autocast with the
@@ -81,18 +82,6 @@ class ModelSettings:
             non_negative("l2", self.l2)
 
 
-def check_bytes(name: str, text: str) -> None:
-    """A size as Dask reads one ("2GiB", "500MB", "1e9"), above 0; SettingError otherwise."""
-    from dask.utils import parse_bytes  # dask, not distributed: a light import
-
-    try:
-        size = parse_bytes(text)
-    except (ValueError, TypeError):
-        size = 0
-    if size <= 0:
-        raise SettingError(f"{setting(name)} {text!r} is not a size; give one like 2GiB or 500MB")
-
-
 def _algorithm_settings() -> type:
     """The algorithm section: `algorithm`, then every declared hyperparameter (a fresh field
     of its one declaration, so the default, rule and help are that declaration's)."""
@@ -117,7 +106,7 @@ AlgorithmSettings = _algorithm_settings()
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClusterSettings:
+class ClusterSettings(JobSettings):  # --cluster and the job settings first
     workers: int = declare(2, help="Workers of a started cluster.")
     threads_per_worker: int = declare(1, help="Threads per worker.")
     device: str = declare("auto", help="auto (a GPU where a worker sees one) | cpu | cuda.")
@@ -184,6 +173,12 @@ class ClusterSettings:
         if self.memory_limit is not None:
             check_bytes("memory_limit", self.memory_limit)
         positive("timeout", self.timeout)
+        self.check_jobs(scheduler_named=bool(self.scheduler or self.scheduler_file))
+        if self.cluster != "local" and self.memory_limit is not None:
+            raise SettingError(
+                f"{setting('memory_limit')} sizes a local cluster's workers; a job's worker "
+                f"takes {setting('job_memory')}"
+            )
         if self.scheduler_file is not None:
             if self.scheduler:
                 raise SettingError(
