@@ -47,3 +47,49 @@ def test_a_task_stranded_by_losing_every_worker_fails_the_wait():
 
         assert time.perf_counter() - started < 45  # the new workers' start and a poll, not 60 s
         assert task.key in client.run_on_scheduler(stranded, keys=[task.key])
+
+
+class _PausedCluster:
+    """A client whose scheduler reports every worker paused (limit 512 MiB), nothing stranded."""
+
+    def __init__(self, paused: bool) -> None:
+        self.paused = paused
+
+    def run_on_scheduler(self, function, **kwargs):
+        if function.__name__ == "_paused":
+            return {"tcp://w1": 512 * 2**20, "tcp://w2": 512 * 2**20} if self.paused else {}
+        return []
+
+
+class _Pending:
+    key = "evaluate-1-0-abc"
+
+    def done(self) -> bool:
+        return False
+
+
+def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory(monkeypatch):
+    from dask_dane.pipeline.run import stranded
+
+    clock = iter([0.0, 30.0, 61.0])
+    monkeypatch.setattr(stranded.time, "monotonic", lambda: next(clock))
+    stuck = stranded.Stuck()
+
+    stuck.check(_PausedCluster(True), [_Pending()])  # paused since 0 s
+    stuck.check(_PausedCluster(True), [_Pending()])  # 30 s: still waiting
+
+    with pytest.raises(ValueError, match=r"^every worker has been paused .* for 61 s .* 512 MiB"):
+        stuck.check(_PausedCluster(True), [_Pending()])
+
+
+def test_a_worker_that_resumes_starts_the_pause_clock_again(monkeypatch):
+    from dask_dane.pipeline.run import stranded
+
+    clock = iter([0.0, 50.0, 100.0, 150.0])
+    monkeypatch.setattr(stranded.time, "monotonic", lambda: next(clock))
+    stuck = stranded.Stuck()
+
+    for paused in (True, False, True, True):  # paused 0-50 s, resumed, paused again at 100 s
+        stuck.check(_PausedCluster(paused), [_Pending()])
+
+    assert stuck.paused_since == 100.0

@@ -9,9 +9,8 @@ asks for another `--host` / `--dashboard-address`; a job queue's scheduler where
 config says (its workers run on other nodes). A remote scheduler is reached with TLS when
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 
-Also the driver's requests that must not hang on a frozen scheduler: `wait_for`,
-`check_scheduler` and `bounded` (all bounded by `--timeout`; ClusterLost otherwise). A
-start from a script without a main guard ends in one line (main_guard.py).
+Also the driver's requests that must not hang on a frozen scheduler (`wait_for`,
+`check_scheduler`, `bounded`: ClusterLost past `--timeout`); main_guard.py's one line.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards 
 from .errors import ClusterLost
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
 from .main_guard import refuse_in_spawned_import, reporting_unguarded_main
-from .stranded import check_stranded
+from .stranded import Stuck
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -90,16 +89,12 @@ def uses_cuda_cluster(config: ClusterSettings) -> bool:
 # - Work stealing moves a queued task to an idle worker: for a shard's task that means
 #   fetching the shard over the network, exactly what pinning avoids (and the transfers
 #   would no longer be the ones counted).
-# - glibc's allocator: Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, which also
-#   freezes the mmap threshold at 128 KiB, so every activation tensor is mmap'd, faulted in
-#   page by page and unmapped again: lenet's local work ran 1.5x slower in a worker than in
-#   one process (0.92 s against 0.60 s a task, `dane bench scaling` found it). Freed memory up
-#   to 64 MiB stays with the process, and blocks up to 32 MiB come from the heap.
-# - Spilling to disk: a worker past 60-70% of its memory limit pickles the data it holds to
-#   its local disk and back when a task needs it. A held split is a copy of the store, needed
-#   by the next task again: spilling validation rows held resident on a 512 MiB worker copied
-#   them 50 MiB at a time, back and forth every few milliseconds, as evaluation began. What
-#   does not fit is streamed instead (--shard-memory auto), so nothing is spilled.
+# - glibc's allocator: Dask's MALLOC_TRIM_THRESHOLD_=65536 also freezes the mmap threshold
+#   at 128 KiB, so every activation tensor is mmap'd, faulted in and unmapped again: lenet's
+#   local work ran 1.5x slower in a worker than in one process (0.92 s against 0.60 s a
+#   task, `dane bench scaling`). Freed memory up to 64 MiB stays with the process.
+# - Spilling: held splits are copies of the store that the next task reads again (spilled
+#   validation rows went to disk and back 50 MiB at a time, every few ms); auto streams.
 # Users of their own cluster set the same in its Dask config.
 CLUSTER_CONFIG = {
     "distributed.scheduler.work-stealing": False,
@@ -159,9 +154,8 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     """A connected client; a cluster started here is closed on exit (a job queue's jobs too).
 
     `config` is the run's cluster section (a RunConfig is one). `worker_log`: where the
-    workers of a local cluster started here write their log records (a running scheduler's
-    workers are the user's, a job's write to its job's output file).
-    """
+    workers of a local cluster started here log (a running scheduler's are the user's, and
+    a job's worker writes to its job's output file)."""
     address = config.scheduler_file and scheduler_file_address(config.scheduler_file)
     address = address or config.scheduler
     cluster = None if address else _start_cluster(config)
@@ -198,9 +192,8 @@ def _connect(config: ClusterSettings, address: str) -> Client:
         return Client(address, timeout=config.timeout, security=security)
     except (OSError, TimeoutError) as err:
         # A scheduler that stopped leaves its file behind: say where the address came from.
-        source = f" (from --scheduler-file {config.scheduler_file}: stale?)" * bool(
-            config.scheduler_file
-        )
+        source = f" (from --scheduler-file {config.scheduler_file}: stale?)"
+        source = source if config.scheduler_file else ""
         raise ValueError(
             f"no Dask scheduler answered at {address}{source} within {config.timeout:g} s "
             f"({type(err).__name__}); check the address or start one with `dask scheduler`"
@@ -236,10 +229,10 @@ def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
 
     Every few seconds the scheduler is asked for its identity; if the client has lost it, or
     it does not answer within --timeout, ClusterLost (a round may take any time; a silent
-    scheduler may not). Done-callbacks wake the driver the moment the last future finishes
-    (polling would add its interval to every round); `distributed.wait(timeout=...)` is
-    avoided because each timeout leaves a reference cycle that holds the round's futures
-    until the garbage collector runs, so finished rounds would linger on the scheduler.
+    scheduler may not); and whether the tasks are stranded or every worker paused for good
+    (stranded.py). Done-callbacks wake the driver the moment the last future finishes
+    (polling would add its interval to every round); `distributed.wait(timeout=...)` leaves
+    a reference cycle per timeout that holds the round's futures until a collection.
     """
     pending = [future for future in futures if not future.done()]
     if not pending:
@@ -256,10 +249,10 @@ def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
 
     for future in pending:
         future.add_done_callback(one_done)
-    poll = min(5.0, timeout)
+    poll, stuck = min(5.0, timeout), Stuck()
     while not all_done.wait(poll):
         check_scheduler(client, timeout)
-        check_stranded(client, pending)  # every worker lost at once: Dask would wait for good
+        stuck.check(client, pending)  # workers lost or paused for good: Dask would wait
 
 
 def check_scheduler(client: Client, timeout: float) -> None:
