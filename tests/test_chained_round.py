@@ -102,7 +102,7 @@ def _chained(strategy, placement: list[str], token: str = "tok"):
     shards = [f"shard{i}" for i in range(len(placement))]
     return build_chained_round(
         static, shards=shards, placement=placement, link=ChainLink(carry=carry), token=token,
-        evaluate=("test", placement[0]),
+        evaluate=[f"piece{i}" for i in range(len(placement))],
     )  # fmt: skip
 
 
@@ -139,7 +139,10 @@ def test_a_dane_round_is_four_dependent_steps_with_one_task_per_worker_and_phase
         for name in ("local_grad", "nodes_local_grad", "local_solve", "update"):
             annotations = graph.layers[f"{name}-3-{k}-tok"].annotations
             assert annotations == {"workers": [worker], "allow_other_workers": True}
-    assert graph.dependencies[keys.evaluation] == {"update-3-0-tok"}
+    # Each worker scores its own shards' pieces of the test split; one task adds the sums.
+    assert graph.dependencies[keys.evaluation] == {"score-3-0-tok", "score-3-1-tok"}
+    assert graph.dependencies["score-3-1-tok"] == {"update-3-1-tok"}
+    assert graph.layers["score-3-1-tok"].annotations["workers"] == ["tcp://b:2"]
 
 
 def test_a_fedavg_round_is_two_dependent_steps():

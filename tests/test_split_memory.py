@@ -54,27 +54,30 @@ def test_auto_holds_what_fits_beside_the_shards_and_streams_the_rest(big_test_sp
     decide = dict(train="resident", shards_on_worker=1)
     monkeypatch.setattr(shard_memory, "WORKER_BASE_BYTES", 0)  # a worker of a few KiB
 
+    # A worker holding 1 of the 2 shards scores half the test split and half the held-out rows.
     held, why = resolve_split_memory("auto", info, LIMIT, val_fraction=0.1, **decide)
     assert held == {"test": "stream", "val": "resident"}, why
-    assert "evaluation: test stream (94 KiB), val resident (2 KiB)" in why
+    assert "a worker's part: test stream (47 KiB), val resident (1 KiB)" in why
 
-    held, _ = resolve_split_memory("auto", info, LIMIT, val_fraction=0.5, **decide)
-    assert held == {"test": "stream", "val": "stream"}  # 150 rows: over what the shard leaves
-    held, _ = resolve_split_memory("auto", info, 100 * LIMIT, val_fraction=0.5, **decide)
+    held, _ = resolve_split_memory("auto", info, LIMIT, val_fraction=0.9, **decide)
+    assert held == {"test": "stream", "val": "stream"}  # 135 rows: over what the shard leaves
+    held, _ = resolve_split_memory("auto", info, 100 * LIMIT, val_fraction=0.9, **decide)
     assert held == {"test": "resident", "val": "resident"}
     held, _ = resolve_split_memory("stream", info, 100 * LIMIT, val_fraction=0.1, **decide)
     assert held == {"test": "stream", "val": "stream"}
-    with pytest.raises(ValueError, match=r"^the test split holds 94 KiB .* --shard-memory auto"):
-        resolve_split_memory("resident", info, LIMIT, val_fraction=0.1, **decide)
+    with pytest.raises(
+        ValueError, match=r"^a worker's part of the test split holds 47 KiB .* --shard-memory auto"
+    ):
+        resolve_split_memory("resident", info, 48 * 2**10, val_fraction=0.1, **decide)
 
 
 def test_auto_leaves_the_worker_its_own_base_below_the_pause_threshold(big_test_split):
     # 1.7 M training rows of 64 bytes in 2 shards (52 MiB each, streamed on 512 MiB workers);
-    # a tenth held out is 10.4 MiB of validation rows.
+    # 30 % held out is 31 MiB of validation rows, 15.6 MiB of them on each worker.
     info = dataclasses.replace(
         big_test_split, shards=((0, 850_000), (850_000, 1_700_000)), num_test=1000
     )
-    decide = dict(train="stream", shards_on_worker=1, val_fraction=0.1)
+    decide = dict(train="stream", shards_on_worker=1, val_fraction=0.3)
 
     small, _ = resolve_split_memory("auto", info, 512 * 2**20, **decide)
     large, _ = resolve_split_memory("auto", info, 1024 * 2**20, **decide)
@@ -141,7 +144,7 @@ def test_a_test_split_larger_than_a_worker_trains_and_scores_with_the_defaults(
 
     run = RunDir(tmp_path / "run")
     note = re.search(r"^# shard_memory (.*)$", run.config.read_text(), flags=re.M).group(1)
-    assert note.startswith("auto: resident (shard ") and "evaluation: test stream" in note
+    assert note.startswith("auto: resident (shard ") and "a worker's part: test stream" in note
     assert ("val stream" in note) == (val_fraction > 0), note
     rows = read_metrics(run.metrics)
     reference = run_reference(prepare_run(config), rounds=2, num_workers=2).history
@@ -162,3 +165,25 @@ def test_a_resumed_run_keeps_how_its_shards_were_held(tmp_path, digits_stores):
     run.config.write_text("\n".join(x for x in lines if not x.startswith("shard_memory")) + "\n")
     assert run.saved_config()["shard_memory"] == "resident"  # written when resident was default
     assert RunConfig().shard_memory == "auto"
+
+
+def test_pieces_scored_apart_add_up_to_the_whole_splits_score(big_test_split):
+    config = RunConfig(store=str(big_test_split.path), model="mlp", val_fraction=0.2).validate()
+    setup = prepare_run(config)
+    weights, buffers = initial_state(setup.spec, 5)
+
+    pieces = setup.load_pieces()
+    scored = [(i, tasks.score_piece(setup.spec, p, weights)) for i, p in enumerate(pieces)]
+    combined = tasks.combine_scores(scored)
+    whole = tasks.evaluate(setup.spec, setup.load_evaluation(), weights, buffers)
+
+    assert [len(p.y) for p in pieces] == [748, 749]  # the test split's 1497 rows, halved
+    assert [len(p.held_out.y) for p in pieces] == [30, 30]  # each shard's held-out rows
+    assert combined["accuracy"] == whole["accuracy"]
+    assert combined["val_accuracy"] == whole["val_accuracy"]
+    # Each chunk's loss is a float32 sum, and a piece's chunks start at other rows.
+    assert combined["loss"] == pytest.approx(whole["loss"], rel=1e-6)
+    assert combined["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-6)
+    # Scored on two workers, whichever finishes first: the same sums in the same order.
+    apart = tasks.combine_scores(scored[1:], scored[:1])
+    assert apart == {**combined, "eval_s": apart["eval_s"]}

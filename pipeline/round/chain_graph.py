@@ -19,7 +19,7 @@ from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import worker_round
+from . import tasks, worker_round
 from .aggregate import owned_nodes
 from .worker_round import RoundStatic
 
@@ -79,10 +79,11 @@ def build_chained_round(
     placement: list[str],
     link: ChainLink,
     token: str,
-    evaluate: tuple[Any, str] | None = None,
+    evaluate: list[Any] | None = None,
 ) -> tuple[HighLevelGraph, ChainedKeys]:
     """Round `static.index`'s graph: `shards` are the shard futures, `placement` where each
-    lives, `evaluate` the test split's future and worker (None: no evaluation this round)."""
+    lives, `evaluate` the scoring pieces' futures, one per shard (None: no evaluation this
+    round), each scored on its shard's worker and combined on the first."""
     b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
@@ -116,10 +117,13 @@ def build_chained_round(
     ]
     evaluation = None
     if evaluate is not None:
-        test, test_worker = evaluate
-        k = workers.index(test_worker) if test_worker in workers else 0
-        task = (worker_round.evaluate_result, static.spec, test, updates[k])
-        evaluation = b.add("evaluate", k, task, workers[k])
+        scores = []
+        for k, worker in enumerate(workers):  # one task a worker, its own pieces
+            indices = [i for i, at in enumerate(placement) if at == worker]
+            pieces = [evaluate[i] for i in indices]
+            task = (worker_round.score_result, static.spec, indices, pieces, updates[k])
+            scores.append(b.add("score", k, task, worker))
+        evaluation = b.add("evaluate", 0, (tasks.combine_scores, *scores), workers[0])
     graph = HighLevelGraph(b.layers, b.deps)
     return graph, ChainedKeys(updates=updates, last_phase=list(own), evaluation=evaluation)
 

@@ -30,8 +30,9 @@ class ShardSet:
     token: str  # the run's token, in every key of its tasks
     shards: list[Any]  # Futures of ShardData, in shard order
     placement: list[str]  # the worker address that holds each shard
-    test: Any  # Future of the test split's ShardData
-    test_worker: str  # where the test split was loaded: evaluations run there
+    # Futures of the scoring pieces (scoring.py), one per shard, each loaded on its shard's
+    # worker and scored there.
+    test: list[Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +63,7 @@ def placeholder_plan(
         token=token,
         shards=[f"shard{i}" for i in range(len(placement))],
         placement=placement,
-        test="test",
-        test_worker=placement[0],
+        test=[f"piece{i}" for i in range(len(placement))],
     )
     return RoundPlan(
         round_input=round_input,
@@ -170,18 +170,19 @@ def _shard_tasks(
 
 
 def _evaluation(b: _GraphBuilder, plan: RoundPlan, result: str) -> str | None:
-    """The test split's score of the new weights, if the plan asks for one: the new weights
-    (and buffers) alone travel to the test split's worker, never the test split."""
+    """The new weights' score, if the plan asks for one: each shard's worker scores its piece
+    (the new weights and buffers travel to it, never a piece), and one task adds the sums."""
     if not plan.evaluate:
         return None
-    t, root = plan.round_input.index, plan.data.placement[0]
+    t, root, spec = plan.round_input.index, plan.data.placement[0], plan.round_input.spec
     weights = b.add(b.key("weights", t), (tasks.round_model, result), depends=[result], worker=root)
-    return b.add(
-        b.key("evaluate", t),
-        (tasks.evaluate_model, plan.round_input.spec, plan.data.test, weights),
-        depends=[weights],
-        worker=plan.data.test_worker,
-    )
+    scores = []
+    for k, worker in enumerate(dict.fromkeys(plan.data.placement)):  # one task a worker
+        indices = [i for i, at in enumerate(plan.data.placement) if at == worker]
+        pieces = [plan.data.test[i] for i in indices]
+        task = (tasks.score_model, spec, indices, pieces, weights)
+        scores.append(b.add(b.key("score", t, k), task, depends=[weights], worker=worker))
+    return b.add(b.key("evaluate", t), (tasks.combine_scores, *scores), depends=scores, worker=root)
 
 
 def _fan_out(

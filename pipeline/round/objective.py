@@ -262,8 +262,9 @@ class ShardObjective:
         return self.window.sample(size, rng)
 
     @torch.no_grad()
-    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
-        """Mean loss and (for classification) accuracy at w over the whole shard."""
+    def evaluate_sums(self, w: torch.Tensor) -> tuple[float, int, int]:
+        """(loss summed over rows, correct predictions, rows) at w over the whole shard, in
+        eval mode, in chunks of `self.chunk` rows; sums, so that pieces combine exactly."""
         loss_sum, correct = 0.0, 0
         for start in range(0, self.num_samples, self.chunk):
             x, y = self.x[start : start + self.chunk], self.y[start : start + self.chunk]
@@ -273,7 +274,12 @@ class ShardObjective:
                 correct += int((out.argmax(dim=1) == y).sum())
             else:
                 loss_sum += float(F.mse_loss(out.reshape(y.shape), y, reduction="sum"))
-        metrics = {"loss": loss_sum / self.num_samples}
+        return loss_sum, correct, self.num_samples
+
+    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
+        """Mean loss and (for classification) accuracy at w over the whole shard."""
+        loss_sum, correct, rows = self.evaluate_sums(w)
+        metrics = {"loss": loss_sum / rows}
         if self.task == "classification":
-            metrics["accuracy"] = correct / self.num_samples
+            metrics["accuracy"] = correct / rows
         return metrics

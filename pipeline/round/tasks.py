@@ -22,6 +22,13 @@ from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strateg
 from . import comm, transport
 from .aggregate import Partial, ShardReport, buffer_mean, mean_of, merge, to_partial, tree_reduce
 
+# Scoring is spread over the shards' workers (scoring.py); its tasks are sent from here too.
+from .scoring import Score as Score
+from .scoring import combine_scores as combine_scores
+from .scoring import score_model as score_model
+from .scoring import score_piece as score_piece
+from .scoring import score_pieces as score_pieces
+
 # load_shard is a task too: it lives with the shard it builds (shards.py).
 from .shards import ShardData, make_objective, to_device, worker_id
 from .shards import load_evaluation as load_evaluation
@@ -287,10 +294,3 @@ def evaluate(
         shard.held_out.x.release()
     shard.x.release()  # a streamed split holds no chunk between evaluations
     return {**metrics, "eval_s": time.perf_counter() - started}
-
-
-def evaluate_model(
-    spec: ModelSpec, shard: ShardData, model: tuple[torch.Tensor, dict[str, torch.Tensor]]
-) -> dict[str, float]:
-    """evaluate() of round_model's (weights, buffers)."""
-    return evaluate(spec, shard, *model)

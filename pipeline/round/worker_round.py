@@ -31,9 +31,10 @@ from .tasks import (
     PhaseEnd,
     RoundInput,
     RoundResult,
-    evaluate,
+    Score,
     finish_phase,
     run_local,
+    score_pieces,
     update_round,
 )
 
@@ -185,6 +186,8 @@ def update_on_worker(
     return update_round(round_input, carry.weights, carry.state, ends, last, None)
 
 
-def evaluate_result(spec: ModelSpec, test: ShardData, result: RoundResult) -> dict[str, float]:
-    """The test split's loss and accuracy of a round's weights and buffers."""
-    return evaluate(spec, test, result.weights, result.buffers)
+def score_result(
+    spec: ModelSpec, indices: list[int], pieces: list[ShardData], result: RoundResult
+) -> list[tuple[int, Score]]:
+    """A worker's scoring pieces' sums (scoring.py) for a round's weights and buffers."""
+    return score_pieces(spec, indices, pieces, result.weights, result.buffers)

@@ -124,33 +124,27 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
     token = uuid.uuid4().hex[:8]
     placement = shard_placement(setup.store.num_shards, workers)
 
-    def load(key: str, worker: str, args: dict) -> Any:
-        return client.submit(
-            tasks.load_shard, key=key, workers=[worker], allow_other_workers=True, **args
-        )
+    def load(key: str, worker: str, args: dict, task: Callable = tasks.load_shard) -> Any:
+        return client.submit(task, key=key, workers=[worker], allow_other_workers=True, **args)
 
     shards = [
         load(f"load_shard-{i}-{token}", w, setup.shard_args(i)) for i, w in enumerate(placement)
     ]
-    # The held-out validation rows are read beside the test split, where evaluation runs.
-    test = client.submit(
-        tasks.load_evaluation,
-        key=f"load_test-{token}",
-        workers=[workers[0]],
-        allow_other_workers=True,
-        **setup.evaluation_args(),
-    )
+    # Scoring pieces, one per shard on its worker: a slice of the test split and that
+    # shard's held-out validation rows (round/scoring.py).
+    test = [
+        load(f"load_test-{i}-{token}", w, setup.piece_args(i), tasks.load_evaluation)
+        for i, w in enumerate(placement)
+    ]
     try:
-        wait_for(client, [*shards, test], setup.config.timeout)
+        wait_for(client, [*shards, *test], setup.config.timeout)
     except OSError as err:  # every worker lost at once (stranded.py): not a traceback
         raise ValueError(killed_loading(-1, err)) from None
-    for index, future in enumerate([*shards, test]):  # index num_shards: the test split
+    for index, future in enumerate([*shards, *test]):  # from num_shards on: the pieces
         if future.status == "error":
             err = future.exception()  # KilledWorker: its nanny restarted it past its memory
             raise ValueError(killed_loading(index, err)) if isinstance(err, KilledWorker) else err
-    return ShardSet(
-        token=token, shards=shards, placement=placement, test=test, test_worker=workers[0]
-    )
+    return ShardSet(token=token, shards=shards, placement=placement, test=test)
 
 
 def _run_rounds(

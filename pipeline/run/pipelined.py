@@ -230,7 +230,7 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
             placement=data.placement,
             link=chain.link,
             token=f"{data.token}a{chain.attempt}",
-            evaluate=(data.test, data.test_worker) if evaluate else None,
+            evaluate=data.test if evaluate else None,
         )
         wanted = [*keys.updates, *(keys.last_phase if with_states else [])]
         wanted += [keys.evaluation] if keys.evaluation else []

@@ -60,7 +60,7 @@ def run_reference(
     the run after each round (its weights, its rows so far): what a benchmark measures there."""
     config = setup.config
     shards = [setup.load_train(i) for i in range(setup.store.num_shards)]
-    test = setup.load_evaluation()  # with the held-out validation rows, as the workers'
+    pieces = setup.load_pieces()  # the scoring pieces the workers score, the same sums
     # Only for the communication count: where the Dask run would place the shards.
     placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
     reference = ReferenceRun(run=RunState.fresh(setup))
@@ -72,7 +72,9 @@ def run_reference(
         result = _round(round_input, shards, state, opening, placement)
         evaluation = None
         if t % config.eval_every == 0 or t == rounds:
-            evaluation = tasks.evaluate(setup.spec, test, result.weights, result.buffers)
+            every = list(range(len(pieces)))  # one group: sums in piece order, as on workers
+            scored = tasks.score_pieces(setup.spec, every, pieces, result.weights, result.buffers)
+            evaluation = tasks.combine_scores(scored)
         row = round_row(
             round_index=t,
             strategy=setup.strategy,

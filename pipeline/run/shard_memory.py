@@ -23,7 +23,7 @@ AUTO_STREAM_SHARE = 0.25
 # Dask pauses a worker at 80% of its memory limit: a resident shard above that never fits.
 RESIDENT_FITS_SHARE = 0.8
 # What a CPU worker holds before any split: Python, Dask, torch and a first step's buffers
-# (docs/results/memory.md: about 400 MiB). The evaluating worker's splits are held resident
+# (docs/results/memory.md: about 400 MiB). A worker's scoring pieces are held resident
 # only in what that leaves below the pause threshold: on a 512 MiB worker a quarter of the
 # limit (128 MiB) would have held 53 MiB of validation rows there, and the worker sat at
 # 99% of its limit through every evaluation.
@@ -85,20 +85,25 @@ def _size(count: int) -> str:
     return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
 
 
-def split_bytes(store: StoreInfo, val_fraction: float, converted_to: str | None = None) -> dict:
-    """Bytes of features the evaluating worker would hold for the test split and for every
-    shard's held-out validation rows, as stored (or converted, as shard_bytes)."""
+def split_bytes(
+    store: StoreInfo, val_fraction: float, converted_to: str | None = None, share: float = 1.0
+) -> dict:
+    """Bytes of features of the test split and of every shard's held-out validation rows, as
+    stored (or converted, as shard_bytes), times `share`: a worker scores the pieces of its
+    shards (round/scoring.py), their share of each."""
     row = row_bytes(store, converted_to)
     num_train = sum(stop - start for start, stop in store.shards)
-    return {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
+    whole = {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
+    return {split: round(size * share) for split, size in whole.items()}
 
 
 def resolve_split_memory(
     mode: str, store: StoreInfo, limit: int | None, *, train: str, shards_on_worker: int,
     val_fraction: float, dtype: str = "float32",
 ) -> tuple[dict[str, str], str]:  # fmt: skip
-    """({"test": how, "val": how}, why): how the evaluating worker holds the test split and
-    the held-out validation rows, beside `shards_on_worker` training shards held `train`.
+    """({"test": how, "val": how}, why): how a worker holds its pieces of the test split and
+    of the held-out validation rows (those of its shards: round/scoring.py), beside
+    `shards_on_worker` training shards held `train`.
 
     stream streams both; resident and converted hold both (refused, as one line, where the
     test split cannot fit); auto holds what fits in AUTO_STREAM_SHARE of the worker's limit
@@ -106,15 +111,16 @@ def resolve_split_memory(
     its own resident shards, the validation rows first (scored with every evaluation, as
     the test split is, but smaller), and streams the rest.
     """
-    sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None)
+    share = min(shards_on_worker / store.num_shards, 1.0)
+    sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None, share)
     if mode == "stream" or (mode != "auto" and limit is None):
         return {"test": mode, "val": mode}, ""
     if mode in ("resident", "converted"):
         if sizes["test"] > RESIDENT_FITS_SHARE * limit:
             raise ValueError(
-                f"the test split holds {_size(sizes['test'])} of features, more than "
-                f"{RESIDENT_FITS_SHARE:.0%} of a worker's memory limit ({_size(limit)}): it "
-                f"cannot be held {mode}; pass --shard-memory auto (or stream), or give the "
+                f"a worker's part of the test split holds {_size(sizes['test'])} of features, "
+                f"more than {RESIDENT_FITS_SHARE:.0%} of its memory limit ({_size(limit)}): "
+                f"it cannot be held {mode}; pass --shard-memory auto (or stream), or give the "
                 "workers more memory"
             )
         return {"test": mode, "val": mode}, ""
@@ -128,7 +134,9 @@ def resolve_split_memory(
         held[split] = "resident" if sizes[split] <= budget else "stream"
         budget -= sizes[split] if held[split] == "resident" else 0
     parts = [f"{split} {held[split]} ({_size(sizes[split])})" for split in ("test", "val")]
-    return held, "; evaluation: " + ", ".join(parts if val_fraction > 0 else parts[:1])
+    return held, "; evaluation, a worker's part: " + ", ".join(
+        parts if val_fraction > 0 else parts[:1]
+    )
 
 
 def hold_shards(
@@ -139,7 +147,7 @@ def hold_shards(
     workers: int = 1,
 ) -> RunSetup:
     """`setup` with --shard-memory resolved for `workers` workers of memory limit `limit` (the
-    smallest, worker_memory_limit), for the training shards and, on the evaluating worker,
+    smallest, worker_memory_limit), for the training shards and, on each worker,
     the test split and the validation rows: the choice and its reason noted in config.toml
     (a comment: the setting itself stays as given, so auto resumes as auto) and announced as
     a phrase for the run's first line (Callbacks.on_shards)."""

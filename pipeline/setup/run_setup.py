@@ -82,6 +82,20 @@ class RunSetup:
         held = range(self.store.num_shards) if self.config.val_fraction > 0 else ()
         return dict(test=self.test_args(), val=[self.val_args(i) for i in held])
 
+    def piece_args(self, index: int) -> dict:
+        """Keyword arguments of tasks.load_evaluation for scoring piece `index` (one per
+        training shard, scored on its worker: round/scoring.py): a near-equal slice of the
+        test split, carrying that shard's held-out validation rows."""
+        pieces, rows = self.store.num_shards, self.store.num_test
+        start, stop = (round(k * rows / pieces) for k in (index, index + 1))
+        test = {**self.test_args(), "start": start, "stop": stop}
+        val = [self.val_args(index)] if self.config.val_fraction > 0 else []
+        return dict(test=test, val=val)
+
+    def load_pieces(self) -> list[ShardData]:
+        """Every scoring piece (piece_args), in order, read in this process."""
+        return [load_evaluation(**self.piece_args(i)) for i in range(self.store.num_shards)]
+
     def load_evaluation(self) -> ShardData:
         """The test split carrying every shard's held-out rows (in shard order) as held_out."""
         return load_evaluation(**self.evaluation_args())
