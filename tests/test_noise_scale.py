@@ -158,3 +158,49 @@ def test_a_gradient_lost_in_its_noise_has_no_ratio():
     assert trace == pytest.approx(1.9 / (0.1 - 0.025))
     assert grad_sq == pytest.approx((40 * 0.1 - 10 * 2.0) / 30)
     assert grad_sq < 0 and ns.ratio(trace, grad_sq) is None
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "settings", "measured"),
+    [
+        ("dane", dict(local_steps=3, mu=0.1), True),
+        ("sgd", dict(local_lr=0.1), True),
+        ("gd", dict(local_lr=0.1), True),
+        ("fedavg", dict(local_steps=3), False),
+    ],
+)
+def test_every_row_holds_the_noise_scale_where_the_round_measures_it(
+    algorithm, settings, measured, digits_stores, tmp_path
+):
+    from dask_dane.pipeline.run.reference import run_reference
+    from dask_dane.pipeline.setup.config import RunConfig
+    from dask_dane.pipeline.setup.run_setup import prepare_run
+
+    config = RunConfig(store=str(digits_stores[4]), out=str(tmp_path), algorithm=algorithm,
+                       model="mlp", rounds=3, seed=5, batch_size=16, **settings)  # fmt: skip
+    rows = run_reference(prepare_run(config.validate()), rounds=3, num_workers=2).history
+
+    for row in rows:
+        assert {"noise_scale", "noise_trace", "noise_grad_sq", "noise_scale_ema"} <= set(row)
+        assert not [key for key in row if key.startswith("_")]  # the helper sums stay out
+        assert (row["noise_trace"] is not None) == measured
+    if measured:  # positive, and the smoothed one from the smoothed parts
+        assert all(row["noise_trace"] > 0 for row in rows)
+        last = rows[-1]
+        assert last["noise_scale_ema"] == last["noise_trace_ema"] / last["noise_grad_sq_ema"]
+
+
+def test_the_smoothed_noise_scale_averages_numerator_and_denominator_apart():
+    from dask_dane.pipeline.run.metrics import NOISE_EMA_DECAY as beta
+    from dask_dane.pipeline.run.metrics import smoothed_noise
+
+    first = smoothed_noise(None, {"noise_trace": 10.0, "noise_grad_sq": 1.0})
+    second = smoothed_noise(first, {"noise_trace": 30.0, "noise_grad_sq": -0.5})
+    carried = smoothed_noise(second, {})  # a round without figures keeps the averages
+
+    assert first["noise_scale_ema"] == 10.0
+    trace, grad_sq = beta * 10 + (1 - beta) * 30, beta * 1 + (1 - beta) * -0.5
+    assert second["noise_trace_ema"] == pytest.approx(trace)
+    assert second["noise_scale_ema"] == pytest.approx(trace / grad_sq)  # not a mean of ratios
+    assert carried == second
+    assert smoothed_noise(None, {})["noise_scale_ema"] is None
