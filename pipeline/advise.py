@@ -57,21 +57,21 @@ def scaling_rows(
     """The law's table for `workers` of `batch` rows each, given B_noise = `noise_scale`."""
     rows: list[WorkerRow] = []
     single = 1.0 + noise_scale / batch
-    for m in workers:
-        steps = 1.0 + noise_scale / (m * batch)
+    for count in workers:
+        steps = 1.0 + noise_scale / (count * batch)
         speedup = single / steps
         gain = speedup / rows[-1].speedup if rows else None
         rows.append(
             WorkerRow(
-                workers=m,
-                batch=m * batch,
+                workers=count,
+                batch=count * batch,
                 steps=steps,
-                examples=1.0 + m * batch / noise_scale,
+                examples=1.0 + count * batch / noise_scale,
                 speedup=speedup,
                 doubling_gain=gain,
-                lr_linear=float(m),
-                lr_sqrt=math.sqrt(m),
-                lr_noise=speedup,
+                lr_linear=float(count),
+                lr_sqrt=math.sqrt(count),
+                lr_noise=speedup,  # eps_opt's ratio is the speed-up's expression
             )
         )
     return rows
@@ -103,73 +103,87 @@ class NoiseMeasure:
 
 def measure_noise(
     objectives: list[ShardObjective],
-    w: torch.Tensor,
+    weights: torch.Tensor,
     *,
     batch: int,
     draws: int,
     seed: int,
     per_shard: int = 2,
 ) -> NoiseMeasure:
-    """B_simple at `w`: each draw takes `per_shard` disjoint minibatches of `batch` rows from
-    every shard (as sync SGD draws them: training-mode forward passes), weights each by its
-    shard's rows, and forms noise_scale.py's two-batch estimate; draws are averaged."""
+    """B_simple at `weights`: each draw takes `per_shard` disjoint minibatches of `batch` rows
+    from every shard (as sync SGD draws them: training-mode forward passes), weights each by
+    its shard's rows, and forms noise_scale.py's two-batch estimate; the trace and |G|^2 are
+    averaged over the draws apart, then divided."""
     generator = torch.Generator().manual_seed(seed)
-    traces, grad_sqs = [], []
-    for _ in range(draws):
-        metrics, grads, weights, rows = [], [], [], 0
-        for objective in objectives:
-            drawn = objective.sample_rows(per_shard * batch, generator)
-            for part in drawn.split(max(1, len(drawn) // per_shard))[:per_shard]:
-                g = _minibatch_gradient(objective, w, part)
-                share = objective.num_samples / per_shard
-                metrics.append(shard_metrics(g, len(part), share))
-                grads.append(g)
-                weights.append(share)
-                rows += len(part)
-        total = sum(weights)
-        mean = {
-            k: sum(wt / total * m[k] for wt, m in zip(weights, metrics, strict=True))
-            for k in metrics[0]
-        }
-        g = sum(wt / total * gj for wt, gj in zip(weights, grads, strict=True))
-        figures = noise_figures(mean, g, rows)
-        traces.append(figures["noise_trace"])
-        grad_sqs.append(figures["noise_grad_sq"])
-    trace, grad_sq = sum(traces) / draws, sum(grad_sqs) / draws
+    figures = [_draw(objectives, weights, batch, per_shard, generator) for _ in range(draws)]
+    trace = sum(f["noise_trace"] for f in figures) / draws
+    grad_sq = sum(f["noise_grad_sq"] for f in figures) / draws
     return NoiseMeasure(
         noise_scale=ratio(trace, grad_sq),
         noise_trace=trace,
         noise_grad_sq=grad_sq,
         draws=draws,
-        parts=len(weights),
+        parts=per_shard * len(objectives),
         batch=batch,
         sgd_steps=0,
     )
 
 
+def _draw(
+    objectives: list[ShardObjective],
+    weights: torch.Tensor,
+    batch: int,
+    per_shard: int,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """One draw's noise_figures: every part's gradient reduced as a round's shards are."""
+    parts, gradients, shares, rows = [], [], [], 0
+    for objective in objectives:
+        drawn = objective.sample_rows(per_shard * batch, generator)
+        size = len(drawn) // per_shard
+        if size < 1:
+            raise ValueError(f"a shard of {len(drawn)} rows cannot give {per_shard} minibatches")
+        for part in drawn.split(size)[:per_shard]:
+            gradient = _minibatch_gradient(objective, weights, part)
+            share = objective.num_samples / per_shard  # its shard's weight, split evenly
+            parts.append(shard_metrics(gradient, len(part), share))
+            gradients.append(gradient)
+            shares.append(share)
+            rows += len(part)
+    total = sum(shares)
+    pairs = list(zip(shares, parts, strict=True))
+    mean = {key: sum(share / total * part[key] for share, part in pairs) for key in parts[0]}
+    mean_gradient = sum(share / total * g for share, g in zip(shares, gradients, strict=True))
+    figures = noise_figures(mean, mean_gradient, rows)
+    assert figures, "two parts or more always give the two-batch estimate"
+    return figures
+
+
 def _minibatch_gradient(
-    objective: ShardObjective, w: torch.Tensor, rows: torch.Tensor
+    objective: ShardObjective, weights: torch.Tensor, rows: torch.Tensor
 ) -> torch.Tensor:
-    w = w.detach().requires_grad_(True)
-    objective.batch_loss(w, rows).backward()
-    return w.grad.detach()
+    """The mean loss's gradient over `rows`, as a local SGD step takes it."""
+    weights = weights.detach().requires_grad_(True)
+    objective.batch_loss(weights, rows).backward()
+    return weights.grad.detach()
 
 
 def sgd_steps(
     objectives: list[ShardObjective],
-    w: torch.Tensor,
+    weights: torch.Tensor,
     *,
     steps: int,
     batch: int,
     lr: float,
     seed: int,
 ) -> torch.Tensor:
-    """`steps` plain SGD steps from `w`, each on a minibatch of the next shard in turn."""
+    """`steps` plain SGD steps from `weights`, each on a minibatch of the next shard in turn."""
     generator = torch.Generator().manual_seed(seed)
     for step in range(steps):
         objective = objectives[step % len(objectives)]
-        w = w - lr * _minibatch_gradient(objective, w, objective.sample_rows(batch, generator))
-    return w.detach()
+        rows = objective.sample_rows(batch, generator)
+        weights = weights - lr * _minibatch_gradient(objective, weights, rows)
+    return weights.detach()
 
 
 def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, Any]:
@@ -184,8 +198,9 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
     draws : int
         Rounds of minibatch gradients averaged into the estimate.
     steps : int
-        Plain SGD steps before measuring: B_noise grows as training proceeds, so the
-        initial weights' estimate (0 steps) is usually the smallest.
+        Plain SGD steps before measuring. B_noise changes as training goes (on the digits
+        store it fell tenfold while the loss fell fastest, then rose to five times its
+        initial value near convergence): measure where training spends its time.
 
     Returns
     -------
@@ -200,15 +215,17 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
     if config.store is None:
         config = replace(config, store=str(ensure_default_store(config)))
     setup = prepare_run(config)
-    w, buffers = initial_state(setup.spec, config.seed)
+    weights, buffers = initial_state(setup.spec, config.seed)
     objectives = [
         make_objective(setup.spec, setup.load_train(i), buffers, config.seed)
         for i in range(setup.store.num_shards)
     ]
     batch = config.batch_size
-    w = sgd_steps(objectives, w, steps=steps, batch=batch, lr=config.local_lr, seed=config.seed)
+    weights = sgd_steps(
+        objectives, weights, steps=steps, batch=batch, lr=config.local_lr, seed=config.seed
+    )
     measure = replace(
-        measure_noise(objectives, w, batch=batch, draws=draws, seed=config.seed + 1),
+        measure_noise(objectives, weights, batch=batch, draws=draws, seed=config.seed + 1),
         sgd_steps=steps,
     )
     scale = measure.noise_scale
@@ -248,7 +265,7 @@ def advice_lines(advice: dict[str, Any]) -> list[str]:
                  f"{row['examples']:.2f}", f"{row['speedup']:.2f}x",
                  "" if gain is None else f"{gain:.2f}x", f"{row['lr_linear']:.2f}x",
                  f"{row['lr_sqrt']:.2f}x", f"{row['lr_noise']:.2f}x")  # fmt: skip
-        lines.append("".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+        lines.append("".join(f"{c:>{width}}" for c, width in zip(cells, widths, strict=True)))
     lines += ["", f"workers worth paying for: {advice['workers_worth']} ({advice['rule']})"]
     return lines
 

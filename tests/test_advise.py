@@ -95,3 +95,21 @@ def test_no_warning_without_a_noise_scale_or_below_the_limit():
     assert noise_warning(_row(5, limit * (1 + 1e-9)), 32) is None
     assert noise_warning(_row(5, limit), 32) is not None
     assert math.isclose(BATCH_OVER_NOISE, 4.0)
+
+
+def test_advise_measures_a_single_shard_store_after_sgd_steps(digits_stores):
+    from dask_dane.pipeline.advise import advice_lines, advise
+    from dask_dane.pipeline.setup.config import RunConfig
+
+    config = RunConfig(store=str(digits_stores[1]), model="mlp", batch_size=16).validate()
+    advice = advise(config, draws=2, steps=5)
+
+    # one shard: its two disjoint minibatches a draw are the two batch sizes' parts
+    assert advice["measure"]["parts"] == 2 and advice["measure"]["sgd_steps"] == 5
+    assert "after 5 SGD steps" in advice_lines(advice)[0]
+
+
+def test_advise_without_a_store_uses_the_embedded_default(dane_here, tmp_path):
+    done = dane_here("advise", "--draws", "1", cwd=tmp_path, cache=tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "digits-2shards-seed0.zarr, at the initial weights" in done.stdout
