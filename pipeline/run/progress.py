@@ -148,10 +148,12 @@ class ProgressLines:
         self.console = console or Console(stderr=True, highlight=False)
         self.rounds = 0
         self.held = ""  # how the workers hold the shards (--shard-memory as resolved)
+        self.noise = Callbacks()  # the noise-scale warning, once begin knows the batch size
 
     def begin(self, config: RunConfig, *, resume: bool) -> None:
         """Before the cluster starts: it takes seconds, and silence reads as a hang."""
         self.rounds = config.rounds
+        self.noise = noise_warnings(config.batch_size, self._print)
         verb = "resuming" if resume else "training"
         self._print(
             f"dask-dane: {verb} {config.algorithm} for {config.rounds} rounds into {config.out}"
@@ -181,6 +183,7 @@ class ProgressLines:
             parts.append(f"test loss {_number(row['test_loss'])}")
         parts.append(f"{row.get('wall_s', 0.0):.1f} s")
         self._print("  ".join(parts))
+        self.noise.on_round(row)
 
     def end(self, summary: dict[str, Any], run_dir: object) -> None:
         accuracy = summary.get("final_test_accuracy")
