@@ -158,6 +158,7 @@ def test_a_gradient_lost_in_its_noise_has_no_ratio():
     assert trace == pytest.approx(1.9 / (0.1 - 0.025))
     assert grad_sq == pytest.approx((40 * 0.1 - 10 * 2.0) / 30)
     assert grad_sq < 0 and ns.ratio(trace, grad_sq) is None
+    assert ns.ratio(trace, 0.0) is None and ns.ratio(None, 1.0) is None
 
 
 @pytest.mark.parametrize(

@@ -84,7 +84,7 @@ def noise_figures(metrics: dict[str, float], g: torch.Tensor, rows: int) -> dict
     two sizes coincide (one shard) or the helper metrics are missing; no noise_scale where
     |G|^2's estimate is not positive.
     """
-    if GRAD_SQ not in metrics or rows <= 0:
+    if GRAD_SQ not in metrics:
         return {}
     total = rows / metrics[ROW_PER_SHARD]  # n
     b_small = 1.0 / metrics[INV_ROWS]
