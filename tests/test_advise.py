@@ -35,7 +35,8 @@ def test_a_large_noise_scale_scales_nearly_linearly_and_a_small_one_not_at_all()
 
 
 @pytest.mark.parametrize(
-    ("noise_scale", "worth"), [(10.0, 1), (31.0, 1), (64.0, 2), (130.0, 4), (300.0, 8), (1e6, 16)]
+    ("noise_scale", "worth"),
+    [(10.0, 1), (31.0, 1), (64.0, 2), (100.0, 2), (130.0, 4), (300.0, 8), (1e6, 16)],
 )
 def test_the_workers_worth_paying_for_are_the_largest_m_with_m_b_at_most_b_noise(
     noise_scale, worth
@@ -45,6 +46,20 @@ def test_the_workers_worth_paying_for_are_the_largest_m_with_m_b_at_most_b_noise
     assert workers_worth(rows) == worth
     assert max([1] + [m for m in (1, 2, 4, 8, 16) if m * 32 <= noise_scale]) == worth
     assert all(r.doubling_gain >= MIN_DOUBLING_GAIN for r in rows[1:] if r.workers <= worth)
+
+
+def test_the_estimate_averages_trace_and_gradient_apart_over_draws(monkeypatch):
+    from dask_dane.pipeline import advise
+
+    draws = iter(
+        [{"noise_trace": 2.0, "noise_grad_sq": 1.0}, {"noise_trace": 4.0, "noise_grad_sq": 3.0}]
+    )
+    monkeypatch.setattr(advise, "_draw", lambda *args: next(draws))
+
+    measure = advise.measure_noise([], None, batch=8, draws=2, seed=0)
+
+    assert (measure.noise_trace, measure.noise_grad_sq) == (3.0, 2.0)
+    assert measure.noise_scale == 1.5  # not the mean of the ratios, (2 + 4/3) / 2
 
 
 def test_advise_prints_the_table_and_writes_json(digits_stores, dane_here, tmp_path):
