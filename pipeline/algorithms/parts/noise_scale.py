@@ -16,21 +16,26 @@ and the batch sizes are the effective ones of those weighted means: 1 / b_small 
 sum_j w_j / b_j and 1 / B_big = sum_j w_j^2 / b_j. For m equal shards of b rows each these
 are the paper's b_small = b and B_big = m b. One shard gives no second size: no estimate.
 
-What it measures, and its bias. The rows a round reads are drawn without replacement: each
-shard's rows (or its fixed `grad_sample`) are a slice of a partition fixed for the run, and
-DANE's full-shard g_j has no sampling noise relative to its own shard. So the estimate is the
-spread between the shards' gradients, sum_j w_j |g_j - g|^2, rescaled to one example. For a
-random (iid) partition of N rows, with full shards or equal samples, that spread has
-expectation tr(Sigma_N) (1/b_small - 1/B_big) N / (N - 1) for the data set's own per-example
-covariance Sigma_N (normalised by N): the finite-population corrections of g_j (a factor
-(N - b_j) / (N - 1)) and of g (no variance at all when B_big = N) cancel, and the tr Sigma
-estimate is unbiased for the data set's sample covariance (normalised by N - 1), which is
-itself unbiased for the distribution the rows came from; the |G|^2 estimate is then unbiased
-for that distribution's |G|^2 too. Two limits: (1) the partition and the samples are the same
-every round, so a run's estimates share one draw of rows and their error does not average
-out across rounds (sync SGD's fresh minibatches do); (2) on a skewed partition (label-skew,
-dirichlet) the shards differ in their true gradients, and that difference counts as noise:
-tr Sigma is overestimated and |G|^2 underestimated, so B_simple is too large.
+What it measures, and its bias. The formula assumes each g_j averages b_j rows drawn with
+replacement. A round's rows are drawn without: each shard's rows (or its fixed
+`grad_sample`) are a slice of a partition fixed for the run, and DANE's full-shard g_j has
+no sampling noise relative to its own shard. The estimate is then the spread between the
+shards' gradients, |G_small|^2 - |G_big|^2 = sum_j w_j |g_j - g|^2, rescaled to one example
+by 1 / (1/b_small - 1/B_big). For a random (iid) partition of N rows, with full shards or
+equal samples of every shard, its expectation over the partition is exact: with Sigma_N the
+data set's own per-example covariance (normalised by N), E|g_j - G_N|^2 = tr(Sigma_N)
+(N - b_j) / (b_j (N - 1)) (the finite-population correction) and the spread's expectation is
+tr(Sigma_N) (1/b_small - 1/B_big) N / (N - 1). For m equal shards of n = N / m rows that is
+tr(Sigma_N) (m - 1) / (N - 1), about tr(Sigma) / n: the per-example covariance scaled by the
+shard size. So the tr Sigma estimate is unbiased for the data set's sample covariance
+(normalised by N - 1), itself unbiased for the distribution the rows came from, and the
+|G|^2 estimate has expectation |G_N|^2 - tr(Sigma_N) / (N - 1), unbiased for that
+distribution's |G|^2 (E|G_N|^2 = |G|^2 + tr(Sigma) / N). Two limits: (1) the partition and
+the samples are the same every round, so a run's estimates share one draw of rows and their
+error does not average out across rounds (sync SGD's fresh minibatches do); (2) on a skewed
+partition (label-skew, dirichlet) the shards differ in their true gradients, and that
+difference counts as noise: tr Sigma is overestimated and |G|^2 underestimated, so B_simple
+is too large.
 
 The ratio of two noisy estimates is biased, and |G|^2's estimate may even be negative: the
 per-round B_simple is left out (None) then, and the run smooths numerator and denominator
