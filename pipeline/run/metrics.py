@@ -74,7 +74,7 @@ FIELDS = (
     "noise_scale",
 )
 # How fast the smoothed noise scale forgets (smoothed_noise): a run is tens of rounds and its
-# noise scale grows as it trains, so the last five rounds or so weigh.
+# noise scale changes as it trains, so the last five rounds or so weigh.
 NOISE_EMA_DECAY = 0.8
 
 
@@ -181,8 +181,8 @@ def smoothed_noise(previous: dict[str, Any] | None, metrics: dict[str, float]) -
     before = [(previous or {}).get(f"{key}_ema") for key in keys]
     now = [metrics.get(key) for key in keys]
     smoothed = [
-        b if n is None else n if b is None else NOISE_EMA_DECAY * b + (1 - NOISE_EMA_DECAY) * n
-        for b, n in zip(before, now, strict=True)
+        old if new is None else new if old is None else old + (1 - NOISE_EMA_DECAY) * (new - old)
+        for old, new in zip(before, now, strict=True)
     ]
     return {
         "noise_trace_ema": smoothed[0],
