@@ -14,13 +14,16 @@ import typer
 from typer.core import TyperGroup
 
 from . import options as opt
+from .advise import advise
 from .lazy import LazyCommand, LazyCommands
 
 
 class _Commands(LazyCommands, TyperGroup):
     """`dane`'s commands; train and bench are built only when named (cli/lazy.py)."""
 
-    order = ("prepare", "info", "train", "evaluate", "export", "report", "presets", "watch")
+    order = (
+        "prepare", "info", "train", "advise", "evaluate", "export", "report", "presets", "watch"
+    )  # fmt: skip
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The commands under their panels' headings: `bench` apart from the commands a user
@@ -146,7 +149,7 @@ def train(
     from ..pipeline.run import loop
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.run.plan import plan_run
-    from ..pipeline.run.progress import selection_line
+    from ..pipeline.run.progress import chain, noise_warnings, selection_line
     from ..pipeline.run.tracking import TrackingContext, preset_of
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
@@ -156,7 +159,8 @@ def train(
     with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
         export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
         tracking = TrackingContext(export, preset_of(config))  # for MLflow
-        callbacks = progress.callbacks()
+        warn = lambda line: progress.console.print(line, markup=False, soft_wrap=True)  # noqa: E731
+        callbacks = chain(progress.callbacks(), noise_warnings(resolved.batch_size, warn))
         summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
     accuracy = summary["final_test_accuracy"]
     typer.echo(selection_line(summary))  # before the result line: scripts read the last line
@@ -166,6 +170,9 @@ def train(
         if accuracy is not None
         else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
     )
+
+
+app.command("advise", epilog=opt.docs("advise"))(advise)
 
 
 @app.command(epilog=opt.docs("evaluate"))

@@ -41,6 +41,7 @@ DOCS = {
     "prepare": "docs/howto/own-images.md",
     "info": "docs/reference/formats.md",
     "train": "docs/tutorials/quickstart.md",
+    "advise": "docs/howto/workers.md",
     "evaluate": "docs/reference/formats.md",
     "export": "docs/howto/own-model.md",
     "report": "docs/howto/tracking.md",

@@ -24,7 +24,11 @@ from .setup.resumed import Resume, RunRecord
 QUANTITIES = (
     ("test_accuracy", "test accuracy", "test_accuracy.png"),
     ("train_loss", "training loss", "train_loss.png"),
+    # Drawn where a run measured it (DANE, sync SGD; algorithms/parts/noise_scale.py): the
+    # batch beyond which more workers hardly shorten training, as the run goes.
+    ("noise_scale_ema", "gradient noise scale (rows, smoothed)", "noise_scale.png"),
 )
+LOG_SCALED = ("train_loss", "noise_scale_ema")
 # (x values from the rows, axis title)
 AXES = ("round", "communication rounds", "communication (MB)", "wall time (s)")
 
@@ -137,7 +141,8 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     -------
     list of Path
         The files written: test_accuracy.png and train_loss.png, the selected round (the
-        one best.pt holds) marked with a star on each run's curves.
+        one best.pt holds) marked with a star on each run's curves; noise_scale.png too
+        where a run holds a gradient noise scale.
     """
     plt = pyplot()
 
@@ -148,6 +153,8 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for field, title, name in QUANTITIES:
+        if not any(row.get(field) is not None for run in runs for row in run.rows):
+            continue  # runs older than the field, or algorithms that do not measure it
         fig, panels = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 3.6), sharey=True)
         for run in runs:
             xs = _x_values(run.rows)
@@ -164,7 +171,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
             panel.set_xlabel(axis)
             panel.grid(alpha=0.3)
         panels[0].set_ylabel(title)
-        if field == "train_loss":
+        if field in LOG_SCALED:
             panels[0].set_yscale("log")
         handles, labels = panels[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=min(2, len(runs)), fontsize=8)

@@ -170,7 +170,8 @@ def _lines(rows: list[dict], rounds: int = 3) -> list[str]:
     out = io.StringIO()
     lines = ProgressLines(Console(file=out, width=60))
     lines.begin(
-        SimpleNamespace(rounds=rounds, algorithm="dane", out="runs/a-long-name"), resume=False
+        SimpleNamespace(rounds=rounds, algorithm="dane", out="runs/a-long-name", batch_size=32),
+        resume=False,
     )
     lines.on_start("http://127.0.0.1:8787/status", 2)
     for row in rows:
@@ -193,6 +194,17 @@ def test_progress_prints_a_line_per_round_with_loss_and_accuracy():
         "dask-dane: done after 2 rounds, test accuracy 0.9000",
         "dask-dane: run directory runs/x",
     ]
+
+
+def test_progress_warns_once_when_a_step_holds_several_noise_scales():
+    row = {"round": 2, "train_loss": 1.0, "test_loss": None, "test_accuracy": None, "wall_s": 1}
+    rows = [{**row, "noise_scale_ema": 10.0, "num_workers": 2, "round": t} for t in (2, 3)]
+
+    lines = _lines(rows)
+
+    warned = [line for line in lines if line.startswith("warning:")]
+    assert len(warned) == 1 and "64 rows a step, 6x the gradient noise scale" in warned[0]
+    assert lines.index(warned[0]) == 3  # right after round 2's line
 
 
 def test_progress_shows_the_test_loss_of_a_regression_and_validation_accuracy():

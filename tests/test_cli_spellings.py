@@ -84,8 +84,8 @@ def test_bench_stands_apart_in_dane_help():
 
 
 @pytest.mark.parametrize(
-    "words", [(), ("prepare",), ("info",), ("train",), ("evaluate",), ("export",), ("report",),
-              ("presets",), ("watch",), ("bench",), ("bench", "scaling")],
+    "words", [(), ("prepare",), ("info",), ("train",), ("advise",), ("evaluate",), ("export",),
+              ("report",), ("presets",), ("watch",), ("bench",), ("bench", "scaling")],
 )  # fmt: skip
 def test_each_help_page_ends_with_its_documentation_page(words):
     last = " ".join(_help(*words).split())  # click wraps the epilog

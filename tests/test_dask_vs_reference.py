@@ -64,6 +64,13 @@ def test_dask_run_equals_reference(
         assert row["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
         assert row["val_accuracy"] == pytest.approx(expected["val_accuracy"], abs=1e-9)
         assert row["is_best"] == expected["is_best"] and row["val_accuracy"] is not None
+        # The gradient noise scale: from the gradient phase (dane, sgd), none from fedavg
+        # (noise_scale itself is None in a round whose |G|^2 estimate is not positive).
+        assert (row["noise_trace"] is None) == (algorithm == "fedavg")
+        for key in ("noise_trace", "noise_grad_sq", "noise_scale", "noise_scale_ema"):
+            assert (row[key] is None) == (expected[key] is None)
+            if row[key] is not None:
+                assert row[key] == pytest.approx(expected[key], rel=1e-4)
 
 
 @pytest.mark.parametrize(("algorithm", "phases"), [("dane", 2), ("sgd", 1), ("fedavg", 1)])

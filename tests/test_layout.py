@@ -25,7 +25,9 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/run/pipelined.py",  # the driver of chained rounds
     "pipeline/run/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
 }
-TYPER_IMPORTERS = {"cli/commands.py", "cli/options.py", "cli/lazy.py", "bench/common/options.py"}
+TYPER_IMPORTERS = {
+    "cli/commands.py", "cli/options.py", "cli/lazy.py", "cli/advise.py", "bench/common/options.py"
+}  # fmt: skip
 # Layers in import order: a module may import its own layer and those after it, never before.
 # The root's own modules (__init__, __main__) are the package's face, above every layer.
 LAYERS = ("cli", "bench", "pipeline", "models|datasets|presets")

@@ -143,3 +143,30 @@ def test_the_selected_round_is_starred_on_its_run_s_curves(tmp_path, monkeypatch
     assert star.get_color() == curve.get_color()
     loss_star = figures["train_loss.png"].axes[0].lines[1]
     assert list(loss_star.get_xdata()) == [6]  # every quantity's curve marks it
+
+
+def test_report_draws_the_noise_scale_where_a_run_measured_it(tmp_path, monkeypatch):
+    from dask_dane.pipeline import report
+
+    figures = {}
+    monkeypatch.setattr(
+        report, "save_figure", lambda fig, path, dpi: figures.update({path.name: fig})
+    )
+    # prepare: a DANE run whose rows hold the smoothed noise scale, a FedAvg run without
+    dane = _fake_run(tmp_path, "dane", RunConfig(algorithm="dane"), rounds=4)
+    rows = [json.loads(line) for line in (dane / "metrics.jsonl").open()]
+    for row in rows:
+        row["noise_scale_ema"] = 50.0 * row["round"]
+    (dane / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    fedavg = _fake_run(tmp_path, "fedavg", RunConfig(algorithm="fedavg"), rounds=4)
+    # act
+    written = report.write_report([dane, fedavg], tmp_path / "plots")
+    alone = report.write_report([fedavg], tmp_path / "alone")
+    # assert: a third figure where a run measured it; the DANE curve holds its values, the
+    # FedAvg one (kept for the colours to match the other figures) none
+    assert [p.name for p in written] == ["test_accuracy.png", "train_loss.png", "noise_scale.png"]
+    by_round = figures["noise_scale.png"].axes[0]
+    dane_line, fedavg_line = by_round.lines
+    assert list(dane_line.get_ydata()) == [50.0, 100.0, 150.0, 200.0]
+    assert len(fedavg_line.get_xdata()) == 0 and by_round.get_yscale() == "log"
+    assert [p.name for p in alone] == ["test_accuracy.png", "train_loss.png"]

@@ -32,6 +32,7 @@ from .parts.diagnostics import solve_diagnostics
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, StopRule, check_trust_radius
+from .parts.noise_scale import noise_figures
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.update_rule import UPDATE_PART, UpdateRule, proposal_broadcast
 
@@ -140,7 +141,8 @@ class Dane(StrategyDefaults):
         g = mean.tensors["grad"]  # step 1's average
         sent = {"grad": g, **self.gradient.noise(mean)}
         sent, decision = self.update_rule.decide(mean, round_data, self.mu, sent)
-        return Broadcast(tensors=sent, metrics={"grad_norm": float(g.norm())}, decision=decision)
+        metrics = {"grad_norm": float(g.norm()), **noise_figures(mean.metrics, g, mean.rows)}
+        return Broadcast(tensors=sent, metrics=metrics, decision=decision)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         return self.update_rule.update(end)

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.local_solver import LOCAL_LR
+from .parts.noise_scale import noise_figures, shard_metrics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,12 +30,16 @@ class Gd(StrategyDefaults):
         """grad f_i(w) over the whole shard, with f_i(w) as the round's train loss."""
         loss, g_i = ctx.objective.loss_and_grad(ctx.weights)
         rows = ctx.objective.num_samples
-        return LocalOutput(tensors={"grad": g_i}, metrics={"train_loss": loss}, rows=rows)
+        metrics = {"train_loss": loss, **shard_metrics(g_i, rows, rows)}  # the noise scale's
+        return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         g = end.mean.tensors["grad"]
         return RoundUpdate(
             weights=end.weights - self.local_lr * g,
             state=end.state,
-            metrics={"grad_norm": float(g.norm())},
+            metrics={
+                "grad_norm": float(g.norm()),
+                **noise_figures(end.mean.metrics, g, end.mean.rows),
+            },
         )

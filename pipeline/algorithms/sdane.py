@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
+from .parts.noise_scale import noise_figures, shard_metrics
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 
@@ -67,8 +68,10 @@ class Sdane(StrategyDefaults):
         if ctx.phase == 0:  # grad f_i at the prox-centre
             sampled = self._sampled(ctx.objective)
             loss, g_i = sampled.loss_and_grad(ctx.weights)
+            rows = sampled.num_samples
+            noise = shard_metrics(g_i, rows, ctx.objective.num_samples)  # the noise scale's
             return LocalOutput(
-                tensors={"grad": g_i}, metrics={"train_loss": loss}, rows=sampled.num_samples
+                tensors={"grad": g_i}, metrics={"train_loss": loss, **noise}, rows=rows
             )
         assert ctx.previous is not None, "local_solve needs the shard's own gradient"
         lam, v = self._lam(ctx.round_data), ctx.weights
@@ -87,7 +90,8 @@ class Sdane(StrategyDefaults):
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
         g = mean.tensors["grad"]
-        return Broadcast(tensors={"grad": g}, metrics={"grad_norm": float(g.norm())})
+        metrics = {"grad_norm": float(g.norm()), **noise_figures(mean.metrics, g, mean.rows)}
+        return Broadcast(tensors={"grad": g}, metrics=metrics)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         step = end.mean.tensors["grad"] / self.mu

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
+from .parts.noise_scale import noise_figures, shard_metrics
 from .parts.schedule import lr_factor
 
 if TYPE_CHECKING:
@@ -49,11 +50,12 @@ class Sgd(StrategyDefaults):
         rows = objective.sample_rows(self.batch_size, ctx.rng)
         loss = objective.batch_loss(w, rows)
         loss.backward()
-        return LocalOutput(
-            tensors={"grad": w.grad.detach()},
-            metrics={"train_loss": float(loss.detach())},
-            rows=len(rows),
-        )
+        g_i = w.grad.detach()
+        # Fresh minibatches every round: the noise scale's estimate (noise_scale.py) as the
+        # paper takes it, at no extra pass.
+        metrics = {"train_loss": float(loss.detach())}
+        metrics |= shard_metrics(g_i, len(rows), objective.num_samples)
+        return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=len(rows))
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         g = end.mean.tensors["grad"]
@@ -62,5 +64,8 @@ class Sgd(StrategyDefaults):
         return RoundUpdate(
             weights=end.weights - lr * b,
             state=SgdState(momentum=b),
-            metrics={"grad_norm": float(g.norm())},
+            metrics={
+                "grad_norm": float(g.norm()),
+                **noise_figures(end.mean.metrics, g, end.mean.rows),
+            },
         )

@@ -10,12 +10,13 @@ import json
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..algorithms import Strategy
 from ..algorithms.parts.local_solver import LocalSolver
+from ..algorithms.parts.noise_scale import FIGURES, ratio
 from ..algorithms.parts.schedule import lr_factor
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
@@ -33,6 +34,8 @@ class RoundTotals:
     # The round is the one selected so far: its validation metric beat every earlier round's
     # (RunState.advance), or, without a validation split, it is the last evaluated round.
     is_best: bool
+    # The noise scale's smoothed numerator and denominator, and their ratio (smoothed_noise).
+    noise_ema: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +71,11 @@ FIELDS = (
     "comm_bytes",
     "cum_comm_bytes",
     "comm_rounds",
+    "noise_scale",
 )
+# How fast the smoothed noise scale forgets (smoothed_noise): a run is tens of rounds and its
+# noise scale changes as it trains, so the last five rounds or so weigh.
+NOISE_EMA_DECAY = 0.8
 
 
 def round_row(
@@ -116,9 +123,14 @@ def round_row(
         # Inside wall_s: benchmarks that time training alone subtract it.
         "eval_s": evaluation.get("eval_s") if evaluation else None,
         **scheduled(strategy, round_index),
+        # The gradient noise scale at w (algorithms/parts/noise_scale.py), None where the
+        # round computes no per-shard gradient at w; smoothed over rounds (smoothed_noise).
+        **{name: metrics.get(name) for name in FIGURES},
+        **totals.noise_ema,
     }
-    # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them.
-    row.update({k: v for k, v in metrics.items() if k not in row})
+    # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them;
+    # names with a leading underscore are sums for the reduction, not figures.
+    row.update({k: v for k, v in metrics.items() if k not in row and not k.startswith("_")})
     if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
     row["is_best"] = totals.is_best
@@ -157,6 +169,26 @@ def stops_early(config: Any, row: dict[str, Any], since_best: int) -> bool:
     key = "val_accuracy" if validated else "test_accuracy"
     accuracy = row.get(key)
     return target > 0 and accuracy is not None and accuracy >= target
+
+
+def smoothed_noise(previous: dict[str, Any] | None, metrics: dict[str, float]) -> dict[str, Any]:
+    """noise_trace_ema and noise_grad_sq_ema, exponential moving averages (NOISE_EMA_DECAY)
+    of the rounds' noise_trace and noise_grad_sq apart, and noise_scale_ema, their ratio: the
+    ratio of two noisy estimates is biased, so the paper smooths numerator and denominator.
+    `previous` is the previous round's metrics row (None for the first): the averages resume
+    from metrics.jsonl. A round without figures carries the previous averages on."""
+    keys = ("noise_trace", "noise_grad_sq")
+    before = [(previous or {}).get(f"{key}_ema") for key in keys]
+    now = [metrics.get(key) for key in keys]
+    smoothed = [
+        old if new is None else new if old is None else old + (1 - NOISE_EMA_DECAY) * (new - old)
+        for old, new in zip(before, now, strict=True)
+    ]
+    return {
+        "noise_trace_ema": smoothed[0],
+        "noise_grad_sq_ema": smoothed[1],
+        "noise_scale_ema": ratio(*smoothed),
+    }
 
 
 class Laps:

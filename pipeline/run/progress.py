@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Callbacks", "ProgressLines", "chain"]
 
+# Past the gradient noise scale a step's extra rows buy little: steps to a target go as
+# 1 + B_noise / (m B) (McCandlish et al. 2018), so at m B = 4 B_noise the steps are within
+# 25 % of their floor and doubling the workers again cuts them by 1.1x only.
+BATCH_OVER_NOISE = 4.0
+# The smoothed noise scale has seen two rounds by then: one round's estimate is too noisy.
+WARN_FROM_ROUND = 2
+
 
 def _on_start(dashboard: str, workers: int) -> None:
     """The default: nothing."""
@@ -93,6 +100,36 @@ def chain(*callbacks: Callbacks) -> Callbacks:
     )
 
 
+def noise_warning(row: dict[str, Any], batch_size: int) -> str | None:
+    """The line `dane train` prints (once) when a step's rows, workers x --batch-size, are
+    BATCH_OVER_NOISE times the run's smoothed gradient noise scale or more; else None."""
+    scale = row.get("noise_scale_ema")
+    if row["round"] < WARN_FROM_ROUND or scale is None or scale <= 0:
+        return None
+    workers = row.get("num_workers") or 1
+    rows = workers * batch_size
+    if rows < BATCH_OVER_NOISE * scale:
+        return None
+    return (
+        f"warning: {workers} workers x --batch-size {batch_size} = {rows} rows a step, "
+        f"{rows / scale:.0f}x the gradient noise scale ({scale:.0f} rows): more workers will "
+        "hardly shorten training; see `dane advise`"
+    )
+
+
+def noise_warnings(batch_size: int, warn: Callable[[str], None]) -> Callbacks:
+    """Callbacks whose on_round passes noise_warning's line to `warn`, the first time only."""
+    warned: list[str] = []
+
+    def on_round(row: dict[str, Any]) -> None:
+        line = None if warned else noise_warning(row, batch_size)
+        if line is not None:
+            warned.append(line)
+            warn(line)
+
+    return Callbacks(on_round=on_round)
+
+
 def _number(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -111,10 +148,12 @@ class ProgressLines:
         self.console = console or Console(stderr=True, highlight=False)
         self.rounds = 0
         self.held = ""  # how the workers hold the shards (--shard-memory as resolved)
+        self.noise = Callbacks()  # the noise-scale warning, once begin knows the batch size
 
     def begin(self, config: RunConfig, *, resume: bool) -> None:
         """Before the cluster starts: it takes seconds, and silence reads as a hang."""
         self.rounds = config.rounds
+        self.noise = noise_warnings(config.batch_size, self._print)
         verb = "resuming" if resume else "training"
         self._print(
             f"dask-dane: {verb} {config.algorithm} for {config.rounds} rounds into {config.out}"
@@ -144,6 +183,7 @@ class ProgressLines:
             parts.append(f"test loss {_number(row['test_loss'])}")
         parts.append(f"{row.get('wall_s', 0.0):.1f} s")
         self._print("  ".join(parts))
+        self.noise.on_round(row)
 
     def end(self, summary: dict[str, Any], run_dir: object) -> None:
         accuracy = summary.get("final_test_accuracy")

@@ -25,7 +25,7 @@ from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, initial_state
 from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
-from .metrics import RoundTotals, keep_rounds_up_to
+from .metrics import RoundTotals, keep_rounds_up_to, smoothed_noise
 from .rundir import RunDir
 
 
@@ -89,6 +89,7 @@ class RunState:
             cum_comm_rounds=self.cum_comm_rounds,
             cum_images=self.cum_images,
             is_best=is_best,
+            noise_ema=smoothed_noise(self.rows[-1] if self.rows else None, result.metrics),
         )
 
     def _select(self, evaluation: dict[str, float] | None) -> bool:

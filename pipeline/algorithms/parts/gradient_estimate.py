@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..base import LocalContext, LocalOutput
 from . import correction as cr
+from . import noise_scale as ns
 from .checks import at_least, one_of, validate
 from .hyperparameters import declare, part_of
 from .setting_error import SettingError, setting
@@ -78,6 +79,8 @@ class GradientEstimate:
             metrics = {"train_loss": loss}
         if self.grad_sample:
             metrics["grad_rows"] = float(rows)
+        # For the round's gradient noise scale (noise_scale.py), at no extra pass.
+        metrics |= ns.shard_metrics(g_i, rows, ctx.objective.num_samples)
         return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows, kept=kept)
 
     def noise(self, mean: LocalOutput) -> dict[str, torch.Tensor]:
