@@ -10,7 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SKIP = {"tests", ".venv", ".git", ".pixi", "build", "bench-out", "docs", ".ci"}
+# Not the package: tests, docs, tools' folders, and what the quick start writes in the clone
+# (runs/, data/: ignored by git, never shipped; CI runs `make train` before the suite).
+SKIP = {"tests", ".venv", ".git", ".pixi", "build", "bench-out", "docs", ".ci", "runs", "data"}
 
 
 DATA = PYPROJECT["tool"]["setuptools"]["package-data"]
