@@ -87,7 +87,7 @@ def load_shard(
     if not seen:  # the driver saw it (open_store): this worker does not
         raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
     # Streamed: features read a chunk at a time as rounds need them. A shard's held-out rows
-    # are read that way too, so the evaluating worker never holds a whole shard for them.
+    # are read that way too, so the worker that scores them never holds a whole shard for them.
     if shard_memory == "stream" or (part == "val" and val_fraction > 0.0):
         how = dict(normalization=normalization, dtype=dtype, num_classes=num_classes)
         rows = np.arange(start, stop)
@@ -146,7 +146,7 @@ def streamed_shard(
 
 def load_evaluation(test: dict, val: list[dict]) -> ShardData:
     """The test split, carrying the validation rows each shard holds out (`val`: load_shard's
-    arguments per shard, part="val"; none: no split). Read on the worker that evaluates, from
+    arguments per shard, part="val"; none: no split). Read on the worker that scores it, from
     the store: the training shards stay where they are. Each is held as its arguments'
     shard_memory says: the validation rows are read a chunk at a time either way, and then
     held (resident) or left in the store (stream)."""

@@ -115,7 +115,8 @@ def train(
 
 
 def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSet:
-    """One pinned load task per shard (aggregate.shard_placement); the test split on worker 0.
+    """One pinned load task per shard (aggregate.shard_placement), and beside each its scoring
+    piece (a slice of the test split and the shard's held-out rows: round/scoring.py).
 
     The futures are held for the run, so each shard stays on its worker; if a worker dies,
     Dask reruns its loads elsewhere (the store is the source of truth). A shard that fails its

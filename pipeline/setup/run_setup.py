@@ -44,7 +44,7 @@ class RunSetup:
     store: StoreInfo
     spec: ModelSpec
     strategy: Strategy
-    # How the evaluating worker holds the test split and the held-out validation rows
+    # How a worker holds its part of the test split and of the held-out validation rows
     # (resident | stream), resolved beside the shards' (run/shard_memory.py); None: as the
     # shards are held.
     test_memory: str | None = None

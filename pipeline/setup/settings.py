@@ -122,7 +122,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     shard_memory: str = declare(
         "auto",
         help="auto (stream the training shards when one exceeds a quarter of a worker's "
-        "memory limit; on the evaluating worker, hold the validation rows and the test split "
+        "memory limit; on each worker, hold its part of the validation rows and the test split "
         "where they fit in what its shards leave of that quarter, stream the rest) | resident "
         "(each shard read once and held as stored: uint8 images stay uint8) | converted (held "
         "in the run's dtype, normalised: 4x a uint8 store's bytes, no per-batch conversion) | "
