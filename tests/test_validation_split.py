@@ -128,6 +128,7 @@ def _advance(state: RunState, evaluation: dict | None) -> bool:
         comm_bytes=0,
         comm_phases=0,
         rows=0,
+        metrics={},  # no gradient phase: no noise scale
     )
     return state.advance(nothing, evaluation).is_best
 
