@@ -30,7 +30,7 @@ def test_each_way_holds_what_the_store_says_as_dask_counts_it(digits_stores, tmp
     ways = {w["mode"]: w for w in json.loads(out.read_text())["ways"]}
 
     assert list(ways) == ["converted", "resident", "stream"]
-    pixels = 1797 * 64  # digits: 1 x 8 x 8 uint8 images; the test split held beside shard 0
+    pixels = 1797 * 64  # digits: 1 x 8 x 8 uint8 images; a piece of the test split per shard
     held = {
         mode: sum(w["dask_held_mib"] for w in way["workers"]) * 2**20 for mode, way in ways.items()
     }

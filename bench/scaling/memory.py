@@ -159,7 +159,8 @@ def worker_peak_rss(client: Any) -> dict[str, dict[str, int]]:
 
 
 def data_bytes(setup: Any, workers: int) -> list[int]:
-    """Bytes of the training rows (and test split) that each of `workers` workers holds."""
+    """Bytes of the training rows (and their pieces of the test split) that each of `workers`
+    workers holds: piece i of the test split lies beside shard i (round/scoring.py)."""
     store = setup.store
     # Features as workers hold them (round/features.py): as stored when that is narrower than
     # the run's dtype (uint8 images), else converted; in the run's dtype with --shard-memory
@@ -171,9 +172,10 @@ def data_bytes(setup: Any, workers: int) -> list[int]:
     row = math.prod(store.sample_shape) * item + 8
     placement = shard_placement(store.num_shards, list(range(workers)))
     held = [0] * workers
-    for (start, stop), worker in zip(store.shards, placement, strict=True):
-        held[worker] += (stop - start) * row
-    held[0] += store.num_test * row
+    pieces = store.num_shards
+    for i, ((start, stop), worker) in enumerate(zip(store.shards, placement, strict=True)):
+        piece = round((i + 1) * store.num_test / pieces) - round(i * store.num_test / pieces)
+        held[worker] += (stop - start + piece) * row
     return held
 
 

@@ -124,7 +124,7 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
     config = spec.config(workdir)
     prepare_store("digits", config.store, shards=config.workers, seed=config.seed)
     shutil.rmtree(config.out, ignore_errors=True)
-    expected = config.workers + 1  # the held futures: one per shard, one for the test split
+    expected = 2 * config.workers  # the held futures: one per shard, and its scoring piece
     samples: list[dict[str, Any]] = []
     logs_at_warmup: dict[str, Any] = {}  # full, if SOAK_DASK_CONFIG does what it says
     with dask.config.set(SOAK_DASK_CONFIG), make_client(config) as client:
