@@ -10,6 +10,7 @@ the same way) gives them bit for bit.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -86,7 +87,8 @@ def combine_scores(*scored: Scored) -> dict[str, float]:
     (whichever worker scored them); val_loss and val_accuracy where rows were held out;
     eval_s, the slowest worker's seconds (the workers score side by side)."""
     seconds = max(sum(s.seconds for _, s in group) for group in scored)
-    scores = [score for _, score in sorted(pair for group in scored for pair in group)]
+    pairs = sorted((pair for group in scored for pair in group), key=lambda pair: pair[0])
+    scores = [score for _, score in pairs]
     rows = sum(s.rows for s in scores)
     metrics = {"loss": _total(s.loss_sum for s in scores) / max(rows, 1)}
     classification = scores[0].task == "classification"
@@ -100,9 +102,10 @@ def combine_scores(*scored: Scored) -> dict[str, float]:
     return {**metrics, "eval_s": seconds}
 
 
-def _total(values: object) -> float:
-    """A plain left-to-right sum: the order is the pieces', whatever finished first."""
+def _total(values: Iterable[float]) -> float:
+    """A plain left-to-right sum of floats, in the order given: Python 3.12's sum() compensates
+    its rounding, so a driver and workers on different Pythons would add differently."""
     total = 0.0
-    for value in values:  # type: ignore[attr-defined]
+    for value in values:
         total += value
     return total

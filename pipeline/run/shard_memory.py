@@ -113,16 +113,15 @@ def resolve_split_memory(
     """
     share = min(shards_on_worker / store.num_shards, 1.0)
     sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None, share)
-    if mode == "stream" or (mode != "auto" and limit is None):
-        return {"test": mode, "val": mode}, ""
-    if mode in ("resident", "converted"):
-        if sizes["test"] > RESIDENT_FITS_SHARE * limit:
-            raise ValueError(
-                f"a worker's part of the test split holds {_size(sizes['test'])} of features, "
-                f"more than {RESIDENT_FITS_SHARE:.0%} of its memory limit ({_size(limit)}): "
-                f"it cannot be held {mode}; pass --shard-memory auto (or stream), or give the "
-                "workers more memory"
-            )
+    holds = mode in ("resident", "converted")
+    if holds and limit is not None and sizes["test"] > RESIDENT_FITS_SHARE * limit:
+        raise ValueError(
+            f"a worker's part of the test split holds {_size(sizes['test'])} of features, "
+            f"more than {RESIDENT_FITS_SHARE:.0%} of its memory limit ({_size(limit)}): "
+            f"it cannot be held {mode}; pass --shard-memory auto (or stream), or give the "
+            "workers more memory"
+        )
+    if mode != "auto":
         return {"test": mode, "val": mode}, ""
     if limit is None:
         return {"test": "resident", "val": "resident"}, ""
