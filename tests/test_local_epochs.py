@@ -44,7 +44,7 @@ def test_k_set_twice_in_one_place_is_an_error_and_a_flag_beats_a_preset(digits_s
         plan_run({"store": store, "local_steps": 10, "local_epochs": 1.0})
     both = tmp_path / "both.toml"
     both.write_text("local_steps = 10\nlocal_epochs = 1.0\n")
-    with pytest.raises(SettingError, match="both set the local steps"):
+    with pytest.raises(SettingError, match="both set one count"):
         plan_run({"store": store}, file=both)
 
     # preset:fashion-mnist-scale sets local_epochs = 1; --local-steps on the command line wins

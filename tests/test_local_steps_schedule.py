@@ -53,7 +53,7 @@ def test_post_local_takes_one_step_a_round_then_k():
     [
         (dict(local_steps_max=50), "--local-steps-max applies to --local-steps-schedule qsr"),
         (dict(sync_rounds=2), "--sync-rounds applies to --local-steps-schedule post-local"),
-        (dict(local_steps_schedule="post-local"), "needs --sync-rounds above 0"),
+        (dict(local_steps_schedule="post-local"), "needs --sync-rounds or --sync-epochs above 0"),
         (dict(local_steps_schedule="qsr", local_steps_max=10), "--local-steps-max is below"),
     ],
 )

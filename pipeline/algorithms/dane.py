@@ -31,8 +31,16 @@ from .parts.checks import non_negative, positive
 from .parts.diagnostics import solve_diagnostics
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare
-from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, StopRule, check_trust_radius
+from .parts.local_solver import (
+    MU,
+    TRUST_RADIUS,
+    LocalProblem,
+    LocalSolver,
+    StopRule,
+    check_trust_radius,
+)
 from .parts.noise_scale import noise_figures
+from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.update_rule import UPDATE_PART, UpdateRule, proposal_broadcast
 
@@ -61,6 +69,17 @@ class Dane(StrategyDefaults):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_trust_radius(self.trust_radius, self.solver)
+        if self.gradient.grad_sample_local and not isinstance(self.solver, LocalSolver):
+            raise SettingError(
+                f"{setting('grad_sample_local')} sizes the gradient by the local steps of "
+                f"{setting('local_solver', 'steps')}; an exact solve reads the whole shard"
+            )
+
+    def _local_rows(self, round_index: int) -> tuple[int, int]:
+        """(K_t, B) of the round's local solve, for a gradient sample sized by it."""
+        if not isinstance(self.solver, LocalSolver):
+            return (0, 1)
+        return (self.solver.steps(round_index), self.solver.batch_size)
 
     @property
     def phases(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -82,6 +101,8 @@ class Dane(StrategyDefaults):
         parts = [self.name, f"eta={self.eta:g}", f"mu={self.mu:g}", *guarded]
         if gradient.grad_sample:
             parts.append(f"grad-sample={gradient.grad_sample}")
+        if gradient.grad_sample_local:
+            parts.append(f"grad-sample={gradient.grad_sample_local:g}KB")
         if gradient.grad_sample_growth != 1.0:
             parts.append(f"growth={gradient.grad_sample_growth:g}")
         if self.local_theta:
@@ -94,9 +115,10 @@ class Dane(StrategyDefaults):
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         if ctx.phase == 0:  # step 1: g_i
-            return self.gradient.local_gradient(ctx)
+            return self.gradient.local_gradient(ctx, self._local_rows(ctx.round_index))
         if ctx.phase == 2:  # the line search: F_i along the averaged step
-            sampled = self.gradient.rows(ctx.objective, ctx.round_index)
+            local = self._local_rows(ctx.round_index)
+            sampled = self.gradient.rows(ctx.objective, ctx.round_index, local)
             return self.update_rule.check_losses(sampled, ctx.weights, ctx.received)
         if "grad" not in ctx.received:  # the safeguard rejected w: no solve, nothing to send
             return LocalOutput(tensors={})

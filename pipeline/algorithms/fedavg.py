@@ -38,7 +38,7 @@ class FedAvg(SolveAndAverage):
         v = end.mean.tensors["weights"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
         steps = self.solver.steps(end.round_index)  # K_t (--local-steps-schedule)
-        pseudo_grad = (end.weights - v) / (steps * self.solver.local_lr)
+        pseudo_grad = (end.weights - v) / (steps * self.solver.base_lr)
         weights, state, metrics = self.server_step_from(end)
         return RoundUpdate(
             weights=weights,

@@ -88,7 +88,7 @@ class Scaffold(StrategyDefaults):
         control = end.state.control + end.mean.tensors["control_delta"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
         steps = self.solver.steps(end.round_index)  # K_t (--local-steps-schedule)
-        pseudo_grad = (end.weights - y) / (steps * self.solver.local_lr)
+        pseudo_grad = (end.weights - y) / (steps * self.solver.base_lr)
         return RoundUpdate(
             weights=y,
             state=ScaffoldState(control=control),

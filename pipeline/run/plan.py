@@ -32,7 +32,9 @@ def plan_run(
         out = settings.get("out") or (read_toml(file) if file else {}).get("out") or RunConfig.out
         base = RunDir(Path(out)).saved_config()
     config = resolve_config(file=file, flags=settings, base=base)
-    config = _one_source_of_local_steps(config, settings, read_toml(file) if file else {})
+    filed = read_toml(file) if file else {}
+    for pair in ONE_OF_EACH:
+        config = _one_source(config, settings, filed, *pair)
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
     check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
     if config.store is None:
@@ -42,19 +44,28 @@ def plan_run(
     return config
 
 
-def _one_source_of_local_steps(
-    config: RunConfig, flags: dict[str, Any], filed: dict[str, Any]
+# A count and the same count in epochs (setup/epochs.py): (in rounds or steps, in epochs).
+ONE_OF_EACH = (
+    ("local_steps", "local_epochs"),
+    ("sync_rounds", "sync_epochs"),
+    ("lr_warmup", "lr_warmup_epochs"),
+    ("server_momentum_delay", "server_momentum_delay_epochs"),
+)
+
+
+def _one_source(
+    config: RunConfig, flags: dict[str, Any], filed: dict[str, Any], count: str, epochs: str
 ) -> RunConfig:
-    """K is set by local_steps or by local_epochs: both in one layer (the flags, or the file)
-    is an error; across layers the flags win, as for every setting (a preset's local_epochs
-    gives way to --local-steps on the command line)."""
+    """A count is set directly or in epochs (K by local_steps or local_epochs): both in one
+    layer (the flags, or the file) is an error; across layers the flags win, as for every
+    setting (a preset's local_epochs gives way to --local-steps on the command line)."""
     given = {key for key, value in flags.items() if value is not None}
-    both = {"local_steps", "local_epochs"}
+    both = {count, epochs}
     if both <= given or (both <= set(filed) and not both & given):
         raise SettingError(
-            f"{setting('local_steps')} and {setting('local_epochs')} both set the local steps "
-            "a round; give one of them"
+            f"{setting(count)} and {setting(epochs)} both set one count, the second in passes "
+            "over a shard; give one of them"
         )
-    if "local_steps" in given and "local_epochs" not in given and config.local_epochs is not None:
-        return dataclasses.replace(config, local_epochs=None)
+    if count in given and epochs not in given and getattr(config, epochs) is not None:
+        return dataclasses.replace(config, **{epochs: None})
     return config

@@ -40,6 +40,7 @@ RESUMABLE_KEYS = frozenset(
         "local_lr",
         "lr_schedule",
         "lr_warmup",
+        "lr_warmup_epochs",
         # When to evaluate and when to stop: they choose what is measured, not what is trained.
         "eval_every",
         "stop_at_accuracy",

@@ -6,7 +6,6 @@ start from identical weights and read identical shards.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,11 +29,11 @@ from ...models.registry import (
 )
 from ...models.user import is_import_path, to_bytes
 from ..algorithms import Strategy
-from ..algorithms.parts.local_steps_schedule import steps_for_epochs
 from ..round.augment import parse_augment
 from ..round.features import StoredRows
 from ..round.shards import ShardData, load_evaluation, load_shard, make_objective
 from .config import RunConfig
+from .epochs import strategy_on_store, with_epochs_resolved
 from .model_check import CHECK_ROWS, check_model_runs
 
 
@@ -174,7 +173,7 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
     if config.store is None:
         raise ValueError("no store given; pass a store path or use the embedded default")
     store = open_store(config.store)
-    config = with_local_epochs(config, store)
+    config = with_epochs_resolved(config, store)
     check_model_fits(config.model, store.sample_shape)
     check_model_task(config.model, store.task)
     if config.local_solver != "steps" and not is_convex(config.model):
@@ -200,7 +199,8 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         augment=config.augment,
         precision=config.precision,
     )
-    setup = RunSetup(config=config, store=store, spec=spec, strategy=config.strategy())
+    strategy = strategy_on_store(config, store)
+    setup = RunSetup(config=config, store=store, spec=spec, strategy=strategy)
     check_model_runs(
         spec,
         _first_rows(setup),
@@ -209,24 +209,6 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         full_batch=getattr(setup.strategy, "full_batch", False),
     )
     return setup
-
-
-def with_local_epochs(config: RunConfig, store: StoreInfo) -> RunConfig:
-    """--local-epochs E resolved on `store`: K (--local-steps) set to E passes over the rows a
-    shard of the store's mean size trains on (the validation split's share held out); the
-    config as it is where E is unset."""
-    if config.local_epochs is None:
-        return config
-    steps = steps_for_epochs(
-        config.local_epochs,
-        store.num_train,
-        store.num_shards,
-        config.batch_size,
-        val_fraction=config.val_fraction,
-    )
-    if steps == config.local_steps:
-        return config
-    return dataclasses.replace(config, local_steps=steps).validate()
 
 
 def _builder_bytes(name: str, builder: Callable[..., nn.Module] | None) -> bytes:

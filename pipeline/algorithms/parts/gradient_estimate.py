@@ -7,6 +7,10 @@ Legend: w = weights at the start of round t, g_i = shard i's gradient at w, g = 
   minibatch. `grad_sample_growth` = G > 1 makes it N * G^(t-1) rows in round t (the first
   rows of the same fixed order, up to the whole shard): a cheap gradient while the weights
   move a lot, an exact one near the end;
+- local (`grad_sample_local` = F > 0): the first F K_t B rows of the same fixed order in
+  round t, F times the rows the round's K_t local steps of batch B draw (at least B, at most
+  the shard): a round of few local steps keeps its gradient phase as cheap as its solve,
+  which a fixed N-row sample does not when K B is well below N;
 - shrunk (`correction` = "shrink"): the shard's part of the correction, g_i - g, scaled by
   the positive-part James-Stein factor of its sampling noise (correction.py), reported per
   shard as `correction_factor`. It is 1 wherever the gradient is the whole shard's.
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING
 from ..base import LocalContext, LocalOutput
 from . import correction as cr
 from . import noise_scale as ns
-from .checks import at_least, one_of, validate
+from .checks import at_least, non_negative, one_of, validate
 from .hyperparameters import declare, part_of
 from .setting_error import SettingError, setting
 
@@ -39,6 +43,12 @@ class GradientEstimate:
         exclusive=True,
         help="DANE: grow the gradient sample by this per round.",
     )
+    grad_sample_local: float = declare(
+        0.0,
+        non_negative,
+        exclusive=True,
+        help="DANE: the gradient sample as this times the round's local rows K_t B; 0: off.",
+    )
     correction: str = declare(
         "plain",
         one_of(*cr.CORRECTIONS),
@@ -49,25 +59,43 @@ class GradientEstimate:
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.grad_sample_local and self.grad_sample:
+            raise SettingError(
+                f"{setting('grad_sample_local')} sizes the gradient sample by the round's "
+                f"local rows and {setting('grad_sample')} fixes it; give one of them"
+            )
         if self.grad_sample_growth != 1.0 and not self.grad_sample:
             raise SettingError(
                 f"{setting('grad_sample_growth')} grows the gradient sample from "
                 f"{setting('grad_sample', 'N')} rows; pass {setting('grad_sample', 'N')} as well"
             )
 
-    def rows(self, objective: ShardObjective, round_index: int) -> ShardObjective:
+    @property
+    def samples(self) -> bool:
+        """Whether f_i and g_i come from a sample of the shard (not the whole of it)."""
+        return bool(self.grad_sample or self.grad_sample_local)
+
+    def rows(
+        self, objective: ShardObjective, round_index: int, local: tuple[int, int] = (0, 1)
+    ) -> ShardObjective:
         """The shard, or its sample for round `round_index`: grad_sample rows, times
-        grad_sample_growth per round since the first."""
+        grad_sample_growth per round since the first; or grad_sample_local times the round's
+        local rows, `local` = (K_t, B): F K_t B rows, at least B."""
+        if self.grad_sample_local:
+            steps, batch = local
+            size = max(round(self.grad_sample_local * steps * batch), batch)
+            return objective.fixed_sample(size, self.seed)
         if not self.grad_sample:
             return objective
         size = round(self.grad_sample * self.grad_sample_growth ** (round_index - 1))
         return objective.fixed_sample(size, self.seed)
 
-    def local_gradient(self, ctx: LocalContext) -> LocalOutput:
-        """f_i and g_i on the shard or its sample (with shrink: and their variance, kept)."""
+    def local_gradient(self, ctx: LocalContext, local: tuple[int, int] = (0, 1)) -> LocalOutput:
+        """f_i and g_i on the shard or its sample (with shrink: and their variance, kept);
+        `local`: the round's (K_t, B), for grad_sample_local."""
         import torch
 
-        sampled = self.rows(ctx.objective, ctx.round_index)
+        sampled = self.rows(ctx.objective, ctx.round_index, local)
         rows, kept = sampled.num_samples, {}
         if self.correction == "shrink":
             shard_rows = ctx.objective.num_samples
@@ -77,7 +105,7 @@ class GradientEstimate:
         else:
             loss, g_i = sampled.loss_and_grad(ctx.weights)
             metrics = {"train_loss": loss}
-        if self.grad_sample:
+        if self.samples:
             metrics["grad_rows"] = float(rows)
         # For the round's gradient noise scale (noise_scale.py), at no extra pass.
         metrics |= ns.shard_metrics(g_i, rows, ctx.objective.num_samples)

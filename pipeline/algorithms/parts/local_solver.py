@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     import torch
 
 LOCAL_OPTIMIZERS = ("sgd", "adam")
+# --local-lr-scaling: how the local rate grows with the shards' combined batch m B against
+# the batch it was tuned at (--local-lr-reference-batch): x (m B / B_ref)^p. linear is Goyal
+# et al.'s rule (2017) and Lin et al.'s for local SGD (2020); sqrt keeps the update's noise
+# per example (Krizhevsky 2014; Malladi et al. 2022 for adaptive steps).
+LR_SCALINGS = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}
 DEFAULT_CLIP = 1.0  # --local-clip unset: the local steps' gradients clipped to this norm
 
 # Settings more than one class takes, each declared here once (hyperparameters.py).
@@ -65,7 +70,7 @@ class LocalSolver:
 
     local_steps: int = declare(30, at_least_one, help="Local solver steps K.")
     # K as passes over a shard, resolved against the store when the run is set up
-    # (run_setup.with_local_epochs): the same settings then make one pass a round on any m.
+    # (setup/epochs.py): the same settings then make one pass a round on any m.
     local_epochs: float | None = declare(
         None,
         optional(positive),
@@ -86,11 +91,28 @@ class LocalSolver:
         help=f"Clip each local step's gradient to this norm; 0: off (the paper's DANE) "
         f"[{DEFAULT_CLIP:g}].",
     )
+    lr_scaling: str = declare(
+        "none",
+        one_of(*LR_SCALINGS),
+        help="--local-lr for m shards: none | sqrt | linear: times (m B / B_ref)^(0, 1/2, 1).",
+    )
+    lr_reference_batch: int = declare(
+        0,
+        non_negative,
+        help="B_ref, the batch --local-lr was tuned at; 0: --batch-size (one shard's).",
+    )
     # Rounds over which the lr rises linearly to --local-lr (round t of R: t / R of it); 0: none.
     lr_warmup: int = declare(
         0,
         non_negative,
         help="Local steps: --local-lr rises linearly over this many rounds; 0: off.",
+    )
+    # Resolved against the store when the run is set up (setup/epochs.py), like
+    # --local-epochs: the rounds that hold that many passes over a shard set lr_warmup.
+    lr_warmup_epochs: float | None = declare(
+        None,
+        optional(positive),
+        help="The warm-up as passes over a shard (sets --local-lr-warmup in rounds).",
     )
     # K per round (local_steps_schedule.py): QSR grows it as --lr-schedule decays the rate;
     # post-local takes one step a round (synchronous SGD) for --sync-rounds rounds first.
@@ -105,7 +127,14 @@ class LocalSolver:
     sync_rounds: int = declare(
         0, non_negative, help="post-local: rounds of one local step each before K."
     )
+    sync_epochs: float | None = declare(
+        None,
+        optional(positive),
+        help="post-local: the synchronous phase as passes over a shard (sets --sync-rounds).",
+    )
     rounds: int = 1  # the schedule's span (--rounds)
+    # m, the run's shards: set where the run is set up (run_setup.py), for --local-lr-scaling.
+    shards: int = 1
 
     def __post_init__(self) -> None:
         validate(self)
@@ -120,8 +149,19 @@ class LocalSolver:
         schedule = "" if self.lr_schedule == "constant" else f" {self.lr_schedule}"
         clip = f" clip={self.clip_norm:g}" if self.clip_norm else ""
         warmup = f" warmup={self.lr_warmup}" if self.lr_warmup else ""
+        scaling = f" ({self.lr_scaling} rule)" if self.lr_scaling != "none" else ""
         steps = f"K={self.local_steps}" + self._schedule_label()
-        return f"{steps} lr={self.local_lr:g}{schedule}{warmup}{clip} B={self.batch_size}"
+        lr = f"lr={self.base_lr:g}{scaling}"
+        return f"{steps} {lr}{schedule}{warmup}{clip} B={self.batch_size}"
+
+    @property
+    def base_lr(self) -> float:
+        """--local-lr scaled to the run's m shards by --local-lr-scaling (before schedules)."""
+        power = LR_SCALINGS[self.lr_scaling]
+        if not power:
+            return self.local_lr
+        reference = self.lr_reference_batch or self.batch_size
+        return self.local_lr * (self.shards * self.batch_size / reference) ** power
 
     def _schedule_label(self) -> str:
         if self.local_steps_schedule == "qsr":
@@ -142,10 +182,10 @@ class LocalSolver:
         )
 
     def lr(self, round_index: int) -> float:
-        """The learning rate of round `round_index`: --local-lr times the schedule's factor,
-        times round_index / R during a warm-up of R rounds."""
+        """The learning rate of round `round_index`: --local-lr (scaled to m shards) times the
+        schedule's factor, times round_index / R during a warm-up of R rounds."""
         warmup = min(1.0, round_index / self.lr_warmup) if self.lr_warmup else 1.0
-        return self.local_lr * lr_factor(self.lr_schedule, round_index, self.rounds) * warmup
+        return self.base_lr * lr_factor(self.lr_schedule, round_index, self.rounds) * warmup
 
     def solve(
         self,
@@ -211,7 +251,8 @@ def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
 def check_local_steps_schedule(solver: LocalSolver) -> None:
     """Each schedule's own setting only with it; a cap below K would cut K itself."""
     schedule = solver.local_steps_schedule
-    for name, applies in (("local_steps_max", "qsr"), ("sync_rounds", "post-local")):
+    own = {"local_steps_max": "qsr", "sync_rounds": "post-local", "sync_epochs": "post-local"}
+    for name, applies in own.items():
         if getattr(solver, name) and schedule != applies:
             raise SettingError(
                 f"{setting(name)} applies to {setting('local_steps_schedule', applies)}; "
@@ -222,10 +263,10 @@ def check_local_steps_schedule(solver: LocalSolver) -> None:
             f"{setting('local_steps_max')} is below {setting('local_steps')}: QSR only "
             f"lengthens the local solve; raise it or lower {setting('local_steps')}"
         )
-    if schedule == "post-local" and not solver.sync_rounds:
+    if schedule == "post-local" and not (solver.sync_rounds or solver.sync_epochs):
         raise SettingError(
             f"{setting('local_steps_schedule', 'post-local')} needs {setting('sync_rounds')} "
-            "above 0 (the rounds of synchronous SGD before the local steps)"
+            f"or {setting('sync_epochs')} above 0 (synchronous SGD before the local steps)"
         )
 
 

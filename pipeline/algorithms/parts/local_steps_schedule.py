@@ -15,19 +15,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 LOCAL_STEPS_SCHEDULES = ("constant", "qsr", "post-local")
 QSR_DEFAULT_CAP = 16  # --local-steps-max 0: at most 16 K local steps a round under qsr
 
 
+def steps_per_epoch(rows: int, shards: int, batch_size: int, val_fraction: float = 0.0) -> float:
+    """Minibatch steps in one pass over a shard: the shards' mean rows (`rows` training rows
+    over `shards`, less the validation split's share `val_fraction`, which does not train)
+    over the batch."""
+    training_rows = round(rows * (1.0 - val_fraction))
+    return training_rows / shards / batch_size
+
+
 def steps_for_epochs(
     epochs: float, rows: int, shards: int, batch_size: int, val_fraction: float = 0.0
 ) -> int:
-    """K that makes a local solve pass over a shard `epochs` times: the shards' mean rows
-    (`rows` training rows over `shards`, less the validation split's share `val_fraction`,
-    which does not train) over the batch, rounded, at least 1 (--local-epochs)."""
-    training_rows = round(rows * (1.0 - val_fraction))
-    return max(1, round(epochs * training_rows / shards / batch_size))
+    """K that makes a local solve pass over a shard `epochs` times (--local-epochs), rounded,
+    at least 1."""
+    return max(1, round(epochs * steps_per_epoch(rows, shards, batch_size, val_fraction)))
 
 
 def local_steps_at(
@@ -52,3 +59,16 @@ def local_steps_at(
     # The 1e-9 keeps a product that is a whole number in exact arithmetic from flooring to
     # one below it (K / 0.5^2 = 4 K).
     return min(most, max(base, math.floor(base / factor**2 + 1e-9)))
+
+
+def rounds_for_epochs(epochs: float, steps_per_epoch: float, steps_at: Callable[[int], int]) -> int:
+    """The fewest rounds whose local steps (`steps_at(t)`: K_t of round t) make `epochs` passes
+    over a shard of `steps_per_epoch` steps: a warm-up or a delay given in epochs, in rounds
+    (one at least). Counted round by round, so a post-local phase of one step a round counts
+    as what it reads."""
+    wanted = epochs * steps_per_epoch - 1e-9  # K_t sums that equal the target exactly count
+    taken, rounds = 0, 0
+    while taken < wanted:
+        rounds += 1
+        taken += steps_at(rounds)
+    return max(rounds, 1)

@@ -6,7 +6,10 @@ local solutions), s = the step size, D = s (w_avg - w) the averaged step, m = th
 the averaged steps, beta = --server-momentum.
     heavy ball:  m' = beta * m + D;    w' = w + m'
     Nesterov:    m' = beta * m + D;    w' = w + D + beta * m'
-With beta = 0 both are the plain step w + D (the average itself at s = 1). These are
+With beta = 0 both are the plain step w + D (the average itself at s = 1). With alpha = 1 the
+heavy ball is SlowMo's outer momentum (Wang, Tantia, Ballas & Rabbat, ICLR 2020).
+--server-momentum-delay R holds beta at 0 for rounds 1..R (m still gathers the steps): the
+momentum starts once the local updates settle, as SlowMo's authors start it after warm-up. These are
 torch.optim.SGD's two forms applied to the outer gradient w - w_avg with lr s (so D = -s g):
 FedAvg with the heavy ball is FedAvgM (Hsu, Qi & Brown 2019); with Nesterov, s = 0.7 and
 beta = 0.9 it is DiLoCo's outer step (Douillard et al. 2023; OpenDiLoCo's settings). m is the
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .checks import momentum_range, one_of, positive, validate
+from .checks import momentum_range, non_negative, one_of, optional, positive, validate
 from .hyperparameters import declare, part_of
 from .setting_error import SettingError, setting
 
@@ -44,19 +47,23 @@ def momentum_step(
     proposal: torch.Tensor,
     nesterov: bool = False,
 ) -> tuple[torch.Tensor, MomentumState | None]:
-    """The new weights and state: the proposal itself without momentum (state None)."""
+    """The new weights and state: the proposal itself without momentum (state None); with
+    beta = 0 (a delayed momentum's first rounds) the proposal too, bit for bit."""
     if state is None:
         return proposal, None
+    if not beta:
+        return proposal, MomentumState(velocity=proposal - weights)
     step = proposal - weights
     velocity = beta * state.velocity + step
     moved = step + beta * velocity if nesterov else velocity
     return weights + moved, MomentumState(velocity=velocity)
 
 
-def momentum_label(beta: float, nesterov: bool = False) -> str:
+def momentum_label(beta: float, nesterov: bool = False, delay: int = 0) -> str:
     if not beta:
         return ""
-    return f" server-momentum={beta:g}" + (" nesterov" if nesterov else "")
+    after = f" after {delay}" if delay else ""
+    return f" server-momentum={beta:g}{after}" + (" nesterov" if nesterov else "")
 
 
 def check_nesterov(nesterov: bool, beta: float) -> None:
@@ -168,11 +175,30 @@ class ServerStep:
         exclusive=True,
         help="dane/fedavg/fedprox: Nesterov's form of --server-momentum (DiLoCo's outer step).",
     )
+    server_momentum_delay: int = declare(
+        0,
+        non_negative,
+        exclusive=True,
+        help="--server-momentum starts after this many rounds (0 before); 0: from round 1.",
+    )
+    # Resolved against the store when the run is set up (setup/epochs.py).
+    server_momentum_delay_epochs: float | None = declare(
+        None,
+        optional(positive),
+        exclusive=True,
+        help="The delay as passes over a shard (sets --server-momentum-delay in rounds).",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
         check_server_lr(self.server_lr, self.server_lr_rule)
         check_nesterov(self.server_nesterov, self.server_momentum)
+        delayed = self.server_momentum_delay or self.server_momentum_delay_epochs
+        if delayed and not self.server_momentum:
+            raise SettingError(
+                f"{setting('server_momentum_delay')} delays {setting('server_momentum')}, "
+                "which is 0; set it above 0 (SlowMo: 0.5) or drop the delay"
+            )
 
     @property
     def is_plain(self) -> bool:
@@ -191,7 +217,8 @@ class ServerStep:
         return init_momentum(self.server_momentum, weights)
 
     def label(self) -> str:
-        return momentum_label(self.server_momentum, self.server_nesterov) + server_lr_label(
+        beta, delay = self.server_momentum, self.server_momentum_delay
+        return momentum_label(beta, self.server_nesterov, delay) + server_lr_label(
             self.server_lr, self.server_lr_rule
         )
 
@@ -200,11 +227,18 @@ class ServerStep:
         return update_squared(self.server_lr_rule, weights, solution)
 
     def step(
-        self, state: Any, weights: torch.Tensor, proposal: torch.Tensor, metrics: dict[str, float]
+        self,
+        state: Any,
+        weights: torch.Tensor,
+        proposal: torch.Tensor,
+        metrics: dict[str, float],
+        round_index: int = 1,
     ) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
-        """The new weights, momentum state and round metrics from the round's proposal."""
+        """The new weights, momentum state and round metrics from round `round_index`'s
+        proposal (beta is 0 in the delay's rounds)."""
+        beta = self.server_momentum if round_index > self.server_momentum_delay else 0.0
         return server_update(
-            beta=self.server_momentum, state=state, weights=weights, proposal=proposal,
+            beta=beta, state=state, weights=weights, proposal=proposal,
             lr=self.server_lr, rule=self.server_lr_rule, metrics=metrics,
             nesterov=self.server_nesterov,
         )  # fmt: skip

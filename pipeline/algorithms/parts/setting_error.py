@@ -31,6 +31,9 @@ def setting(name: str, value: object = None, *, with_flag: bool = False) -> str:
 FLAG_NAMES = {
     "lr_schedule": "--local-lr-schedule",
     "lr_warmup": "--local-lr-warmup",
+    "lr_warmup_epochs": "--local-lr-warmup-epochs",
+    "lr_scaling": "--local-lr-scaling",
+    "lr_reference_batch": "--local-lr-reference-batch",
     "momentum": "--local-momentum",
 }
 

@@ -62,4 +62,4 @@ class SolveAndAverage(StrategyDefaults):
 
     def server_step_from(self, end: RoundEnd) -> tuple[torch.Tensor, Any, dict[str, float]]:
         proposal = end.mean.tensors["weights"]
-        return self.server.step(end.state, end.weights, proposal, end.mean.metrics)
+        return self.server.step(end.state, end.weights, proposal, end.mean.metrics, end.round_index)

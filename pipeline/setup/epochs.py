@@ -1,0 +1,77 @@
+"""Settings given in passes over a shard (epochs), resolved on the store into rounds and steps.
+
+A recipe for m workers is written in epochs (Lin et al. 2020: a warm-up of 5 epochs, K = 1 for
+the first epochs), so that one config means the same on any m: these settings become the
+round and step counts the algorithms read once the store says how many rows a shard trains
+on. Each resolves from its own epochs setting every time a run is set up (a resume too), so
+a saved config.toml that holds both the epochs and the rounds they gave resolves the same.
+- local_epochs: K, the local steps a round (local_steps);
+- sync_epochs: post-local SGD's phase of one step a round (sync_rounds);
+- lr_warmup_epochs: the local rate's linear warm-up (lr_warmup);
+- server_momentum_delay_epochs: the rounds before the server's momentum starts
+  (server_momentum_delay).
+The last two count the rounds whose K_t add up to the epochs (local_steps_schedule.py), so a
+post-local phase counts as the rows it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from ..algorithms import make_strategy
+from ..algorithms.parts.local_steps_schedule import (
+    local_steps_at,
+    rounds_for_epochs,
+    steps_per_epoch,
+)
+from ..algorithms.parts.schedule import lr_factor
+
+if TYPE_CHECKING:
+    from ...datasets.store import StoreInfo
+    from ..algorithms import Strategy
+    from .config import RunConfig
+
+# epochs setting -> the rounds setting it sets (counted along the run's K_t)
+ROUNDS_FROM_EPOCHS = {
+    "lr_warmup_epochs": "lr_warmup",
+    "server_momentum_delay_epochs": "server_momentum_delay",
+}
+
+
+def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
+    """`config` with every epochs setting resolved on `store` (unchanged where none is set)."""
+    per_epoch = steps_per_epoch(
+        store.num_train, store.num_shards, config.batch_size, config.val_fraction
+    )
+    resolved: dict[str, Any] = {}
+    if config.local_epochs is not None:
+        resolved["local_steps"] = max(1, round(config.local_epochs * per_epoch))
+    if config.sync_epochs is not None:
+        resolved["sync_rounds"] = max(1, round(config.sync_epochs * per_epoch))
+    steps = {**dataclasses.asdict(config), **resolved}
+
+    def steps_at(round_index: int) -> int:
+        factor = lr_factor(steps["lr_schedule"], round_index, steps["rounds"])
+        return local_steps_at(
+            steps["local_steps_schedule"],
+            steps["local_steps"],
+            round_index,
+            factor=factor,
+            sync_rounds=steps["sync_rounds"],
+            cap=steps["local_steps_max"],
+        )
+
+    for epochs_key, rounds_key in ROUNDS_FROM_EPOCHS.items():
+        epochs = getattr(config, epochs_key)
+        if epochs is not None:
+            resolved[rounds_key] = rounds_for_epochs(epochs, per_epoch, steps_at)
+    changed = {key: value for key, value in resolved.items() if getattr(config, key) != value}
+    return dataclasses.replace(config, **changed).validate() if changed else config
+
+
+def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:
+    """The run's strategy, told the store's m shards (--local-lr-scaling reads them)."""
+    if config.lr_scaling == "none":
+        return config.strategy()  # the one validate() built
+    return make_strategy(config.algorithm, {**config.as_dict(), "shards": store.num_shards})
