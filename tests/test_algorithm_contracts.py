@@ -168,7 +168,7 @@ def test_the_protocols_optional_parts_default_to_none():
 
 def _exclusive_fields() -> dict[str, list[tuple[type, dataclasses.Field]]]:
     """Each setting's (algorithm, field) pairs, the fields of the algorithms' parts included
-    (the server step's settings are fields of the part that dane, fedavg and fedprox take)."""
+    (the server step's settings are fields of the part the local methods take)."""
     from dask_dane.pipeline.algorithms.parts.hyperparameters import declared_fields
 
     owners: dict[str, list[tuple[type, dataclasses.Field]]] = {}
@@ -190,7 +190,8 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
     values = {"grad_sample": 10, "grad_sample_growth": 2.0, "local_theta": 1.0,
               "trust_radius": 1.0, "line_search": 2, "safeguard": "backtrack",
               "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp",
-              "server_nesterov": True}  # fmt: skip
+              "server_nesterov": True, "grad_sample_local": 1.0, "server_momentum_delay": 1,
+              "server_momentum_delay_epochs": 1.0}  # fmt: skip
     exclusive = {
         name for name, owners in _exclusive_fields().items()
         if owners[0][1].metadata.get("exclusive")

@@ -133,6 +133,9 @@ def test_dane_sizes_its_gradient_sample_by_the_rounds_local_rows():
                         server_momentum_delay=1, local_epochs=0.125)),
         ("dane", dict(grad_sample_local=2.0, lr_scaling="linear", lr_reference_batch=32,
                       local_steps=3)),
+        ("feddyn", dict(mu=0.01, server_momentum=0.5, server_nesterov=True, local_steps=3)),
+        ("scaffold", dict(server_momentum=0.5, server_momentum_delay=1, local_steps=3,
+                          server_lr_rule="fedexp")),
     ],
 )  # fmt: skip
 def test_the_recipe_runs_on_dask_as_the_reference_does(

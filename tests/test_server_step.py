@@ -146,7 +146,7 @@ def test_fedexp_and_a_server_lr_are_refused_together(least_squares):
     with pytest.raises(SettingError, match="chooses the server step itself"):
         _config(least_squares, server_lr_rule="fedexp", server_lr=2.0)
     with pytest.raises(SettingError, match="applies to"):
-        _config(least_squares, algorithm="scaffold", server_lr=2.0)
+        _config(least_squares, algorithm="sgd", server_lr=2.0)
 
 
 def test_the_local_lr_warms_up_linearly_over_its_rounds():

@@ -15,6 +15,9 @@ so a round is one reduction and one broadcast (FedAvg's bytes), not DANE's two o
 `trust_radius` = R > 0 keeps every local iterate within ||v - w|| <= R (as DANE's): the tilt
 grows by at most alpha R a round, so one shard's runaway solve cannot feed its own tilt.
 
+The server step (server.py: momentum, SlowMo's included, and a step size) acts on w' as on
+any local method's average; FedExP's spread is each shard's ||v_i - w||^2.
+
 a_i never leaves the shard: it is shard state (base.py), kept next to the driver state like
 ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted by shard size.
 """
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, ClassVar
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.diagnostics import solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
+from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 
@@ -45,6 +49,7 @@ class FedDyn(StrategyDefaults):
     # K steps; or exact (lbfgs, cg) on convex models, as the paper's analysis
     solver: Solver = field(metadata=SOLVER_PART)
     trust_radius: float = TRUST_RADIUS.field()  # 0: none
+    server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
 
     name: ClassVar[str] = "feddyn"
@@ -60,9 +65,16 @@ class FedDyn(StrategyDefaults):
             )
         check_trust_radius(self.trust_radius, self.solver)
 
+    @property
+    def state_type(self) -> type | None:  # type: ignore[override]
+        return self.server.state_type
+
+    def init_state(self, weights: torch.Tensor) -> MomentumState | None:
+        return self.server.init_state(weights)
+
     def label(self) -> str:
         radius = f" radius={self.trust_radius:g}" if self.trust_radius else ""
-        return f"{self.name} alpha={self.mu:g}{radius} {self.solver.label()}"
+        return f"{self.name} alpha={self.mu:g}{radius} {self.solver.label()}{self.server.label()}"
 
     def init_shard_state(self, weights: torch.Tensor) -> FedDynShardState:
         import torch
@@ -79,11 +91,15 @@ class FedDyn(StrategyDefaults):
         next_tilt = tilt - self.mu * (v_i - w)
         return LocalOutput(
             tensors={"weights": v_i - next_tilt / self.mu},
-            metrics={"train_loss": solution.first_loss},
+            metrics={"train_loss": solution.first_loss, **self.server.shard_metrics(w, v_i)},
             shard_state=FedDynShardState(tilt=next_tilt),
             rows=solution.rows,
             diagnostics=solve_diagnostics(problem, w, v_i, self.seed),
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:
-        return RoundUpdate(weights=end.mean.tensors["weights"], state=end.state)
+        proposal = end.mean.tensors["weights"]
+        weights, state, metrics = self.server.step(
+            end.state, end.weights, proposal, end.mean.metrics, end.round_index
+        )
+        return RoundUpdate(weights=weights, state=state, metrics=metrics)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
 from .parts.local_solver import LocalProblem, LocalSolver
+from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class ScaffoldState:
     control: torch.Tensor  # c
+    velocity: torch.Tensor | None = None  # the server step's momentum, where it has one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +40,7 @@ class ScaffoldShardState:
 @dataclass(frozen=True, kw_only=True)
 class Scaffold(StrategyDefaults):
     solver: LocalSolver = field(metadata=SOLVER_PART)
+    server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
 
     name: ClassVar[str] = "scaffold"
     phases: ClassVar[tuple[str, ...]] = ("local_train",)
@@ -53,12 +56,14 @@ class Scaffold(StrategyDefaults):
             )
 
     def label(self) -> str:
-        return f"{self.name} {self.solver.label()}"
+        return f"{self.name} {self.solver.label()}{self.server.label()}"
 
     def init_state(self, weights: torch.Tensor) -> ScaffoldState:
         import torch
 
-        return ScaffoldState(control=torch.zeros_like(weights))
+        momentum = self.server.init_state(weights)
+        velocity = momentum.velocity if momentum is not None else None
+        return ScaffoldState(control=torch.zeros_like(weights), velocity=velocity)
 
     def init_shard_state(self, weights: torch.Tensor) -> ScaffoldShardState:
         import torch
@@ -76,9 +81,10 @@ class Scaffold(StrategyDefaults):
         y_i = solution.weights
         step_size = max(solution.steps, 1) * self.solver.lr(ctx.round_index)
         c_i_next = c_i - c + (ctx.weights - y_i) / step_size
+        spread = self.server.shard_metrics(ctx.weights, y_i)
         return LocalOutput(
             tensors={"weights": y_i, "control_delta": c_i_next - c_i},
-            metrics={"train_loss": solution.first_loss},
+            metrics={"train_loss": solution.first_loss, **spread},
             shard_state=ScaffoldShardState(control=c_i_next),
             rows=solution.rows,
         )
@@ -89,8 +95,14 @@ class Scaffold(StrategyDefaults):
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
         steps = self.solver.steps(end.round_index)  # K_t (--local-steps-schedule)
         pseudo_grad = (end.weights - y) / (steps * self.solver.base_lr)
+        velocity = end.state.velocity
+        momentum = MomentumState(velocity=velocity) if velocity is not None else None
+        weights, moved, metrics = self.server.step(
+            momentum, end.weights, y, end.mean.metrics, end.round_index
+        )
+        velocity = moved.velocity if moved is not None else None
         return RoundUpdate(
-            weights=y,
-            state=ScaffoldState(control=control),
-            metrics={"grad_norm": float(pseudo_grad.norm())},
+            weights=weights,
+            state=ScaffoldState(control=control, velocity=velocity),
+            metrics={"grad_norm": float(pseudo_grad.norm()), **metrics},
         )

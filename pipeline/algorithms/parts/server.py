@@ -150,19 +150,20 @@ def server_update(
 
 @dataclass(frozen=True, kw_only=True)
 class ServerStep:
-    """The server's step on the averaged update, one part that dane, fedavg and fedprox take
-    (SERVER_PART); its default is the plain average, w' = mean_i v_i."""
+    """The server's step on the averaged update, one part that the local methods (dane,
+    fedavg, fedprox, feddyn, scaffold) take (SERVER_PART); its default is the plain average,
+    w' = mean_i v_i."""
 
     PANEL: ClassVar[str] = "Server step"  # where its settings stand in `dane train --help`
 
     server_momentum: float = declare(
-        0.0, momentum_range, help="dane/fedavg/fedprox: momentum on the averaged step."
+        0.0, momentum_range, help="Local methods: momentum on the averaged step (SlowMo's beta)."
     )
     server_lr: float = declare(
         1.0,
         positive,
         exclusive=True,
-        help="dane/fedavg/fedprox: step s on the averaged update, w + s (mean v - w).",
+        help="Local methods: step s on the averaged update, w + s (mean v - w).",
     )
     server_lr_rule: str = declare(
         "fixed",
@@ -173,7 +174,7 @@ class ServerStep:
     server_nesterov: bool = declare(
         False,
         exclusive=True,
-        help="dane/fedavg/fedprox: Nesterov's form of --server-momentum (DiLoCo's outer step).",
+        help="Local methods: Nesterov's form of --server-momentum (DiLoCo's outer step).",
     )
     server_momentum_delay: int = declare(
         0,
