@@ -27,7 +27,8 @@ def _event(run: str, t: int, accuracy: float | None = 0.5) -> tuple[float, dict]
         "wall_s": 1.5, "train_loss": 1.0 / t, "test_accuracy": accuracy,
         "val_accuracy": None if accuracy is None else accuracy + 0.1,
         "comm_bytes": 1000, "cum_comm_bytes": 1000 * t, "max_worker_compute_s": 1.2,
-        "worker_compute_s": {"w1": 1.2, "w2": 0.9},
+        "worker_compute_s": {"w1": 1.2, "w2": 0.9}, "noise_scale": 100.0 * t,
+        "noise_scale_ema": 90.0 * t,
     }  # fmt: skip
     return (float(t), row)
 
@@ -64,6 +65,7 @@ def test_the_page_says_when_no_run_has_reported_and_follows_new_rounds():
     page.update()
     assert page.select.value == "/runs/a (a)"
     assert list(page.source.data["round"]) == [1.0, 2.0]
+    assert list(page.source.data["noise_scale_ema"]) == [90.0, 180.0]  # its own figure
     assert "round 2" in page.status.text
 
     scheduler.events += [_event("b", 1)]  # a second run: the page turns to it
@@ -83,6 +85,7 @@ def test_the_collector_reports_each_runs_last_figures():
     assert 'dane_test_accuracy{run="a",run_dir="/runs/a"} 0.5' in text  # the last evaluation
     assert 'dane_val_accuracy{run="a",run_dir="/runs/a"} 0.6' in text
     assert 'dane_train_loss{run="a",run_dir="/runs/a"} 0.5' in text
+    assert 'dane_noise_scale{run="a",run_dir="/runs/a"} 180.0' in text
     assert 'dane_comm_bytes_total{run="a",run_dir="/runs/a"} 2000.0' in text
 
 

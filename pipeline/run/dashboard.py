@@ -36,6 +36,8 @@ COLUMNS = (
     "median_worker_compute_s",
     "safeguard_rejected",
     "mu",
+    "noise_scale",
+    "noise_scale_ema",
 )
 
 
@@ -111,6 +113,12 @@ class DanePage:
         safeguard = plot("safeguard: mu", "round", "mu")
         safeguard.vbar(x="round", top="safeguard_rejected", width=0.5, source=self.source,
                        color="firebrick", legend_label="rejected steps")  # fmt: skip
+        # The gradient noise scale (rows), the round's estimate and its moving average: what
+        # more workers can still buy (docs/howto/workers.md); empty for algorithms without
+        # a gradient phase.
+        noise = plot("gradient noise scale (rows)", "round", "noise_scale_ema", y_axis_type="log")
+        noise.scatter("round", "noise_scale", source=self.source, size=3, color="gray",
+                      legend_label="this round's")  # fmt: skip
         return [
             plot("train loss", "round", "train_loss", y_axis_type="log"),
             accuracy("test (blue) and validation accuracy", "round"),
@@ -119,6 +127,7 @@ class DanePage:
             bytes_fig,
             workers_fig,
             safeguard,
+            noise,
         ]
 
     def update(self) -> None:
@@ -172,6 +181,9 @@ class DaneCollector:
             "train_loss": GaugeMetricFamily(
                 "dane_train_loss", "Training loss of the last round", labels=labels
             ),
+            "noise_scale_ema": GaugeMetricFamily(
+                "dane_noise_scale", "Gradient noise scale, smoothed (rows)", labels=labels
+            ),
         }
         sent = CounterMetricFamily("dane_comm_bytes", "Bytes the run's rounds moved", labels=labels)
         for rows in runs_from_events(self.server.get_events(EVENT_TOPIC)).values():
@@ -179,7 +191,8 @@ class DaneCollector:
             tags = [str(last["run"]), str(last.get("run_dir", ""))]
             values = {"round": last["round"], "train_loss": last.get("train_loss"),
                       "test_accuracy": _last(rows, "test_accuracy"),
-                      "val_accuracy": _last(rows, "val_accuracy")}  # fmt: skip
+                      "val_accuracy": _last(rows, "val_accuracy"),
+                      "noise_scale_ema": _last(rows, "noise_scale_ema")}  # fmt: skip
             for name, value in values.items():
                 if value is not None:
                     gauges[name].add_metric(tags, float(value))
