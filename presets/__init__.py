@@ -24,6 +24,7 @@ PREFIX = "preset:"
 RECOMMENDED = (
     "skew-dane",
     "fashion-mnist-scale",
+    "fashion-mnist-dane-scale",
     "fashion-mnist-dane-best",
     "fashion-mnist-dane-fast",
 )

@@ -22,7 +22,7 @@ def test_the_published_configurations_are_all_found():
     names = {path.name for path in TOMLS}
     assert {
         "fashion-mnist-dane-fast.toml", "fashion-mnist-dane-best.toml",
-        "fashion-mnist-dane-k400.toml", "fashion-mnist-scale.toml",
+        "fashion-mnist-dane-k400.toml", "fashion-mnist-scale.toml", "fashion-mnist-dane-scale.toml",
     } <= names  # fmt: skip
     assert "fashion-mnist-race.toml" in names
 
@@ -47,13 +47,25 @@ def test_the_shipped_dane_settings_are_the_ones_documented():
         assert config.eval_every == 1  # shows the round it crosses the target
     assert (fast.local_steps, fast.grad_sample, fast.correction) == (200, 1000, "shrink")
     assert best.correction == "plain"  # measured before the shrunk correction existed
-    scale = RunConfig(**read_toml("preset:fashion-mnist-scale"))
+    scale = RunConfig(**read_toml("preset:fashion-mnist-dane-scale"))
     assert (scale.correction, scale.grad_sample, scale.rounds) == ("shrink", 1000, 10)
     assert scale.server_lr_rule == "fedexp"  # measured at m = 8: +0.89 points over shrink alone
     assert (best.local_steps, best.grad_sample, best.l2) == (200, 4000, 0.00025)
     assert (best.augment, best.rounds) == ("flip", 70)
     k400 = RunConfig(**read_toml("preset:fashion-mnist-dane-k400"))
     assert (k400.local_steps, k400.grad_sample, k400.rounds, k400.augment) == (400, 2000, 16, "")
+
+
+def test_the_scaling_preset_is_the_recipe_the_m8_sweep_chose():
+    """docs/results/scaling-recipe/win.toml, the sweep's winner as measured, minus the comment."""
+    from pathlib import Path
+
+    shipped = read_toml("preset:fashion-mnist-scale")
+    measured = read_toml(Path(__file__).parents[1] / "docs/results/scaling-recipe/win.toml")
+    assert shipped == measured
+    scale = RunConfig(**shipped)
+    assert (scale.algorithm, scale.lr_scaling, scale.server_momentum) == ("fedavg", "sqrt", 0.5)
+    assert (scale.local_epochs, scale.lr_warmup_epochs, scale.rounds) == (0.125, 1.0, 40)
 
 
 @pytest.mark.cluster

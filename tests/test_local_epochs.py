@@ -47,8 +47,8 @@ def test_k_set_twice_in_one_place_is_an_error_and_a_flag_beats_a_preset(digits_s
     with pytest.raises(SettingError, match="both set one count"):
         plan_run({"store": store}, file=both)
 
-    # preset:fashion-mnist-scale sets local_epochs = 1; --local-steps on the command line wins
-    preset = "preset:fashion-mnist-scale"
+    # preset:fashion-mnist-dane-scale sets local_epochs = 1; --local-steps on the command line wins
+    preset = "preset:fashion-mnist-dane-scale"
     flagged = plan_run({"store": store, "local_steps": 7}, file=preset)
     assert (flagged.local_steps, flagged.local_epochs) == (7, None)
     assert plan_run({"store": store}, file=preset).local_epochs == 1.0
@@ -70,7 +70,7 @@ def test_the_cli_words_the_conflict_as_flags(run_cli, capfd, assert_one_line_err
 
 
 def test_bench_shards_takes_the_presets_local_epochs_unless_its_flag_says_otherwise():
-    preset = read_config("preset:fashion-mnist-scale")
+    preset = read_config("preset:fashion-mnist-dane-scale")
     assert preset.local_epochs == 1.0
     from_preset = ShardsSpec(run=preset).run_config(8, "s.zarr", rows=60_000)
     assert (from_preset.local_steps, from_preset.local_epochs) == (117, 1.0)

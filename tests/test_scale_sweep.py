@@ -1,5 +1,5 @@
 """presets/scripts/scale-sweep.sh (issue 34's sweep): every configuration it writes is the
-shipped `fashion-mnist-scale` preset with exactly the settings its name says replaced, and each
+shipped `fashion-mnist-dane-scale` preset with exactly the settings its name says replaced, and each
 is one `dane bench shards` accepts; its DDP rows train where the run's workers do."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_the_sweep_configurations_change_only_what_their_names_say(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     configs = {p.stem: read_config(p) for p in (tmp_path / "cfg").glob("*.toml")}
-    preset = read_config(presets.preset_path("fashion-mnist-scale"))
+    preset = read_config(presets.preset_path("fashion-mnist-dane-scale"))
     base = configs["fedexp"]
     # The sweep's runs differ from the preset only in where and how long they run.
     assert differences(base, preset) == {"device": "cpu"}

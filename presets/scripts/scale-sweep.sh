@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The defaults study's accuracy sweep: `preset:fashion-mnist-scale` and its cures on m = 1 ... 32 iid
+# The defaults study's accuracy sweep: `preset:fashion-mnist-dane-scale` and its cures on m = 1 ... 32 iid
 # shards of Fashion-MNIST, 10 rounds of one pass over a shard each, one `dane bench shards`
 # per configuration, side by side (a GPU machine: every worker computes on the GPU it sees;
 # each bench starts its own 2-worker LocalCluster):
@@ -38,7 +38,7 @@ CFG="$OUT/cfg"
 mkdir -p "$CFG"
 
 # Every configuration is the preset with the settings a sweep varies replaced.
-BASE=$("${DANE[@]}" presets --path fashion-mnist-scale) || exit 2
+BASE=$("${DANE[@]}" presets --path fashion-mnist-dane-scale) || exit 2
 base() {
   grep -v -E '^(#|rounds|workers|device|dashboard_address|local_clip) ' "$BASE" | grep -v '^#'
   printf 'rounds = %s\nworkers = 2\ndevice = "%s"\n' "$ROUNDS" "$DEVICE"
