@@ -1,7 +1,7 @@
-"""The driver of all-gather rounds: rounds chained on the cluster, the driver off their path.
+"""The driver of the rounds: chained on the cluster, the driver off their path.
 
 The driver sends the weights once, when the chain starts; from then on round t + 1's tasks
-take round t's result on the worker that made it (chain_graph.py), and the driver keeps up to
+take round t's result where the collective left it (graph.py), and the driver keeps up to
 ROUNDS_IN_FLIGHT rounds submitted ahead of the one it records. It fetches each round's result
 as the round ends (the rows, the checkpoint), while the cluster is already computing the next
 ones. `who_has` is asked only after a worker is lost.
@@ -27,14 +27,13 @@ from typing import Any
 from distributed import Client, Future
 
 from ..round import comm
-from ..round.chain_graph import ChainedKeys, ChainLink, build_chained_round
-from ..round.graph import ShardSet
-from ..round.worker_round import Carry
+from ..round.graph import ChainLink, RoundKeys, build_round
+from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
 from . import run_state
 from .cluster import bounded, check_scheduler, publish_round, wait_for
 from .errors import ClusterLost
-from .metrics import Laps, append_metrics, round_row, stops_early
+from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
 from .rundir import RunDir
 
@@ -43,12 +42,24 @@ from .rundir import RunDir
 ROUNDS_IN_FLIGHT = 2
 
 
+@dataclass(frozen=True, kw_only=True)
+class ShardSet:
+    """The run's data on the cluster: shard futures (held for the whole run), where each
+    shard lives now, and the scoring pieces' futures (scoring.py), one per shard, each
+    loaded on its shard's worker and scored there."""
+
+    token: str  # the run's token, in every key of its tasks
+    shards: list[Any]  # Futures of ShardData, in shard order
+    placement: list[str]  # the worker address that holds each shard
+    test: list[Any]
+
+
 @dataclass
 class _Submitted:
     """A round on the cluster: its output keys and the futures that hold them."""
 
     index: int
-    keys: ChainedKeys
+    keys: RoundKeys
     futures: dict[str, Future]
     submit_s: float
 
@@ -91,7 +102,7 @@ def run_chained(
         try:
             _fill(client, setup, state, data, chain)
             head = chain.in_flight[0]
-            result, evaluation, laps = _collect(client, head, config.timeout)
+            result, evaluation, fetched, waited = _collect(client, head, config.timeout)
         except lost as err:
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
             failures[t] = failures.get(t, 1) + 1
@@ -113,19 +124,18 @@ def run_chained(
         now = time.perf_counter()
         driver = {
             "attempts": failures.get(t, 1),
-            "scatter_s": chain.scatter_s,
-            "submit_s": head.submit_s,
-            **laps,
             "shards_reloaded": reloaded,
             # What the driver moved for this round: its fetch of the result (the weights,
             # the strategy's state, the shards' states) and, where the chain (re)started,
             # the carry sent to every worker; never the weights out each round.
-            "driver_bytes": laps.pop("fetched_bytes") + chain.scatter_bytes,
-            "round_form": "allgather",
+            "driver_bytes": fetched + chain.scatter_bytes,
+            "round_form": comm.collective_of(config.broadcast),
         }
         row = _record(
             client, setup, run_dir, state, data, result, evaluation, driver, now - last_row_at
         )
+        # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
+        callbacks.on_timings(t, {"scatter_s": chain.scatter_s, "submit_s": head.submit_s, **waited})
         last_row_at, chain.scatter_s, chain.scatter_bytes, reloaded = now, 0.0, 0, 0
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
@@ -222,10 +232,9 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
     while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
-        layout = comm.layout(data.placement, gathered=True, transport=config.transport)
         evaluate = t % config.eval_every == 0 or t == config.rounds
-        graph, keys = build_chained_round(
-            run_state.round_static(setup, t, layout),
+        graph, keys = build_round(
+            run_state.round_static(setup, t, data.placement),
             shards=data.shards,
             placement=data.placement,
             link=chain.link,
@@ -234,6 +243,7 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
         )
         wanted = [*keys.updates, *(keys.last_phase if with_states else [])]
         wanted += [keys.evaluation] if keys.evaluation else []
+        wanted = list(dict.fromkeys(wanted))  # reduce: one update, taken by every worker
         futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
         chain.link = ChainLink(
             carry=[futures[k] for k in keys.updates],
@@ -250,7 +260,7 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
     started = time.perf_counter()
     chain.attempt += 1
     chain.workers_seen = None
-    carry = Carry(
+    carry = RoundResult(
         weights=state.weights,
         state=state.state,
         buffers=state.buffers,
@@ -270,19 +280,19 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
 
 def _collect(
     client: Client, head: _Submitted, timeout: float
-) -> tuple[Any, dict[str, float] | None, dict[str, float]]:
+) -> tuple[Any, dict[str, float] | None, int, dict[str, float]]:
     """Round `head`'s result (with its shards' states, if any) and evaluation, once done,
-    the driver's time waiting for them and fetching them, and the tensor bytes fetched."""
-    clock = Laps()
+    the tensor bytes fetched, and the driver's time waiting for them and fetching them."""
+    started = time.perf_counter()
     keys = head.keys
     wanted = [head.futures[keys.updates[0]]]
     if keys.evaluation:
         wanted.append(head.futures[keys.evaluation])
     states = [head.futures[k] for k in keys.last_phase if k in head.futures]
     wait_for(client, [*wanted, *states], timeout)
-    clock.lap("wait_s")
+    done = time.perf_counter()
     values = bounded(client, timeout, client.gather, [*wanted, *states])
-    clock.lap("gather_s")
+    waited = {"wait_s": done - started, "gather_s": time.perf_counter() - done}
     fetched = comm.payload_bytes(values)
     result, evaluation = values[0], values[1] if keys.evaluation else None
     outputs = values[len(wanted) :]
@@ -291,4 +301,4 @@ def _collect(
         for output in outputs:
             merged.update(output.shard_states or {})
         result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
-    return result, evaluation, {**clock.laps, "fetched_bytes": fetched}
+    return result, evaluation, fetched, waited

@@ -19,7 +19,6 @@ import torch
 from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult
-from ..round.topology import chains_rounds
 from ..round.worker_round import RoundStatic, open_round
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, initial_state
@@ -144,23 +143,25 @@ def _checkpointed() -> list[dataclasses.Field]:
 
 
 def round_start(
-    setup: RunSetup, state: RunState, layout: comm.Layout
+    setup: RunSetup, state: RunState, placement: list[str]
 ) -> tuple[RoundInput, Broadcast | None]:
     """The next round's input, and its opening as phase 0 receives it (None if the strategy
-    sends none besides the weights): made by worker_round.open_round, as every worker of an
-    all-gather round makes it, so that the Dask run and the reference start a round from
-    the same objects."""
-    return open_round(round_static(setup, state.round + 1, layout), state)
+    sends none besides the weights): made by worker_round.open_round, as the workers make
+    it, so that the Dask run and the reference start a round from the same objects."""
+    return open_round(round_static(setup, state.round + 1, placement), state)
 
 
-def round_static(setup: RunSetup, index: int, layout: comm.Layout) -> RoundStatic:
-    """What round `index` is given besides the weights and state: the same in every task."""
+def round_static(setup: RunSetup, index: int, placement: list[str]) -> RoundStatic:
+    """What round `index` is given besides the weights and state, the same in every task,
+    for shards so placed (one worker address a shard): its layout (comm.layout) is the run's
+    collective and transport over that placement."""
+    config = setup.config
     return RoundStatic(
         strategy=setup.strategy,
         spec=setup.spec,
-        seed=setup.config.seed,
+        seed=config.seed,
         index=index,
-        layout=layout,
+        layout=comm.layout(placement, comm.collective_of(config.broadcast), config.transport),
         num_shards=setup.store.num_shards,
     )
 
@@ -282,18 +283,3 @@ def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str
         f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
         f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
     )
-
-
-def runs_chained(setup: RunSetup, workers: int, weights: torch.Tensor) -> bool:
-    """Whether this run's rounds take the all-gather form on `workers` workers
-    (topology.chains_rounds, from --broadcast and the model's bytes; an encoded --transport
-    travels in that form alone)."""
-    if setup.config.transport != "float32":
-        return True  # settings.py refuses it with --broadcast direct or tree
-    return chains_rounds(setup.config.broadcast, workers, weights.numel() * weights.element_size())
-
-
-def placement_layout(setup: RunSetup, placement: list[str], weights: torch.Tensor) -> comm.Layout:
-    """The byte count's layout of shards so placed, in the form the run's rounds take."""
-    gathered = runs_chained(setup, len(set(placement)), weights)
-    return comm.layout(placement, gathered=gathered, transport=setup.config.transport)
