@@ -53,6 +53,9 @@ class _RoundLog:
     timings: dict[int, dict[str, float]] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # Dask's bytes per worker, last round
 
+    def on_timings(self, round_index: int, timings: dict[str, float]) -> None:
+        self.timings[round_index] = timings
+
 
 def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
     """Every worker count, the reference and the fixed cost; returns the JSON-able result."""
@@ -152,17 +155,11 @@ def run_workers(
         def on_start(dashboard: str, count: int) -> None:
             last[:] = [time.perf_counter(), time.time()]
 
-        def on_timings(round_index: int, timings: dict[str, float]) -> None:
-            roundlog.timings[round_index] = timings
-
         if profile_round:
             client.get_task_stream(count=0)  # the scheduler records tasks from the first call
         started = time.time()
-        train(
-            config,
-            client=client,
-            callbacks=Callbacks(on_start=on_start, on_round=on_round, on_timings=on_timings),
-        )
+        callbacks = Callbacks(on_start=on_start, on_round=on_round, on_timings=roundlog.on_timings)
+        train(config, client=client, callbacks=callbacks)
         trace = memory.stop_trace(client)  # first: the peak below then covers all samples
         peak = memory.worker_peak_rss(client)
         profile = None

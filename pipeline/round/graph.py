@@ -31,6 +31,18 @@ from .worker_round import RoundStatic
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShardSet:
+    """The run's data on the cluster: shard futures (held for the whole run), where each
+    shard lives now, and the scoring pieces' futures (scoring.py), one per shard, each
+    loaded on its shard's worker and scored there."""
+
+    token: str  # the run's token, in every key of its tasks
+    shards: list[Any]  # Futures of ShardData, in shard order
+    placement: list[str]  # the worker address that holds each shard
+    test: list[Any]
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChainLink:
     """Where round t starts: per worker, what it takes as the carry (a future of a
     RoundResult the driver scattered, or round t - 1's update) and, for strategies with shard

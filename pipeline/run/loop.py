@@ -23,12 +23,13 @@ from distributed.scheduler import KilledWorker
 
 from ..round import tasks
 from ..round.aggregate import shard_placement
+from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
 from .cluster import make_client, wait_for, worker_addresses
 from .errors import ClusterLost, TrainingDiverged
-from .pipelined import ShardSet, run_chained
+from .pipelined import run_chained
 from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
 from .rundir import RunDir

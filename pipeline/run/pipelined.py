@@ -27,7 +27,7 @@ from typing import Any
 from distributed import Client, Future
 
 from ..round import comm
-from ..round.graph import ChainLink, RoundKeys, build_round
+from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
 from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
 from . import run_state
@@ -40,18 +40,6 @@ from .rundir import RunDir
 # Rounds submitted ahead of the one being recorded: 2 hides the driver's work of one round
 # (gather, metrics, checkpoint) behind the next round's compute.
 ROUNDS_IN_FLIGHT = 2
-
-
-@dataclass(frozen=True, kw_only=True)
-class ShardSet:
-    """The run's data on the cluster: shard futures (held for the whole run), where each
-    shard lives now, and the scoring pieces' futures (scoring.py), one per shard, each
-    loaded on its shard's worker and scored there."""
-
-    token: str  # the run's token, in every key of its tasks
-    shards: list[Any]  # Futures of ShardData, in shard order
-    placement: list[str]  # the worker address that holds each shard
-    test: list[Any]
 
 
 @dataclass
@@ -104,9 +92,8 @@ def run_chained(
             head = chain.in_flight[0]
             result, evaluation, fetched, waited = _collect(client, head, config.timeout)
         except lost as err:
-            check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
             failures[t] = failures.get(t, 1) + 1
-            _give_up_after(max_attempts, t, failures[t], err)
+            _give_up_after(client, config.timeout, max_attempts, (t, failures[t]), err)
             data, moved = _restart(client, data, chain, config.timeout)
             reloaded += moved
             continue
@@ -164,8 +151,13 @@ def current_placement(client: Client, data: ShardSet, timeout: float) -> list[st
     return placement
 
 
-def _give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:
-    """ClusterLost once round t has failed `max_attempts` times as workers were lost."""
+def _give_up_after(
+    client: Client, timeout: float, max_attempts: int, tried: tuple[int, int], err: BaseException
+) -> None:
+    """ClusterLost if the scheduler itself is gone, or once round t has failed `max_attempts`
+    times as workers were lost (`tried`: t and its attempts so far)."""
+    check_scheduler(client, timeout)
+    t, attempts = tried
     if attempts > max_attempts:
         raise ClusterLost(
             f"round {t} failed {max_attempts} times as workers were lost "
