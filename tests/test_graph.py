@@ -191,6 +191,9 @@ def test_a_reduce_round_finishes_each_phase_once_on_the_first_worker():
     }
     assert graph.dependencies["score-3-1-tok"] == {"update-3-0-tok"}
     assert not [n for n in graph.layers if n.startswith("update-3-1")]
+    # One worker: nothing to fan out, so no phase is finished apart from its update.
+    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO[:4], collective="reduce")
+    assert _depth(graph, keys.updates[0]) == 3
 
 
 def test_a_fedavg_reduce_round_is_two_steps_and_counts_what_it_moves():

@@ -105,7 +105,8 @@ def build_round(
     b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
-    reduce = static.layout.collective == "reduce"
+    # One worker has no one to fan out to: reduce is then allgather, a step shorter.
+    reduce = static.layout.collective == "reduce" and len(workers) > 1
     shared: list[list[str]] = []  # per phase: what leaves each worker of its output
     ended: str | list = []  # reduce: the first worker's finished phases (a key, once one is)
     own: list[str | None] = [None] * len(workers)
