@@ -27,6 +27,7 @@ from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
+from .checkpoint import CheckpointWriter
 from .cluster import make_client, wait_for, worker_addresses
 from .errors import ClusterLost, TrainingDiverged
 from .pipelined import run_chained
@@ -138,10 +139,14 @@ def _run_rounds(
     data: ShardSet,
     callbacks: Callbacks,
 ) -> None:
-    """The rounds left, chained on the cluster; a lost cluster's error names what was saved."""
+    """The rounds left, chained on the cluster, their checkpoints written in the background;
+    a lost cluster's error names what was saved (the last write finished first)."""
     try:
-        run_chained(client, setup, run_dir, state, data, callbacks,
-                    lost=WORKER_LOST, max_attempts=MAX_ROUND_ATTEMPTS)  # fmt: skip
+        with CheckpointWriter() as writer:
+            run_chained(
+                client, setup, run_dir, state, data, callbacks,
+                lost=WORKER_LOST, max_attempts=MAX_ROUND_ATTEMPTS, writer=writer,
+            )  # fmt: skip
     except ClusterLost as err:
         t = state.round + 1  # the first round not recorded
         raise ClusterLost(run_state.lost_message(setup.config, run_dir, t, str(err))) from None

@@ -31,8 +31,9 @@ from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
 from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
 from . import run_state
+from .checkpoint import CheckpointWriter
 from .cluster import bounded, check_scheduler, publish_round, wait_for
-from .errors import ClusterLost
+from .errors import give_up_after
 from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
 from .rundir import RunDir
@@ -60,6 +61,7 @@ class _Chain:
     attempt: int = 0
     scatter_s: float = 0.0
     scatter_bytes: int = 0  # the carry's tensors, one copy to each worker, at a (re)start
+    reloaded: int = 0  # shards moved to another worker since the last row
     workers_seen: frozenset[str] | None = None  # worker ids of the chain's first round
     in_flight: deque[_Submitted] = field(default_factory=deque)
 
@@ -67,6 +69,18 @@ class _Chain:
         """Release every round in flight (their tasks are cancelled) and restart later."""
         self.in_flight.clear()
         self.link = None
+
+    def figures(self, attempts: int, fetched: int, collective: str) -> dict[str, Any]:
+        """What the driver adds to a round's row. `driver_bytes`: what it moved for the
+        round, its fetch of the result (the weights, the strategy's state, the shards'
+        states) and, where the chain (re)started, the carry sent to every worker; never the
+        weights out each round."""
+        return {
+            "attempts": attempts,
+            "shards_reloaded": self.reloaded,
+            "driver_bytes": fetched + self.scatter_bytes,
+            "round_form": collective,
+        }
 
 
 def run_chained(
@@ -78,13 +92,14 @@ def run_chained(
     callbacks: Any,
     lost: tuple[type[BaseException], ...],
     max_attempts: int,
+    writer: CheckpointWriter,
 ) -> None:
-    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract);
-    ClusterLost if the scheduler goes or a round fails `max_attempts` times."""
+    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
+    their checkpoints written by `writer`; ClusterLost if the scheduler goes or a round fails
+    `max_attempts` times."""
     config = setup.config
     chain, failures = _Chain(), dict[int, int]()
     last_row_at = time.perf_counter()
-    reloaded = 0
     while state.round < config.rounds:
         t = state.round + 1
         try:
@@ -93,9 +108,9 @@ def run_chained(
             result, evaluation, fetched, waited = _collect(client, head, config.timeout)
         except lost as err:
             failures[t] = failures.get(t, 1) + 1
-            _give_up_after(client, config.timeout, max_attempts, (t, failures[t]), err)
-            data, moved = _restart(client, data, chain, config.timeout)
-            reloaded += moved
+            check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
+            give_up_after(max_attempts, t, failures[t], err)
+            data = _restart(client, data, chain, config.timeout)
             continue
         # Round t's results are on the driver now: release its keys (the next round, already
         # submitted, keeps what it reads), or each worker holds one model copy more while
@@ -106,24 +121,16 @@ def run_chained(
         run_state.check_finite(result, t, run_dir)  # before the state takes the round
         if _workers_changed(chain, result.compute_by_worker):
             # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
-            data, moved = _restart(client, data, chain, config.timeout)
-            reloaded += moved
+            data = _restart(client, data, chain, config.timeout)
         now = time.perf_counter()
-        driver = {
-            "attempts": failures.get(t, 1),
-            "shards_reloaded": reloaded,
-            # What the driver moved for this round: its fetch of the result (the weights,
-            # the strategy's state, the shards' states) and, where the chain (re)started,
-            # the carry sent to every worker; never the weights out each round.
-            "driver_bytes": fetched + chain.scatter_bytes,
-            "round_form": comm.collective_of(config.broadcast),
-        }
+        driver = chain.figures(failures.get(t, 1), fetched, comm.collective_of(config.broadcast))
         row = _record(
-            client, setup, run_dir, state, data, result, evaluation, driver, now - last_row_at
-        )
+            client, setup, (run_dir, writer), state, data, result, evaluation, driver,
+            now - last_row_at,
+        )  # fmt: skip
         # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
         callbacks.on_timings(t, {"scatter_s": chain.scatter_s, "submit_s": head.submit_s, **waited})
-        last_row_at, chain.scatter_s, chain.scatter_bytes, reloaded = now, 0.0, 0, 0
+        last_row_at, chain.scatter_s, chain.scatter_bytes, chain.reloaded = now, 0.0, 0, 0
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
         if stops_early(config, row, state.since_best):
@@ -151,24 +158,10 @@ def current_placement(client: Client, data: ShardSet, timeout: float) -> list[st
     return placement
 
 
-def _give_up_after(
-    client: Client, timeout: float, max_attempts: int, tried: tuple[int, int], err: BaseException
-) -> None:
-    """ClusterLost if the scheduler itself is gone, or once round t has failed `max_attempts`
-    times as workers were lost (`tried`: t and its attempts so far)."""
-    check_scheduler(client, timeout)
-    t, attempts = tried
-    if attempts > max_attempts:
-        raise ClusterLost(
-            f"round {t} failed {max_attempts} times as workers were lost "
-            f"({type(err).__name__}: {err})"
-        ) from None
-
-
 def _record(
     client: Client,
     setup: RunSetup,
-    run_dir: RunDir,
+    saved_by: tuple[RunDir, CheckpointWriter],
     state: RunState,
     data: ShardSet,
     result: Any,
@@ -176,7 +169,10 @@ def _record(
     driver: dict[str, Any],
     wall_s: float,
 ) -> dict[str, Any]:
-    """The round's row, written, published and checkpointed, as loop.py records a round."""
+    """The round's row, written, checkpointed (by the writer, in the background) and
+    published. The previous round's checkpoint is whole before this row is written."""
+    run_dir, writer = saved_by
+    writer.wait()
     row = round_row(
         round_index=state.round + 1,
         strategy=setup.strategy,
@@ -189,20 +185,21 @@ def _record(
     state.rows.append(row)
     append_metrics(run_dir.metrics, row)
     # The checkpoint before the event: a scheduler lost while the event is published then
-    # leaves the round both written and saved, so the lost-run line names the next round.
-    run_state.save_run(run_dir, state, setup, improved=row["is_best"])
+    # leaves the round both written and saved (the writer finishes it as the run stops), so
+    # the lost-run line names the next round.
+    run_state.save_run(run_dir, state, setup, improved=row["is_best"], writer=writer)
     config = setup.config
     publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
     return row
 
 
-def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> tuple[ShardSet, int]:
+def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> ShardSet:
     """After a lost worker: drop the rounds in flight (the chain restarts from the driver's
-    state) and take where the shards live now; returns the run's data and the shards moved."""
+    state) and take where the shards live now, counting the shards that moved."""
     chain.drop()
     placement = current_placement(client, data, timeout)
-    moved = sum(a != b for a, b in zip(data.placement, placement, strict=True))
-    return replace(data, placement=placement), moved
+    chain.reloaded += sum(a != b for a, b in zip(data.placement, placement, strict=True))
+    return replace(data, placement=placement)
 
 
 def _workers_changed(chain: _Chain, compute_by_worker: dict[str, float]) -> bool:

@@ -22,7 +22,7 @@ from ..round.tasks import RoundInput, RoundResult
 from ..round.worker_round import RoundStatic, open_round
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, initial_state
-from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
+from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
 from .metrics import RoundTotals, keep_rounds_up_to, smoothed_noise
 from .rundir import RunDir
@@ -206,12 +206,25 @@ def check_same_model(state: RunState, setup: RunSetup, run_dir: RunDir) -> None:
     )
 
 
-def save_run(run_dir: RunDir, state: RunState, setup: RunSetup, *, improved: bool) -> None:
-    """The latest checkpoint, and the best one too when the round `improved` on it."""
+def save_run(
+    run_dir: RunDir,
+    state: RunState,
+    setup: RunSetup,
+    *,
+    improved: bool,
+    writer: CheckpointWriter | None = None,
+) -> None:
+    """The latest checkpoint, and the best one too when the round `improved` on it: written
+    now, or by `writer` in the background. The payload is taken now either way (the state's
+    tensors are replaced by the next round, never changed in place)."""
     payload = {**state.as_data(), "config": setup.config.as_dict(), "model": model_info(setup)}
-    save_checkpoint(run_dir.latest, payload)
-    if improved:
-        save_checkpoint(run_dir.best, payload)
+
+    def write() -> None:
+        save_checkpoint(run_dir.latest, payload)
+        if improved:
+            save_checkpoint(run_dir.best, payload)
+
+    writer.submit(write) if writer is not None else write()
 
 
 def model_info(setup: RunSetup) -> dict[str, Any]:
