@@ -179,3 +179,21 @@ def test_rounds_chained_on_the_cluster_equal_the_reference_in_each_collective(
     for key in ("val_loss", "val_accuracy", "is_best"):
         assert [r[key] for r in rows] == [r[key] for r in reference.history]
     assert [r["attempts"] for r in rows] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
+def test_a_workers_shards_run_in_threads_with_the_same_bits(
+    broadcast, digits_stores, cluster_client, tmp_path
+):
+    # --threads-per-worker 2: each worker's two shards run at once inside its one task a
+    # phase, as two one-shard tasks did; each shard's work is seeded by its own index.
+    config = replace(
+        _config(digits_stores[4], tmp_path / "run", "dane", "float32", rounds=2),
+        threads_per_worker=2,
+        broadcast=broadcast,
+    )
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
+
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    assert torch.equal(weights, reference.weights)

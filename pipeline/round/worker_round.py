@@ -15,6 +15,7 @@ when the driver (re)starts the chain, a RoundResult it scattered to every worker
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,10 @@ class RoundStatic:
     index: int  # t, counted from 1
     layout: comm.Layout
     num_shards: int
+    # --threads-per-worker: a worker's shards run this many at a time inside its one task,
+    # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
+    # index, so the order they finish in changes nothing).
+    threads: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,18 +151,18 @@ def run_worker_phase(
     states = before.shard_states if before is not None else None
     if states is None and carry.shard_states is not None:
         states = {shard.index: carry.shard_states[shard.index] for shard in shards}
-    reports = {
-        shard.index: run_local(
-            round_input,
-            phase,
-            shard,
-            carry.weights,
-            sent,
-            own.reports[shard.index] if own is not None and own.reports else None,
-            states[shard.index] if states is not None else None,
-        )
-        for shard in shards
-    }
+
+    def run(shard: ShardData) -> ShardReport:
+        previous = own.reports[shard.index] if own is not None and own.reports else None
+        state = states[shard.index] if states is not None else None
+        return run_local(round_input, phase, shard, carry.weights, sent, previous, state)
+
+    if static.threads > 1 and len(shards) > 1:
+        with ThreadPoolExecutor(min(static.threads, len(shards))) as pool:
+            done = list(pool.map(run, shards))
+    else:
+        done = [run(shard) for shard in shards]
+    reports = {shard.index: report for shard, report in zip(shards, done, strict=True)}
     leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
     last = phase == len(static.strategy.phases) - 1
     keeps_states = last and static.strategy.shard_state_type is not None

@@ -163,6 +163,7 @@ def round_static(setup: RunSetup, index: int, placement: list[str]) -> RoundStat
         index=index,
         layout=comm.layout(placement, comm.collective_of(config.broadcast), config.transport),
         num_shards=setup.store.num_shards,
+        threads=config.threads_per_worker,
     )
 
 
