@@ -76,8 +76,8 @@ def test_payload_and_driver_bytes_find_every_tensor_in_a_value():
     assert comm.payload_bytes(state) == 20
     assert comm.payload_bytes(shards) == 20
     assert comm.payload_bytes(None) == 0 and comm.payload_bytes(_State) == 0
-    # The weights out once; the state and the shard states out and back.
-    assert comm.driver_bytes(w, state, shards) == 40 + 2 * 20 + 2 * 20
+    # The driver's fetch of a round's result: the weights, the state and the shard states.
+    assert comm.driver_bytes(w, state, shards) == 40 + 20 + 20
     assert comm.driver_bytes(w, None, None) == 40
 
 

@@ -75,12 +75,9 @@ def payload_bytes(value: Any) -> int:
 
 
 def driver_bytes(weights: torch.Tensor, state: Any, shard_states: list[Any] | None) -> int:
-    """Bytes a round moves between the driver and the workers that `phase_bytes` leaves out.
-
-    The driver scatters the strategy's state with the weights and gathers both back after
-    the update, and each shard's own state goes to its worker and back. Only the weights'
-    way out is an algorithm's input (phase 0's first copy); the rest is the driver keeping
-    the run, which crosses a real network where the driver runs on another machine.
-    """
-    shards = payload_bytes(shard_states or [])
-    return payload_bytes(weights) + 2 * payload_bytes(state) + 2 * shards
+    """Bytes a round moves between the driver and the workers that `phase_bytes` leaves out:
+    its fetch of the round's result (the weights, the strategy's state, the shards' states),
+    to record and checkpoint it. The Dask driver counts its own (pipelined.py: the fetch,
+    and the carry it sends where the chain of rounds (re)starts); the reference's rows
+    carry this, the fetch of a round in the middle of the chain."""
+    return payload_bytes(weights) + payload_bytes(state) + payload_bytes(shard_states or [])
