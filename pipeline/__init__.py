@@ -49,12 +49,12 @@ SURFACE: dict[str, tuple[str, str]] = {
     "steps_for_epochs": ("algorithms.parts.local_steps_schedule", "steps_for_epochs"),
     "LocalProblem": ("algorithms.parts.local_solver", "LocalProblem"),
     "ExactSolver": ("algorithms.parts.exact_solver", "ExactSolver"),
-    # what the benchmarks measure inside a round (introspect.py)
+    # what the benchmarks build to look inside a round (bench/scaling/introspect.py)
     "shard_placement": ("round.aggregate", "shard_placement"),
-    "use_tree": ("round.topology", "use_tree"),
-    "fan_out_plan": ("round.topology", "fan_out_plan"),
-    "round_graph": ("introspect", "round_graph"),
-    "read_first_rows": ("introspect", "read_first_rows"),
+    "build_round": ("round.graph", "build_round"),
+    "ChainLink": ("round.graph", "ChainLink"),
+    "round_static": ("run.run_state", "round_static"),
+    "load_shard": ("round.shards", "load_shard"),
     "activation_bytes_per_row": ("round.objective", "activation_bytes_per_row"),
 }
 __all__ = sorted(SURFACE)

@@ -168,7 +168,7 @@ def test_evaluation_is_eval_mode_with_the_combined_statistics(digits_stores):
     assert run.history[-1]["test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
 
-@pytest.mark.parametrize("broadcast", ["direct", "auto"])
+@pytest.mark.parametrize("broadcast", ["reduce", "auto"])
 def test_buffer_bytes_are_counted_with_the_weights(broadcast, digits_stores):
     setup = _setup(digits_stores[2], broadcast=broadcast)
     weights, buffers = initial_state(setup.spec, 0)
@@ -176,8 +176,8 @@ def test_buffer_bytes_are_counted_with_the_weights(broadcast, digits_stores):
     run = run_reference(setup, rounds=1, num_workers=2)
 
     model = weights.numel() * 4 + sum(b.numel() * b.element_size() for b in buffers.values())
-    # The per-round form: in, the weights and buffers to each of 2 workers; out, one partial
-    # sum crosses. The all-gather form (auto on 2 workers): each worker's sum, its buffers
-    # with it, to the other; no input moves.
-    expected = {"direct": 2 * model + model, "auto": 2 * model}[broadcast]
+    # Reduce: in, the weights and buffers to the second worker; out, its sum, the buffers
+    # with it, to the first. Allgather (auto): each worker's sum, its buffers with it, to
+    # the other; no input moves. Two copies either way, on two workers.
+    expected = 2 * model
     assert run.history[0]["comm_bytes"] == expected

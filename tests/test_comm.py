@@ -38,25 +38,29 @@ def test_tensor_bytes_count_every_element_at_its_width():
     ("placement", "moved"),
     [
         (["a"], 0),
-        (["a", "a", "b", "b"], 1),  # (a+a), (b+b); then a+b crosses once
-        (["a", "b", "a", "b"], 2),  # both pairs cross; then a+a stays
-        (["a", "b", "a", "b", "a"], 2),  # ... and the odd fifth waits, then joins a: stays
-        (["a", "b", "c"], 2),  # a+b crosses; then a+c crosses
+        (["a", "a", "b", "b"], 1),  # b's one subtree sum to a
+        (["a", "b", "a", "b"], 2),  # b's two leaves, each its own subtree
+        (["a", "b", "a", "b", "a"], 2),  # the fifth shard is a's own
+        (["a", "b", "c"], 2),  # b's leaf and c's
         (["a", "a", "a", "a", "b", "b", "b", "b"], 1),  # W - 1 for blocks, W | m
     ],
 )
-def test_cross_worker_merges_follow_the_pairwise_tree(placement, moved):
-    assert comm.cross_worker_merges(placement) == moved
+def test_reduce_sends_the_other_workers_subtree_sums_and_each_phase_input_back(placement, moved):
+    layout = comm.layout(placement, "reduce")
+
+    assert layout.partials_moved == moved
+    workers = len(set(placement))
+    assert (
+        comm.phase_bytes(incoming=100, outgoing=7, layout=layout) == 100 * (workers - 1) + 7 * moved
+    )
 
 
-def test_a_phases_bytes_are_its_input_copies_and_its_crossing_partial_sums():
-    layout = comm.layout(["a", "a", "b", "b"])  # 2 receivers, 1 crossing merge
-    assert (layout.receivers, layout.partials_moved) == (2, 1)
-    # Phase 0: the driver's copy reaches both workers; later phases start on the reducing
-    # worker, so only the other worker receives a copy.
-    assert comm.inputs_moved(0, 3) == 3 and comm.inputs_moved(1, 3) == 2
-    assert comm.phase_bytes(0, incoming=100, outgoing=7, layout=layout) == 2 * 100 + 7
-    assert comm.phase_bytes(1, incoming=100, outgoing=7, layout=layout) == 100 + 7
+def test_the_collective_of_each_broadcast_value_old_config_files_included():
+    assert [comm.collective_of(b) for b in ("auto", "allgather", "reduce")] == [
+        "allgather", "allgather", "reduce"
+    ]  # fmt: skip
+    # What config.toml files wrote before the one round form: both sent from one worker.
+    assert comm.collective_of("direct") == comm.collective_of("tree") == "reduce"
 
 
 @dataclass
@@ -72,8 +76,8 @@ def test_payload_and_driver_bytes_find_every_tensor_in_a_value():
     assert comm.payload_bytes(state) == 20
     assert comm.payload_bytes(shards) == 20
     assert comm.payload_bytes(None) == 0 and comm.payload_bytes(_State) == 0
-    # The weights out once; the state and the shard states out and back.
-    assert comm.driver_bytes(w, state, shards) == 40 + 2 * 20 + 2 * 20
+    # The driver's fetch of a round's result: the weights, the state and the shard states.
+    assert comm.driver_bytes(w, state, shards) == 40 + 20 + 20
     assert comm.driver_bytes(w, None, None) == 40
 
 
@@ -122,14 +126,13 @@ def test_groups_and_placement_as_documented():
     assert shard_placement(2, ["x", "y", "z"]) == ["x", "y"]
 
 
-# Model-sized copies a round, 4 shards on 2 workers (blocks: one crossing merge a phase).
-# The per-round form (--broadcast direct): DANE sends the weights to both workers (2) and its
-# gradient's partial sum across (1), the averaged gradient to the other worker (1) and the
-# solutions' partial sum across (1); FedAvg the weights (2) and one partial sum (1).
-# The all-gather form (auto on 2 workers): no input moves; each worker sends its one subtree
-# sum to the other in each phase (2 a phase).
+# Model-sized copies a round, 4 shards on 2 workers (blocks: one subtree sum a worker).
+# Reduce (and `direct`, an older config's name for it): a phase's input to the other worker
+# (1: the weights, then the averaged gradient) and its subtree sum to the first (1): DANE 4,
+# FedAvg 2. Allgather (auto): no input moves; each worker sends its one subtree sum to the
+# other in each phase (2 a phase).
 COPIES = {
-    ("dane", "direct"): 5, ("fedavg", "direct"): 3,
+    ("dane", "reduce"): 4, ("fedavg", "reduce"): 2, ("dane", "direct"): 4,
     ("dane", "auto"): 4, ("fedavg", "auto"): 2, ("dane", "allgather"): 4,
 }  # fmt: skip
 
@@ -161,23 +164,9 @@ def test_the_reference_counts_the_copies_an_algorithm_moves(algorithm, broadcast
         (["a"] * 8, 0),  # one worker sends nothing
     ],
 )
-def test_the_allgather_form_sends_each_subtree_sum_to_every_other_worker(placement, sent):
-    gathered = comm.layout(placement, gathered=True)
+def test_allgather_sends_each_subtree_sum_to_every_other_worker(placement, sent):
+    gathered = comm.layout(placement)
 
     assert gathered.partials_moved == sent
     # No input moves, in any phase: each worker starts from its own copy of the update.
-    assert comm.phase_bytes(0, incoming=100, outgoing=10, layout=gathered) == 10 * sent
-    assert comm.phase_bytes(1, incoming=100, outgoing=10, layout=gathered) == 10 * sent
-
-
-def test_auto_takes_the_allgather_form_while_it_costs_less_than_the_tree():
-    from dask_dane.pipeline.round.topology import allgather_pays, chains_rounds
-
-    mb = 2**20
-    assert all(allgather_pays(w, 10_000 * mb) for w in (1, 2, 4))  # any model
-    assert allgather_pays(8, 50 * mb) and not allgather_pays(8, 80 * mb)
-    assert allgather_pays(16, 10 * mb) and not allgather_pays(16, 15 * mb)
-    assert allgather_pays(32, 4 * mb) and not allgather_pays(32, 6 * mb)
-    assert chains_rounds("auto", 2, mb) and chains_rounds("allgather", 64, 1000 * mb)
-    assert not chains_rounds("direct", 2, mb) and not chains_rounds("tree", 2, mb)
-    assert not chains_rounds("auto", 32, 6 * mb)
+    assert comm.phase_bytes(incoming=100, outgoing=10, layout=gathered) == 10 * sent

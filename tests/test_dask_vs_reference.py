@@ -74,17 +74,16 @@ def test_dask_run_equals_reference(
 
 
 @pytest.mark.parametrize(("algorithm", "phases"), [("dane", 2), ("sgd", 1), ("fedavg", 1)])
-@pytest.mark.parametrize("broadcast", ["direct", "auto"])
+@pytest.mark.parametrize("broadcast", ["reduce", "auto"])
 def test_comm_bytes_are_the_exact_count(
     algorithm, phases, broadcast, digits_stores, cluster_client, tmp_path
 ):
     # 4 shards on 2 workers, shards 0-1 on the first and 2-3 on the second.
-    # The per-round form (direct): the driver scatters the weights to the first worker and
-    # the second fetches them (2 copies); each worker sums its own two shards and one partial
-    # sum crosses to the first worker (1 copy). DANE's second phase sends the global gradient
-    # to the second worker (1 copy) and again gathers one partial sum (1 copy).
-    # The all-gather form (auto on 2 workers): each worker sends its sum of its two shards to
-    # the other, in every phase (2 copies a phase); the weights stay where the update made them.
+    # Reduce: the second worker sends its sum of its two shards to the first (1 copy) and
+    # fetches the phase's input from it (1 copy: the weights the update made there, then
+    # DANE's global gradient). Allgather (auto): each worker sends its sum of its two shards
+    # to the other, in every phase (2 copies a phase); the weights stay where the update made
+    # them. Two copies a phase either way, on two workers.
     config = replace(
         _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2),
         broadcast=broadcast,
@@ -93,10 +92,7 @@ def test_comm_bytes_are_the_exact_count(
 
     train(config, client=cluster_client)
 
-    model_bytes = num_params * 4
-    per_round = (2 + 1) * model_bytes + (phases - 1) * (1 + 1) * model_bytes
-    if broadcast == "auto":
-        per_round = phases * 2 * model_bytes
+    per_round = phases * 2 * num_params * 4
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["comm_bytes"] for r in rows] == [per_round, per_round]
     assert [r["cum_comm_bytes"] for r in rows] == [per_round, 2 * per_round]
@@ -134,39 +130,42 @@ def test_a_second_run_into_the_same_directory_is_refused(digits_stores, cluster_
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before
 
 
-@pytest.mark.parametrize("algorithm", ["dane", "fedavg"])
-def test_a_relayed_broadcast_changes_no_bit(algorithm, digits_stores, cluster_client, tmp_path):
-    # --broadcast tree sends every phase input through relay tasks (graph._fan_out); the
-    # tensors are the same objects, so the run equals the direct one exactly, bytes included.
+def test_an_older_configs_direct_or_tree_runs_the_reduce_collective(
+    digits_stores, cluster_client, tmp_path
+):
+    # config.toml files written before the one round form name the per-round form's
+    # broadcasts; they run the reduce collective, the same numbers as allgather.
     weights, rows = {}, {}
-    for broadcast in ("direct", "tree"):
+    for broadcast in ("allgather", "tree"):
         config = replace(
-            _config(digits_stores[4], tmp_path / broadcast, algorithm, "float32", rounds=2),
+            _config(digits_stores[4], tmp_path / broadcast, "dane", "float32", rounds=2),
             broadcast=broadcast,
         )
         train(config, client=cluster_client)
         weights[broadcast] = load_checkpoint(RunDir(tmp_path / broadcast).latest)["weights"]
         rows[broadcast] = [json.loads(x) for x in (tmp_path / broadcast / "metrics.jsonl").open()]
 
-    assert torch.equal(weights["tree"], weights["direct"])
-    for tree, direct in zip(rows["tree"], rows["direct"], strict=True):
-        assert tree["train_loss"] == direct["train_loss"]
-        assert tree["comm_bytes"] == direct["comm_bytes"]
+    assert torch.equal(weights["tree"], weights["allgather"])
+    assert [r["round_form"] for r in rows["tree"]] == ["reduce", "reduce"]
+    for tree, gathered in zip(rows["tree"], rows["allgather"], strict=True):
+        assert tree["train_loss"] == gathered["train_loss"]
+        assert tree["comm_bytes"] == gathered["comm_bytes"]  # two copies a phase either way
 
 
+@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
 @pytest.mark.parametrize(
     ("algorithm", "shards"), [("dane", 4), ("fedavg", 4), ("sdane-adaptive", 4), ("scaffold", 4)]
 )
-def test_allgather_rounds_chained_on_the_cluster_equal_the_reference(
-    algorithm, shards, digits_stores, cluster_client, tmp_path
+def test_rounds_chained_on_the_cluster_equal_the_reference_in_each_collective(
+    algorithm, shards, broadcast, digits_stores, cluster_client, tmp_path
 ):
-    # --broadcast allgather (pipelined.py): one task per worker and phase, every worker
-    # completing the pairwise tree from the others' subtree sums, rounds chained on the
-    # cluster with two in flight. The same arithmetic as the reference, to the last bit.
+    # One task per worker and phase, rounds chained on the cluster with two in flight;
+    # every worker (allgather) or the first (reduce) completes the pairwise tree from the
+    # workers' subtree sums. The same arithmetic as the reference, to the last bit.
     settings = dict(local_steps=5, local_lr=0.05, batch_size=16, mu=0.1)
     config = RunConfig(
         **{**_config(digits_stores[shards], tmp_path / "run", "fedavg", "float64").as_dict(),
-           **settings, "algorithm": algorithm, "broadcast": "allgather"}
+           **settings, "algorithm": algorithm, "broadcast": broadcast}
     ).validate()  # fmt: skip
     summary = train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=3, num_workers=2)
@@ -180,3 +179,21 @@ def test_allgather_rounds_chained_on_the_cluster_equal_the_reference(
     for key in ("val_loss", "val_accuracy", "is_best"):
         assert [r[key] for r in rows] == [r[key] for r in reference.history]
     assert [r["attempts"] for r in rows] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
+def test_a_workers_shards_run_in_threads_with_the_same_bits(
+    broadcast, digits_stores, cluster_client, tmp_path
+):
+    # --threads-per-worker 2: each worker's two shards run at once inside its one task a
+    # phase, as two one-shard tasks did; each shard's work is seeded by its own index.
+    config = replace(
+        _config(digits_stores[4], tmp_path / "run", "dane", "float32", rounds=2),
+        threads_per_worker=2,
+        broadcast=broadcast,
+    )
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
+
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    assert torch.equal(weights, reference.weights)

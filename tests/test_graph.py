@@ -1,156 +1,206 @@
-"""The round graph's shape: task names, pinning, one reduction tree per phase."""
+"""The one round builder (graph.py): subtree sums that complete to the pairwise tree bit for
+bit on any placement, and a chained graph with as few dependent steps as the round's math,
+in each collective."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import itertools
+import random
 
-from dask.utils import key_split
+import pytest
+import torch
 
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.algorithms.dane import Dane
+from dask_dane.pipeline.algorithms.fedavg import FedAvg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
-from dask_dane.pipeline.algorithms.sgd import Sgd
-from dask_dane.pipeline.round.comm import layout
-from dask_dane.pipeline.round.graph import RoundPlan, build_round, placeholder_plan
-from dask_dane.pipeline.round.tasks import RoundInput
+from dask_dane.pipeline.algorithms.scaffold import Scaffold
+from dask_dane.pipeline.round.aggregate import (
+    Partial,
+    merge,
+    node_sum,
+    owned_nodes,
+    tree_reduce,
+    tree_root,
+)
+from dask_dane.pipeline.round.comm import Layout, layout
+from dask_dane.pipeline.round.graph import ChainLink, build_round
+from dask_dane.pipeline.round.worker_round import RoundStatic, WorkerPhase, phase_total
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
 SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)
 
 
-def _plan(strategy, num_shards: int = 4) -> RoundPlan:
-    # Strings stand in for futures: building a graph computes nothing.
-    placement = [f"tcp://127.0.0.1:{1000 + i % 2}" for i in range(num_shards)]
-    round_input = RoundInput(
-        strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement)
+def _partial(seed: int) -> Partial:
+    """A shard's sum with values whose float32 additions round differently by order."""
+    g = torch.Generator().manual_seed(seed)
+    tensor = torch.randn(257, generator=g) * 10 ** torch.randint(-6, 6, (257,), generator=g)
+    return Partial(
+        tensor_sums={"v": tensor},
+        metric_sums={"loss": float(torch.rand(1, generator=g)) * 1e3},
+        num_samples=seed + 3,
+        num_shards=1,
+        compute_by_worker={},
+        rows=seed,
+        diagnostics={},
     )
-    return placeholder_plan(round_input, placement, token="ab12cd34")
 
 
-def test_dane_round_names_tasks_by_phase_round_and_shard():
-    graph, keys = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+def _placements() -> list[list[str]]:
+    """Contiguous blocks as shard_placement makes them, and scattered ones after faults."""
+    rng = random.Random(0)
+    found = []
+    for shards, workers in itertools.product(range(1, 10), range(1, 5)):
+        names = [f"w{k}" for k in range(workers)]
+        found.append([names[i * workers // shards] for i in range(shards)])
+        found.append([rng.choice(names) for _ in range(shards)])
+    return found
+
+
+@pytest.mark.parametrize("placement", _placements(), ids=lambda p: "".join(w[1] for w in p))
+def test_subtree_sums_complete_to_the_pairwise_tree_bit_for_bit(placement):
+    leaves = [_partial(i) for i in range(len(placement))]
+    expected = tree_reduce(leaves)
+
+    outputs = []
+    for worker in dict.fromkeys(placement):
+        mine = {(0, i): p for i, p in enumerate(leaves) if placement[i] == worker}
+        nodes = owned_nodes(placement, worker)
+        # Every shard of the worker is under exactly one of its nodes, and no other's is.
+        count = len(placement)
+        covered = sorted(i for lvl, j in nodes for i in range(j << lvl, min((j + 1) << lvl, count)))
+        assert covered == sorted(i for (_, i) in mine)
+        outputs.append(WorkerPhase(nodes={n: node_sum(n, mine, len(placement)) for n in nodes}))
+    weights = torch.zeros_like(expected.tensor_sums["v"])  # float32 transport: unused
+    total = phase_total(outputs, len(placement), weights, "float32")
+
+    assert torch.equal(total.tensor_sums["v"], expected.tensor_sums["v"])
+    assert total.metric_sums == expected.metric_sums
+    assert total.num_samples == expected.num_samples
+
+
+def test_a_worker_holding_every_shard_sends_the_root_alone():
+    assert owned_nodes(["a"] * 5, "a") == [tree_root(5)] == [(3, 0)]
+    # Blocks of 4 and 4 on two workers: one node each, the root's two children.
+    placement = ["a"] * 4 + ["b"] * 4
+    assert owned_nodes(placement, "a") == [(2, 0)] and owned_nodes(placement, "b") == [(2, 1)]
+
+
+def test_the_order_of_additions_matters_so_the_tree_is_the_oracle():
+    # The check above would be empty if float32 addition were associative on these values.
+    parts = [_partial(i) for i in range(3)]
+    left = merge(merge(parts[0], parts[1]), parts[2]).tensor_sums["v"]
+    right = merge(parts[0], merge(parts[1], parts[2])).tensor_sums["v"]
+    assert not torch.equal(left, right)
+
+
+def _chained(strategy, placement: list[str], token: str = "tok", collective: str = "allgather"):
+    static = RoundStatic(
+        strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement, collective),
+        num_shards=len(placement),
+    )  # fmt: skip
+    carry = [f"carry{k}" for k in range(len(set(placement)))]  # stand-ins for futures
+    shards = [f"shard{i}" for i in range(len(placement))]
+    return build_round(
+        static, shards=shards, placement=placement, link=ChainLink(carry=carry), token=token,
+        evaluate=[f"piece{i}" for i in range(len(placement))],
+    )  # fmt: skip
+
+
+def _depth(graph, key: str) -> int:
+    deps = dict(graph.dependencies)
+    inside = [d for d in deps[key] if d in deps]
+    return 1 + max((_depth(graph, d) for d in inside), default=0)
+
+
+TWO = ["tcp://a:1"] * 4 + ["tcp://b:2"] * 4
+
+
+def test_a_dane_round_is_four_dependent_steps_with_one_task_per_worker_and_phase():
+    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO)
 
     names = set(graph.layers)
-    for i in range(4):
-        assert f"local_grad-3-{i}-ab12cd34" in names
-        assert f"local_solve-3-{i}-ab12cd34" in names
-    assert keys.result == "update-3-ab12cd34"
-    assert key_split("local_grad-3-1-ab12cd34") == "local_grad"  # how the dashboard groups
-    # 4 shards reduce in a tree of 2 + 1 combine tasks per phase.
-    assert sum(name.startswith("reduce_local_grad-3-") for name in names) == 3
-    assert sum(name.startswith("reduce_local_solve-3-") for name in names) == 3
-
-
-def test_each_workers_shards_are_summed_by_one_task_there():
-    # 8 shards in blocks of 4 on 2 workers: one local sum per worker, one merge across.
-    plan = _plan(Dane(eta=1.0, mu=0.0, solver=SOLVER), num_shards=8)
-    workers = ["tcp://127.0.0.1:1000"] * 4 + ["tcp://127.0.0.1:1001"] * 4
-    graph, _ = build_round(replace(plan, data=replace(plan.data, placement=workers)))
-
-    reduce = sorted(n for n in graph.layers if n.startswith("reduce_local_grad-3-"))
-    assert len(reduce) == 3
-    local_sums = [n for n in reduce if "-local-" in n]
-    assert {frozenset(graph.dependencies[n]) for n in local_sums} == {
-        frozenset(f"local_grad-3-{i}-ab12cd34" for i in range(4)),
-        frozenset(f"local_grad-3-{i}-ab12cd34" for i in range(4, 8)),
+    assert {n for n in names if n.startswith("local_")} == {
+        f"{phase}-3-{k}-tok" for phase in ("local_grad", "local_solve") for k in (0, 1)
     }
-    for name in local_sums:
-        first = min(graph.dependencies[name])
-        assert graph.layers[name].annotations["workers"] == [workers[int(first.split("-")[2])]]
-    (root,) = set(reduce) - set(local_sums)
-    assert graph.dependencies[root] == set(local_sums)
-    assert graph.layers[root].annotations["workers"] == [workers[0]]
+    # local gradients -> their sums split off -> local solves -> the update, on each worker.
+    assert [_depth(graph, key) for key in keys.updates] == [4, 4]
+    assert graph.dependencies["local_solve-3-1-tok"] == {
+        "local_grad-3-1-tok",  # its own shards' gradients (the correction), on its worker
+        "nodes_local_grad-3-0-tok",
+        "nodes_local_grad-3-1-tok",
+    }
+    assert graph.dependencies["update-3-0-tok"] == {
+        "nodes_local_grad-3-0-tok",
+        "nodes_local_grad-3-1-tok",
+        "local_solve-3-0-tok",
+        "local_solve-3-1-tok",
+    }
+    for k, worker in enumerate(("tcp://a:1", "tcp://b:2")):
+        for name in ("local_grad", "nodes_local_grad", "local_solve", "update"):
+            annotations = graph.layers[f"{name}-3-{k}-tok"].annotations
+            assert annotations == {"workers": [worker], "allow_other_workers": True}
+    # Each worker scores its own shards' pieces of the test split; one task adds the sums.
+    assert graph.dependencies[keys.evaluation] == {"score-3-0-tok", "score-3-1-tok"}
+    assert graph.dependencies["score-3-1-tok"] == {"update-3-1-tok"}
+    assert graph.layers["score-3-1-tok"].annotations["workers"] == ["tcp://b:2"]
 
 
-def test_local_tasks_are_pinned_to_their_shard_worker():
-    graph, _ = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+def test_a_fedavg_round_is_two_dependent_steps():
+    graph, keys = _chained(FedAvg(solver=SOLVER), TWO)
 
-    for i in range(4):
-        annotations = graph.layers[f"local_solve-3-{i}-ab12cd34"].annotations
-        assert annotations["workers"] == [f"tcp://127.0.0.1:{1000 + i % 2}"]
-        assert annotations["allow_other_workers"] is True  # lost workers: rerun elsewhere
+    assert not [n for n in graph.layers if n.startswith("nodes_")]
+    assert [_depth(graph, key) for key in keys.updates] == [2, 2]
 
 
-def test_second_phase_depends_on_the_broadcast_and_its_own_first_phase_output():
-    graph, _ = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
+def test_one_worker_splits_nothing_off_and_shard_states_stay_with_their_worker():
+    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), ["tcp://a:1"] * 4)
+    assert [_depth(graph, key) for key in keys.updates] == [3]
 
-    deps = graph.dependencies["local_solve-3-2-ab12cd34"]
-    assert deps == {"broadcast_local_grad-3-ab12cd34", "local_grad-3-2-ab12cd34"}
-    # The broadcast is made from the phase's sum directly.
-    (total,) = graph.dependencies["broadcast_local_grad-3-ab12cd34"]
-    assert total.startswith("reduce_local_grad-3-")
-
-
-def test_each_phase_is_finished_once_and_the_update_takes_it_from_there():
-    # One path per round: the gradient phase is averaged and broadcast by one task, whose
-    # output both the solves and the update take; the update finishes the last phase from
-    # its sum, one hop after it. No finish task per phase.
-    graph, keys = build_round(_plan(Dane(eta=1.0, mu=0.0, solver=SOLVER)))
-
-    assert not [name for name in graph.layers if name.startswith("finish_")]
-    inputs = graph.dependencies[keys.result]
-    assert len(inputs) == 2
-    assert {key_split(k) for k in inputs} == {"broadcast_local_grad", "reduce_local_solve"}
-    assert "broadcast_local_grad-3-ab12cd34" in graph.dependencies["local_solve-3-0-ab12cd34"]
-    assert graph.layers[keys.result].annotations["workers"] == ["tcp://127.0.0.1:1000"]
+    # SCAFFOLD keeps a state per shard: its output is split, so the others take only sums,
+    # and the next round on each worker takes its own output (the states) where it is.
+    graph, keys = _chained(Scaffold(solver=SOLVER), TWO)
+    assert keys.last_phase == ["local_train-3-0-tok", "local_train-3-1-tok"]
+    assert graph.dependencies["update-3-1-tok"] == {
+        "nodes_local_train-3-0-tok",
+        "nodes_local_train-3-1-tok",
+    }
+    assert keys.link(with_states=True).before == keys.last_phase
 
 
-def test_single_phase_strategy_has_no_second_phase():
-    graph, keys = build_round(_plan(Sgd(local_lr=0.1, batch_size=4), num_shards=1))
+def test_a_reduce_round_finishes_each_phase_once_on_the_first_worker():
+    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO, collective="reduce")
 
-    local = [name for name in graph.layers if name.startswith("local_")]
-    assert local == ["local_grad-3-0-ab12cd34"]
-    assert keys.evaluation == "evaluate-3-ab12cd34"
-
-
-def _tree_plan(workers: int, broadcast: str) -> RoundPlan:
-    placement = [f"tcp://127.0.0.1:{1000 + i}" for i in range(workers)]
-    plan = _plan(Dane(eta=1.0, mu=0.0, solver=SOLVER), num_shards=workers)
-    return replace(plan, data=replace(plan.data, placement=placement), broadcast=broadcast)
-
-
-def _source_of(graph, key: str) -> str:
-    """The relay or root input a relay task copies from (its markers only order it)."""
-    (parent,) = {d for d in graph.dependencies[key] if "_done" not in d} or {"root"}
-    return parent
-
-
-def test_a_tree_broadcast_relays_each_phase_input_by_doubling_the_holders():
-    # 8 workers: worker k copies from k - 2^floor(log2 k), so 3 levels instead of 7 copies
-    # in a row from the root; every worker's tasks take their own worker's copy.
-    graph, _ = build_round(_tree_plan(8, "tree"))
-
-    relays = sorted(n for n in graph.layers if key_split(n) == "relay_local_solve")
-    assert len(relays) == 7
-
-    # One level at a time: level 2 (workers 2, 3) waits for worker 1's marker, level 3
-    # (workers 4-7) for workers 2's and 3's, so the root serves one child a level.
-    def markers(k: int) -> set:
-        return {d for d in graph.dependencies[f"relay_local_solve-3-{k}-ab12cd34"] if "_done" in d}
-
-    assert markers(1) == set()
-    assert markers(2) == markers(3) == {"relay_local_solve_done-3-1-ab12cd34"}
-    assert markers(4) == {f"relay_local_solve_done-3-{k}-ab12cd34" for k in (2, 3)}
-    assert not [n for n in graph.layers if n.startswith("relay_local_solve_done-3-4-")]
-    parents = {k: _source_of(graph, f"relay_local_solve-3-{k}-ab12cd34") for k in range(1, 8)}
-    assert parents[1] == parents[2] == parents[4] == "broadcast_local_grad-3-ab12cd34"
-    assert parents[3] == parents[5] == "relay_local_solve-3-1-ab12cd34"
-    assert parents[6] == "relay_local_solve-3-2-ab12cd34"
-    assert parents[7] == "relay_local_solve-3-3-ab12cd34"
-    for k in range(1, 8):
-        worker = [f"tcp://127.0.0.1:{1000 + k}"]
-        assert graph.layers[f"relay_local_solve-3-{k}-ab12cd34"].annotations["workers"] == worker
-        deps = graph.dependencies[f"local_solve-3-{k}-ab12cd34"]
-        assert f"relay_local_solve-3-{k}-ab12cd34" in deps
-        assert "broadcast_local_grad-3-ab12cd34" not in deps
-        assert f"relay_weights-3-{k}-ab12cd34" in deps
-    # The root's own tasks take the input where it was made.
-    assert "broadcast_local_grad-3-ab12cd34" in graph.dependencies["local_solve-3-0-ab12cd34"]
+    # local gradients -> their sums split off -> the phase finished once -> local solves ->
+    # the one update: a step more than allgather, and every worker takes that update.
+    assert keys.updates == ["update-3-0-tok", "update-3-0-tok"]
+    assert _depth(graph, keys.updates[0]) == 5
+    assert graph.dependencies["reduce_local_grad-3-0-tok"] == {
+        "nodes_local_grad-3-0-tok",
+        "nodes_local_grad-3-1-tok",
+    }
+    assert graph.layers["reduce_local_grad-3-0-tok"].annotations["workers"] == ["tcp://a:1"]
+    assert graph.dependencies["local_solve-3-1-tok"] == {
+        "local_grad-3-1-tok",  # its own shards' gradients (the correction), on its worker
+        "reduce_local_grad-3-0-tok",  # the phase's end, fetched from the first worker
+    }
+    assert graph.dependencies["update-3-0-tok"] == {
+        "reduce_local_grad-3-0-tok",
+        "local_solve-3-0-tok",
+        "local_solve-3-1-tok",
+    }
+    assert graph.dependencies["score-3-1-tok"] == {"update-3-0-tok"}
+    assert not [n for n in graph.layers if n.startswith("update-3-1")]
+    # One worker: nothing to fan out, so no phase is finished apart from its update.
+    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO[:4], collective="reduce")
+    assert _depth(graph, keys.updates[0]) == 3
 
 
-def test_auto_uses_the_tree_from_eight_workers_and_direct_sends_below():
-    cases = [(4, "auto", 0), (8, "auto", 7), (4, "tree", 3), (8, "direct", 0)]
-    for workers, broadcast, relays in cases:
-        graph, _ = build_round(_tree_plan(workers, broadcast))
-        found = [n for n in graph.layers if key_split(n) in ("relay_weights", "relay_local_solve")]
-        assert len(found) == relays * 2, (workers, broadcast)  # weights and the broadcast
+def test_a_fedavg_reduce_round_is_two_steps_and_counts_what_it_moves():
+    graph, keys = _chained(FedAvg(solver=SOLVER), TWO, collective="reduce")
+    assert _depth(graph, keys.updates[0]) == 2
+
+    # Two workers of four shards each: one subtree sum each. Allgather sends each to the
+    # other; reduce sends one to the first worker and the phase's input back out once.
+    assert layout(TWO, "allgather") == Layout(partials_moved=2, inputs_moved=0)
+    assert layout(TWO, "reduce") == Layout(collective="reduce", partials_moved=1, inputs_moved=1)

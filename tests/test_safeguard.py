@@ -172,7 +172,7 @@ def test_safeguarded_dask_run_equals_reference_and_counts_each_backtrack(
     rejected = [r["safeguard_rejected"] for r in rows]
     assert rejected == [h["safeguard_rejected"] for h in reference.history]
     assert rejected[3:5] == [1.0, 1.0]
-    # The all-gather form (the default on 2 workers, pipeline/round/topology.py): the weights are
+    # The allgather collective (--broadcast auto, pipeline/round/transport.py): the weights are
     # already on both workers, and each phase sends each worker's partial sum to the other.
     # A full round: 2 gradient copies + 2 solution copies. A rejected one: only the gradient
     # phase at the backtracked weights.

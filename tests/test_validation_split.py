@@ -100,7 +100,7 @@ def test_loaded_shards_hold_out_the_same_rows_as_the_split_says(digits_stores):
 
 def test_a_read_of_other_rows_splits_those_rows_not_a_stale_list(digits_stores):
     setup = prepare_run(RunConfig(store=str(digits_stores[2]), val_fraction=0.5))
-    args = {**setup.shard_args(1), "start": 0, "stop": 4}  # introspect.read_first_rows does this
+    args = {**setup.shard_args(1), "start": 0, "stop": 4}  # bench/scaling/introspect.py does this
 
     assert len(load_shard(**args).y) == 2
 
@@ -179,7 +179,7 @@ def _run(tmp_path, store, client, name: str, **settings) -> tuple[list[dict], di
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("broadcast", ["allgather", "tree"])
+@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
 def test_dask_trains_on_the_same_kept_rows_as_the_reference(
     broadcast, digits_stores, cluster_client, tmp_path
 ):

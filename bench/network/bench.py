@@ -159,7 +159,7 @@ def _dask_row(
     run: dict[str, Any], out: Path, spec: NetworkSpec, net: Network, fixed_s: float
 ) -> dict[str, Any]:
     rows = RunDir(out).rows()
-    # The form the run's rounds took, as its rows say (topology.chains_rounds chose it).
+    # The collective the run's rounds took, as its rows say (--broadcast chose it).
     form = rows[0].get("round_form", "direct") if rows else "direct"
     curve = dask_curve(rows)
     targets = targets_reached(curve, (spec.target or 1.0,))

@@ -53,8 +53,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from ...pipeline import fan_out_plan
-
 
 @dataclass(frozen=True, kw_only=True)
 class Network:
@@ -123,10 +121,27 @@ def dask_round_comm_s(
     return total
 
 
+def fan_out_plan(workers: int, *, tree: bool) -> list[list[tuple[int, int]]]:
+    """How a phase input held by worker 0 reaches workers 1..W-1: levels of (from, to)
+    copies, a level's copies at once, the levels in turn. Direct (the reduce collective's
+    fan-out, Dask's own transfers from the first worker): one level, all from worker 0.
+    Tree (a relay tree, as the per-round form had): level l copies from worker k - 2^l to
+    each k in [2^l, 2^(l+1)), doubling the holders."""
+    if workers < 2:
+        return []
+    if not tree:
+        return [[(0, k) for k in range(1, workers)]]
+    levels, width = [], 1
+    while width < workers:
+        levels.append([(k - width, k) for k in range(width, min(2 * width, workers))])
+        width *= 2
+    return levels
+
+
 def broadcast_s(net: Network, workers: int, nbytes: float, tree: bool) -> float:
-    """One phase input from the reducing worker to the W - 1 others, as graph.py sends it
-    (the engine's fan_out_plan): level after level, each level one latency plus the copies
-    its busiest sender makes in turn over its one link (direct: W - 1; tree: one a level)."""
+    """One phase input from the reducing worker to the W - 1 others (fan_out_plan): level
+    after level, each level one latency plus the copies its busiest sender makes in turn over
+    its one link (direct: W - 1; tree: one a level)."""
     total = 0.0
     for level in fan_out_plan(workers, tree=tree):
         busiest = max(Counter(sender for sender, _ in level).values())

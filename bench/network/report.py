@@ -61,8 +61,8 @@ def _seconds(value: float | None) -> str:
 
 
 def _name(run: dict[str, Any]) -> str:
-    tree = run.get("broadcast") == "tree"
-    return f"{run['method']} (tree)" if tree else run["method"]
+    form = run.get("broadcast")  # older JSONs: direct or tree, the per-round form
+    return f"{run['method']} ({form})" if form in ("tree", "reduce") else run["method"]
 
 
 def _pct(fraction: float | None) -> str:

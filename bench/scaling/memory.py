@@ -40,7 +40,8 @@ def _warm_rss(spec: Any, device: str, load_args: dict, dask_worker: Any = None) 
     import torch
 
     from ...models.registry import build_model
-    from ...pipeline import read_first_rows, resolve_device
+    from ...pipeline import resolve_device
+    from .introspect import read_first_rows
 
     read_first_rows(load_args)  # zarr's I/O thread and codecs
 

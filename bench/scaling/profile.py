@@ -25,7 +25,7 @@ import torch
 from dask.utils import key_split
 from distributed import wait
 
-from ...pipeline import round_graph
+from .introspect import round_graph
 
 
 def _increment(value: int) -> int:
@@ -139,9 +139,7 @@ def tasks_per_round(setup: Any) -> int:
 
 def dependent_steps(setup: Any, workers: int) -> int:
     """Tasks on a round's longest dependency chain with `workers` workers, up to the update
-    (the evaluation after it runs only in evaluated rounds), +1 where the driver scatters
-    the weights before each round (the tree form); chained rounds start from the update of
+    (the evaluation after it runs only in evaluated rounds); rounds start from the update of
     the round before, on the cluster."""
-    graph, shape = round_graph(setup, [f"w{j}" for j in range(workers)])
-    steps = critical_path(dict(graph.dependencies), shape.result)
-    return steps + 1 if shape.scatters_each_round else steps
+    graph, result = round_graph(setup, [f"w{j}" for j in range(workers)])
+    return critical_path(dict(graph.dependencies), result)

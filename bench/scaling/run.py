@@ -49,7 +49,12 @@ class _RoundLog:
     rows: list[dict[str, Any]] = field(default_factory=list)
     periods: list[float] = field(default_factory=list)
     transfers: list[dict[str, float]] = field(default_factory=list)
+    # The driver's time in each round, as the engine reports it (Callbacks.on_timings).
+    timings: dict[int, dict[str, float]] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # Dask's bytes per worker, last round
+
+    def on_timings(self, round_index: int, timings: dict[str, float]) -> None:
+        self.timings[round_index] = timings
 
 
 def run_scaling(spec: ScalingSpec, log: Any = print) -> dict[str, Any]:
@@ -153,7 +158,8 @@ def run_workers(
         if profile_round:
             client.get_task_stream(count=0)  # the scheduler records tasks from the first call
         started = time.time()
-        train(config, client=client, callbacks=Callbacks(on_start=on_start, on_round=on_round))
+        callbacks = Callbacks(on_start=on_start, on_round=on_round, on_timings=roundlog.on_timings)
+        train(config, client=client, callbacks=callbacks)
         trace = memory.stop_trace(client)  # first: the peak below then covers all samples
         peak = memory.worker_peak_rss(client)
         profile = None
@@ -164,7 +170,7 @@ def run_workers(
                 "timeline": round_profile.round_timeline(stream, profile_round),
             }
     rounds = [
-        _breakdown(row, period, transfer, model_bytes)
+        _breakdown(row, roundlog.timings[row["round"]], period, transfer)
         for row, period, transfer in zip(
             roundlog.rows, roundlog.periods, roundlog.transfers, strict=True
         )
@@ -215,23 +221,22 @@ def _incoming_transfers(start: float, stop: float, dask_worker: Any = None) -> d
 
 
 def _breakdown(
-    row: dict[str, Any], period: float, transfer: dict[str, float], model_bytes: int
+    row: dict[str, Any], timings: dict[str, float], period: float, transfer: dict[str, float]
 ) -> dict[str, float]:
-    """One round's wall time taken apart (seconds) and its bytes."""
+    """One round's wall time taken apart (seconds) and its bytes; `timings` are the driver's
+    (Callbacks.on_timings). The driver scatters the weights only where the chain of rounds
+    starts, the warm-up round, which the medians leave out."""
     compute = row["max_worker_compute_s"]
     moved = transfer["max_worker_s"]
-    waited = row["wait_s"]
-    # The weights, in the per-round form (DANE without a safeguard has no state to send);
-    # the all-gather form scatters only where its chain starts, the warm-up round.
-    scattered = 0 if row.get("round_form") == "allgather" else model_bytes
+    waited, scattered = timings["wait_s"], timings["scatter_s"]
     return {
         "wall_s": period,
         "compute_s": compute,
-        "transfer_s": moved + row["scatter_s"],
+        "transfer_s": moved + scattered,
         "overhead_s": max(0.0, waited - compute - moved),
-        "driver_s": max(0.0, period - waited - row["scatter_s"]),
+        "driver_s": max(0.0, period - waited - scattered),
         "comm_bytes": row["comm_bytes"],
-        "dask_bytes": transfer["bytes"] + scattered,
+        "dask_bytes": transfer["bytes"],
         "dask_transfers": transfer["count"],
         "images": row.get("images") or 0,  # rows trained on: full passes and local steps
     }

@@ -19,7 +19,7 @@ class ScalingSpec:
 
     RUN_FLAGS: ClassVar = ("store", "model", "algorithm", "rounds", "local_steps",
                            "batch_size", "grad_sample", "device", "dtype", "seed",
-                           "shard_memory")  # fmt: skip
+                           "shard_memory", "broadcast")  # fmt: skip
     REQUIRED: ClassVar = ("store",)
     RUN_HELP: ClassVar = {
         "store": "Store to train on (written by `dane prepare`).",

@@ -59,7 +59,7 @@ def _task_keys(dask_scheduler) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _round_of(key: str) -> int | None:
     """The round a task belongs to: the engine's round keys read `<name>-<round>-...`
-    (pipeline/round/graph.py, chain_graph.py); None for the run's data (`load_...`) and any
+    (pipeline/round/graph.py); None for the run's data (`load_...`) and any
     other."""
     name, _, rest = key.partition("-")
     index = rest.split("-", 1)[0]

@@ -1,8 +1,7 @@
-"""One round of training: the worker tasks, the graphs that wire them, and what they move.
+"""One round of training: the worker tasks, the graph that wires them, and what they move.
 
 The modules here run a round and nothing else: the shards and their objective on the
-workers (shards, objective, augment), the task functions (tasks, worker_round), the graphs
-(graph, chain_graph, topology), the reductions and what they cost (aggregate, comm,
-transport, sizes). They share a layer with the algorithms they call, and import neither
-the setup nor the driver.
+workers (shards, objective, augment), the task functions (tasks, worker_round), the graph
+(graph), the reductions and what they cost (aggregate, comm, transport, sizes). They share
+a layer with the algorithms they call, and import neither the setup nor the driver.
 """

@@ -1,13 +1,21 @@
-"""One round as one Dask task graph. Builds the graph; computes nothing.
+"""One round as a Dask task graph, chained to the round before it on the cluster.
 
-Per phase p of the strategy, for every shard i: `{phase}-{round}-{i}` runs on the worker that
-holds shard i; a pairwise tree of `reduce_{phase}` tasks sums the outputs on the workers;
-`broadcast_{phase}` finishes the phase once (its average, what the next phase receives, its
-byte count), and both the next phase and the update take its output. `update-{round}`
-finishes the last phase and ends the round with the new weights, and `evaluate-{round}`
-scores them on the test split. Keys carry a run token after the numbers so that two runs on
-one scheduler never share a key; Dask's dashboard groups tasks by the leading name, so the
-task stream reads `local_grad`, `local_solve`, ...
+Per phase p and worker k: `{phase}-{t}-{k}` runs phase p on all of worker k's shards and sums
+its whole subtrees (worker_round.py). Where that output also holds what only worker k needs
+(its shards' reports for its next phase, or their states for its next round), a small
+`nodes_{phase}-{t}-{k}` task on the same worker hands on the sums alone; else the output
+itself travels. Then the run's collective (comm.collective_of, `--broadcast`):
+- allgather: every worker takes every worker's sums, finishes the phase itself and, after the
+  last phase, runs `update-{t}-{k}`, so every worker holds round t's result;
+- reduce: the first worker takes the sums, finishes the phase once (`reduce_{phase}-{t}-0`)
+  and, after the last, runs the one `update-{t}-0`; the other workers fetch each phase's end
+  and the update from it (the fan-out: Dask's own transfers, one copy to each).
+Round t + 1's tasks on worker k take round t's update where worker k finds it. Both sum in
+aggregate.py's pairwise order, so their results are the same to the last bit.
+
+Dependent steps on a round's critical path: one per phase, one more per phase whose output is
+split, the update, and with reduce one per finished phase: DANE 4 (allgather) or 5 (reduce).
+Builds the graph; computes nothing. Keys carry the run's token (and the chain's attempt).
 """
 
 from __future__ import annotations
@@ -17,273 +25,167 @@ from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import tasks
-from .aggregate import reduction_groups
-from .topology import TREE_FROM_WORKERS, chains_rounds, fan_out_plan, use_tree  # noqa: F401
+from . import tasks, worker_round
+from .aggregate import owned_nodes
+from .worker_round import RoundStatic
 
 
 @dataclass(frozen=True, kw_only=True)
 class ShardSet:
     """The run's data on the cluster: shard futures (held for the whole run), where each
-    shard lives now, and the test split's future and worker."""
+    shard lives now, and the scoring pieces' futures (scoring.py), one per shard, each
+    loaded on its shard's worker and scored there."""
 
     token: str  # the run's token, in every key of its tasks
     shards: list[Any]  # Futures of ShardData, in shard order
     placement: list[str]  # the worker address that holds each shard
-    # Futures of the scoring pieces (scoring.py), one per shard, each loaded on its shard's
-    # worker and scored there.
     test: list[Any]
 
 
 @dataclass(frozen=True, kw_only=True)
-class RoundPlan:
-    """The driver's one input for a round: what its graph is built from.
+class ChainLink:
+    """Where round t starts: per worker, what it takes as the carry (a future of a
+    RoundResult the driver scattered, or round t - 1's update) and, for strategies with shard
+    states, its output of round t - 1's last phase (None when the carry holds the states)."""
 
-    `round_input` is plain data that every task receives; the rest are futures the driver
-    scattered for this round, and the run's data.
-    """
-
-    round_input: tasks.RoundInput
-    token: str  # in every key: the run's token and the attempt (a retry's keys are new)
-    weights: Any  # Future of the weights tensor, on the worker of shard 0
-    state: Any  # Future of the strategy's driver state, there too
-    shard_states: list[Any] | None  # Futures of each shard's own state, on its worker
-    data: ShardSet
-    evaluate: bool = True  # score the new weights on the test split
-    opening: Any = None  # Future of the round's opening (a Broadcast), or None if it has none
-    broadcast: str = "auto"  # how a phase's input reaches the workers: direct | tree | auto
-
-
-def placeholder_plan(
-    round_input: tasks.RoundInput, placement: list[str], *, token: str, evaluate: bool = True
-) -> RoundPlan:
-    """A plan whose futures are placeholder names (shard0, w, ...), for building a round's
-    graph without a cluster: to count its tasks and dependent steps, or to test its shape."""
-    data = ShardSet(
-        token=token,
-        shards=[f"shard{i}" for i in range(len(placement))],
-        placement=placement,
-        test=[f"piece{i}" for i in range(len(placement))],
-    )
-    return RoundPlan(
-        round_input=round_input,
-        token=token,
-        weights="w",
-        state="s",
-        shard_states=None,
-        data=data,
-        evaluate=evaluate,
-    )
+    carry: list[Any]
+    before: list[Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundKeys:
-    result: str  # the update: a tasks.RoundResult
+    updates: list[str]  # round t's result, per worker where it is taken (the next carry)
+    last_phase: list[str]  # every worker's output of the last phase (its shards' states)
     evaluation: str | None  # the test split's loss and accuracy, if evaluated
+
+    def link(self, with_states: bool) -> ChainLink:
+        """Where the next round starts, as keys of this one."""
+        return ChainLink(carry=self.updates, before=self.last_phase if with_states else None)
+
+
+def _keys_in(value: Any) -> list[str]:
+    """The strings in a task's arguments, lists included: the keys it may depend on."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [key for item in value for key in _keys_in(item)]
+    return []
 
 
 @dataclass
-class _GraphBuilder:
-    """Collects one layer per task so each can carry its own worker annotation."""
+class _Builder:
+    """Collects one layer per task, each pinned to its worker."""
 
     token: str
+    index: int
     layers: dict[str, MaterializedLayer] = field(default_factory=dict)
     deps: dict[str, set[str]] = field(default_factory=dict)
 
-    def key(self, *parts: object) -> str:
-        return "-".join(map(str, parts)) + f"-{self.token}"
-
-    def add(self, key: str, task: tuple, *, depends: list[str], worker: str | None = None) -> str:
-        # allow_other_workers: if the worker dies, Dask reruns the task (and reloads the
-        # shard from zarr) elsewhere instead of waiting for a worker that will not return.
-        annotations = {"workers": [worker], "allow_other_workers": True} if worker else None
+    def add(self, name: str, k: int, task: tuple, worker: str) -> str:
+        key = f"{name}-{self.index}-{k}-{self.token}"
+        # allow_other_workers: a lost worker's tasks run elsewhere (its shards reload there).
+        annotations = {"workers": [worker], "allow_other_workers": True}
         self.layers[key] = MaterializedLayer({key: task}, annotations=annotations)
-        self.deps[key] = set(depends)
+        self.deps[key] = {a for a in _keys_in(task) if a in self.layers}
         return key
 
-    def graph(self) -> HighLevelGraph:
-        return HighLevelGraph(self.layers, self.deps)
 
-
-def build_round(plan: RoundPlan) -> tuple[HighLevelGraph, RoundKeys]:
-    """The graph of one round and the keys of its outputs."""
-    b = _GraphBuilder(token=plan.token)
-    round_input, data = plan.round_input, plan.data
-    t, phases = round_input.index, round_input.strategy.phases
-    # Everything central (finishing phases, the update) runs where the reduction tree ends:
-    # the worker of shard 0. Pinning it, and each merge where its first input is, makes the
-    # transfers exactly those comm.py counts; the driver scatters the weights there.
-    root = data.placement[0]
-    tree = use_tree(plan.broadcast, data.placement)
-    weights_at = _fan_out(b, plan.weights, data.placement, "relay_weights", t, tree)
-    ended: list[str] = []  # each finished phase: the next phase's input, and the update's
-    locals_: list[str | None] = [None] * len(data.shards)  # the phase's shard tasks
-    for phase, name in enumerate(phases):
-        previous_end = ended[-1] if ended else None
-        received = previous_end or plan.opening  # a future (the opening) is not a layer here
-        received_at = _fan_out(b, received, data.placement, f"relay_{name}", t, tree)
-        locals_ = _shard_tasks(b, plan, phase, weights_at, received_at, locals_)
-        total = _reduce_tree(b, locals_, data.placement, f"reduce_{name}", t)
-        if phase == len(phases) - 1:
-            break
-        # The phase's average and broadcast, made once: the next phase's shards and the
-        # update both take this task's output.
-        finish = (tasks.finish_phase, round_input, phase, total, previous_end, plan.weights)
-        key = b.key(f"broadcast_{name}", t)
-        ended.append(b.add(key, finish, depends=[total, *ended[-1:]], worker=root))
-    next_states = None
-    if plan.shard_states is not None:  # each shard's state for the next round, from its worker
-        next_states = [
-            b.add(b.key("shard_state", t, i), (tasks.shard_state_of, k), depends=[k], worker=w)
-            for i, (k, w) in enumerate(zip(locals_, data.placement, strict=True))
-        ]
-    # The last phase is finished inside the update: one task and one scheduling hop.
-    result = b.add(
-        b.key("update", t),
-        (tasks.update_round, round_input, plan.weights, plan.state, ended, total, next_states),
-        depends=[*ended, total, *(next_states or [])],
-        worker=root,
-    )
-    evaluation = _evaluation(b, plan, result)  # before b.graph(): it copies the layers
-    return b.graph(), RoundKeys(result=result, evaluation=evaluation)
-
-
-def _shard_tasks(
-    b: _GraphBuilder,
-    plan: RoundPlan,
-    phase: int,
-    weights_at: dict[str, Any],
-    received_at: dict[str, Any],
-    previous: list[str | None],
-) -> list[str]:
-    """Phase `phase`'s task for every shard, on the shard's worker, taking the weights and the
-    phase's input where that worker finds them (_fan_out) and the shard's previous output."""
-    name, t = plan.round_input.strategy.phases[phase], plan.round_input.index
-    keys = []
-    for i, (shard, worker) in enumerate(zip(plan.data.shards, plan.data.placement, strict=True)):
-        own_state = plan.shard_states[i] if plan.shard_states is not None else None
-        inputs = (weights_at[worker], received_at[worker], previous[i])
-        task = (tasks.run_local, plan.round_input, phase, shard, *inputs, own_state)
-        depends = [k for k in inputs if k in b.layers]  # not futures, nor None
-        keys.append(b.add(b.key(name, t, i), task, depends=depends, worker=worker))
-    return keys
-
-
-def _evaluation(b: _GraphBuilder, plan: RoundPlan, result: str) -> str | None:
-    """The new weights' score, if the plan asks for one: each shard's worker scores its piece
-    (the new weights and buffers travel to it, never a piece), and one task adds the sums."""
-    if not plan.evaluate:
-        return None
-    t, root, spec = plan.round_input.index, plan.data.placement[0], plan.round_input.spec
-    weights = b.add(b.key("weights", t), (tasks.round_model, result), depends=[result], worker=root)
-    scores = []
-    for k, worker in enumerate(dict.fromkeys(plan.data.placement)):  # one task a worker
-        indices = [i for i, at in enumerate(plan.data.placement) if at == worker]
-        pieces = [plan.data.test[i] for i in indices]
-        task = (tasks.score_model, spec, indices, pieces, weights)
-        scores.append(b.add(b.key("score", t, k), task, depends=[weights], worker=worker))
-    return b.add(b.key("evaluate", t), (tasks.combine_scores, *scores), depends=scores, worker=root)
-
-
-def _fan_out(
-    b: _GraphBuilder, source: Any, placement: list[str], name: str, t: int, tree: bool
-) -> dict[str, Any]:
-    """Where each worker takes `source` (a key or a future, on the root worker) from.
-
-    Direct: every worker fetches it from the root, whose link then carries W - 1 copies in
-    turn. Tree: worker k copies it from worker k - 2^floor(log2 k) by a `relay` task, one
-    level at a time (a level's relays wait for the previous level's tiny `_done` markers,
-    else the root would serve its children of every level at once): each level doubles the
-    holders, ceil(log2 W) copies in turn. The values are the same objects either way, so
-    results do not change by a bit.
-    """
+def build_round(
+    static: RoundStatic,
+    *,
+    shards: list[Any],
+    placement: list[str],
+    link: ChainLink,
+    token: str,
+    evaluate: list[Any] | None = None,
+) -> tuple[HighLevelGraph, RoundKeys]:
+    """Round `static.index`'s graph: `shards` are the shard futures, `placement` where each
+    lives, `evaluate` the scoring pieces' futures, one per shard (None: no evaluation this
+    round), each scored on its shard's worker and combined on the first."""
+    b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
-    if source is None or not tree:
-        return dict.fromkeys(workers, source)
-    plan = fan_out_plan(len(workers), tree=True)
-    copies, before = {workers[0]: source}, []
-    for level, copies_of_level in enumerate(plan):
-        markers = []
-        for parent, k in copies_of_level:
-            held = copies[workers[parent]]
-            key = b.add(
-                b.key(name, t, k),
-                (relay, held, *before),
-                depends=([held] if held in b.layers else []) + before,
-                worker=workers[k],
+    held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
+    # One worker has no one to fan out to: reduce is then allgather, a step shorter.
+    reduce = static.layout.collective == "reduce" and len(workers) > 1
+    shared: list[list[str]] = []  # per phase: what leaves each worker of its output
+    ended: str | list = []  # reduce: the first worker's finished phases (a key, once one is)
+    own: list[str | None] = [None] * len(workers)
+    for p, name in enumerate(static.strategy.phases):
+        received = ended if reduce else [list(outputs) for outputs in shared]
+        own = [
+            b.add(
+                name,
+                k,
+                (
+                    worker_round.run_worker_phase,
+                    static,
+                    p,
+                    held[k],
+                    owned_nodes(placement, worker),
+                    link.carry[k],
+                    received,
+                    own[k],
+                    link.before[k] if link.before is not None else None,
+                ),
+                worker,
             )
-            copies[workers[k]] = key
-            if level + 1 < len(plan):  # the next level waits for this one
-                marker = b.key(f"{name}_done", t, k)
-                markers.append(b.add(marker, (relayed, key), depends=[key], worker=workers[k]))
-        before = markers
-    return copies
+            for k, worker in enumerate(workers)
+        ]
+        shared.append(_shared(b, static, p, own, workers))
+        if reduce and p < len(static.strategy.phases) - 1:
+            task = (worker_round.end_phase, static, link.carry[0], ended, shared[-1])
+            ended = b.add(f"reduce_{name}", 0, task, workers[0])
+    updates = _updates(b, static, link, shared, ended if reduce else None, workers)
+    evaluation = None
+    if evaluate is not None:
+        scores = []
+        for k, worker in enumerate(workers):  # one task a worker, its own pieces
+            indices = [i for i, at in enumerate(placement) if at == worker]
+            pieces = [evaluate[i] for i in indices]
+            task = (worker_round.score_result, static.spec, indices, pieces, updates[k])
+            scores.append(b.add("score", k, task, worker))
+        evaluation = b.add("evaluate", 0, (tasks.combine_scores, *scores), workers[0])
+    graph = HighLevelGraph(b.layers, b.deps)
+    return graph, RoundKeys(updates=updates, last_phase=list(own), evaluation=evaluation)
 
 
-def relay(value: Any, *after: None) -> Any:
-    """A task's identity: the value, now held on this task's worker too (_fan_out); `after`
-    are the markers of the level before, which only order it."""
-    return value
-
-
-def relayed(value: Any) -> None:
-    """A marker that a relay holds its copy: tiny, so waiting on it moves no tensor."""
-    return None
-
-
-@dataclass
-class _Node:
-    """A node of the pairwise reduction tree while the graph is built."""
-
-    worker: str
-    leaves: list[str]  # shard-task keys below it, in shard order
-    key: str | None = None  # its task (a leaf: the shard's own task), once one exists
-    local: bool = True  # all its leaves on `worker`: summed by one task there
-
-
-def _reduce_tree(b: _GraphBuilder, keys: list[str], placement: list[str], name: str, t: int) -> str:
-    """The pairwise sum over shards (aggregate.tree_reduce's order); returns the root's key.
-
-    Where a whole subtree lives on one worker, one task sums it there (in the same pairwise
-    order): a worker's shards cost one scheduling hop, not one per tree level. The merges
-    above, across workers, are one task each, pinned to the worker of their first input, so
-    only partial sums cross (comm.cross_worker_merges counts them).
-    """
-    level = [_Node(worker=w, leaves=[k], key=k) for k, w in zip(keys, placement, strict=True)]
-    depth = 0
-    while len(level) > 1:
-        depth += 1
-        merged = []
-        for j, group in enumerate(reduction_groups(len(level))):
-            nodes = [level[i] for i in group]
-            if len(nodes) == 1:
-                merged.append(nodes[0])
-            elif all(n.local for n in nodes) and nodes[0].worker == nodes[1].worker:
-                merged.append(
-                    _Node(worker=nodes[0].worker, leaves=nodes[0].leaves + nodes[1].leaves)
-                )
-            else:
-                parts = [_materialize(b, n, name, t) for n in nodes]
-                key = b.add(
-                    b.key(name, t, depth, j),
-                    (tasks.combine, *parts),
-                    depends=parts,
-                    worker=nodes[0].worker,
-                )
-                merged.append(_Node(worker=nodes[0].worker, leaves=[], key=key, local=False))
-        level = merged
-    if len(keys) == 1:  # a single shard: its report still becomes a sum (a Partial)
-        level[0].key = None
-    return _materialize(b, level[0], name, t)
-
-
-def _materialize(b: _GraphBuilder, node: _Node, name: str, t: int) -> str:
-    """The node's task: for a subtree on one worker, one pairwise sum over its leaves there."""
-    if node.key is None:
-        node.key = b.add(
-            b.key(name, t, "local", node.leaves[0].split("-")[2]),
-            (tasks.combine_tree, *node.leaves),
-            depends=node.leaves,
-            worker=node.worker,
+def _updates(
+    b: _Builder,
+    static: RoundStatic,
+    link: ChainLink,
+    shared: list[list[str]],
+    ended: str | list | None,
+    workers: list[str],
+) -> list[str]:
+    """The round's update, per worker: made on each (allgather), or once on the first worker
+    from the phases it finished (`ended`, reduce), every worker then taking that one."""
+    if ended is not None:
+        task = (worker_round.update_on_worker, static, link.carry[0], ended, shared[-1])
+        return [b.add("update", 0, task, workers[0])] * len(workers)
+    earlier = [list(outputs) for outputs in shared[:-1]]
+    return [
+        b.add(
+            "update",
+            k,
+            (worker_round.update_on_worker, static, link.carry[k], earlier, shared[-1]),
+            w,
         )
-    return node.key
+        for k, w in enumerate(workers)
+    ]
+
+
+def _shared(
+    b: _Builder, static: RoundStatic, p: int, outputs: list[str], workers: list[str]
+) -> list[str]:
+    """What leaves each worker of phase p's outputs: the outputs themselves, or where they
+    hold more than the sums (reports for the next phase, shard states), the sums alone,
+    split off on each worker. One worker alone has no one to hand its sums to."""
+    last = p == len(static.strategy.phases) - 1
+    keeps_more = not last or static.strategy.shard_state_type is not None
+    if not keeps_more or len(workers) == 1:
+        return outputs
+    name = f"nodes_{static.strategy.phases[p]}"
+    return [
+        b.add(name, k, (worker_round.nodes_of, out), w)
+        for k, (out, w) in enumerate(zip(outputs, workers, strict=True))
+    ]

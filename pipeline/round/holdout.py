@@ -4,7 +4,7 @@ Chosen at train time, not by `dane prepare`, so every existing store trains with
 pure function of the shard's labels, the fraction, the run's seed and the shard's index, and
 load_shard computes it from the rows it has just read: the worker (training), the reference and
 the driver's in-process loads therefore remove the same rows, and a caller that reads another
-[start, stop) (introspect.read_first_rows, the model check) gets a split of those rows, never a
+[start, stop) (bench/scaling/introspect.py, the model check) gets a split of those rows, never a
 stale list of positions that may lie outside them.
 """
 

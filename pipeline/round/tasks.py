@@ -1,11 +1,11 @@
 """The only functions that run on workers: pure, module level, no globals.
 
 Each takes plain data (tensors, frozen dataclasses) and returns plain data, so the same
-functions serve the Dask graph (graph.py) and the single-process reference (reference.py).
-A round's data takes one path through them: every shard's `run_local`, the pairwise sums
-(`combine`, `combine_tree`), each phase finished once (`finish_phase`: its average, its
-broadcast, its bytes) and the round ended once (`update_round`, which finishes the last
-phase and calls the strategy's update).
+functions serve the Dask graph (graph.py, through worker_round.py) and the single-process
+reference (reference.py). A round's data takes one path through them: every shard's
+`run_local`, the pairwise sums (aggregate.py), each phase finished (`finish_phase`: its
+average, its broadcast, its bytes) and the round ended (`update_round`, which finishes the
+last phase and calls the strategy's update).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from ...models.registry import ModelSpec
 from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from . import comm, transport
-from .aggregate import Partial, ShardReport, buffer_mean, mean_of, merge, to_partial, tree_reduce
+from .aggregate import Partial, ShardReport, buffer_mean, mean_of
 
 # Scoring is spread over the shards' workers (scoring.py); its tasks are sent from here too.
 from .scoring import Score as Score
@@ -44,7 +44,7 @@ class RoundInput:
     spec: ModelSpec
     seed: int  # the run's seed
     index: int  # t, counted from 1
-    layout: comm.Layout  # where the shards live, for the byte counts
+    layout: comm.Layout  # the collective and where the shards live: the byte counts
     round_data: Any = None  # strategy.round_data(driver state as the round starts)
     opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
     # The model's buffers as the round starts (BatchNorm's statistics; {} for most models):
@@ -76,13 +76,15 @@ class PhaseEnd:
 
 @dataclass(frozen=True, kw_only=True)
 class RoundResult:
-    """Everything the driver keeps from a round."""
+    """Everything the driver keeps from a round, and what the next round starts from (the
+    driver scatters one, without the round's figures, where it (re)starts the chain)."""
 
     weights: torch.Tensor
     state: Any  # the strategy's driver state for the next round
-    metrics: dict[str, float]  # the strategy's averaged metrics, its broadcasts' and update's
-    comm_bytes: int
-    comm_phases: int  # phases that moved tensors: the round's communication rounds
+    # The strategy's averaged metrics, its broadcasts' and update's.
+    metrics: dict[str, float] = field(default_factory=dict)
+    comm_bytes: int = 0
+    comm_phases: int = 0  # phases that moved tensors: the round's communication rounds
     compute_by_worker: dict[str, float] = field(default_factory=dict)
     shard_states: list[Any] | None = None  # each shard's state for the next round, if any
     rows: int = 0  # rows read by all shards' work in the round: images processed
@@ -146,20 +148,6 @@ def run_local(
     )
 
 
-def combine(*parts: ShardReport | Partial) -> Partial:
-    """Sum shard reports (or partial sums) in argument order."""
-    partials = [to_partial(p) if isinstance(p, ShardReport) else p for p in parts]
-    total = partials[0]
-    for part in partials[1:]:
-        total = merge(total, part)
-    return total
-
-
-def combine_tree(*reports: ShardReport) -> Partial:
-    """Sum consecutive shards' reports in the pairwise tree order (aggregate.tree_reduce)."""
-    return tree_reduce([to_partial(r) for r in reports])
-
-
 def finish_phase(
     round_input: RoundInput,
     phase: int,
@@ -200,7 +188,7 @@ def _phase_end(
         broadcast=broadcast,
         metrics={**mean.metrics, **broadcast.metrics},
         comm_bytes=comm.phase_bytes(
-            phase, incoming=incoming, outgoing=outgoing, layout=round_input.layout
+            incoming=incoming, outgoing=outgoing, layout=round_input.layout
         ),
         communicated=incoming + outgoing > 0,
         compute_by_worker=total.compute_by_worker,
@@ -265,16 +253,6 @@ def update_round(
         diagnostics=diagnostics,
         buffers=buffers,
     )
-
-
-def round_model(result: RoundResult) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The new weights and buffers alone: what travels to the test split."""
-    return result.weights, result.buffers
-
-
-def shard_state_of(report: ShardReport) -> Any:
-    """A shard's state for the next round, from its last phase's report."""
-    return report.output.shard_state
 
 
 def evaluate(

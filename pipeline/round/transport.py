@@ -1,14 +1,16 @@
-"""What travels between workers, and in what encoding: `--transport float32 | bfloat16`.
+"""What travels between workers, and in what encoding: `--broadcast` (the collective) and
+`--transport float32 | bfloat16`.
 
-In the all-gather form (worker_round.py) each worker sends the sums of its whole subtrees to
-every other worker. With `bfloat16` those sums travel in bfloat16: the tensors an algorithm
-averages as weights (its `weights` output, the local solutions v_i) as their change from the
-round's weights, sum_i n_i (v_i - w), the others (gradients, control variates) as they are.
-Every worker, the sender too, decodes the same bytes back into the weights' dtype and
-completes the pairwise tree from them, so all workers hold the same sums and the reduction
+Each worker sends the sums of its whole subtrees (worker_round.py) to every other worker
+(allgather) or to the first (reduce). With `bfloat16` those sums travel in bfloat16: the
+tensors an algorithm averages as weights (its `weights` output, the local solutions v_i) as
+their change from the round's weights, sum_i n_i (v_i - w), the others (gradients, control
+variates) as they are. Every worker that completes the tree, the sender too, decodes the same
+bytes back into the weights' dtype, so all hold the same sums and the reduction
 accumulates in float32 (or float64); only what crosses is rounded. BatchNorm's buffers and
 the metrics are a few floats and travel as they are. reference.py encodes the same subtree
-sums for the placement the Dask run has, so Dask = reference holds in every mode.
+sums for the placement the Dask run has, so Dask = reference holds in every mode and
+collective.
 
 Why deltas: bfloat16 keeps 8 bits of mantissa, a relative error of 2^-9 of what it encodes.
 Of v_i itself that is about 0.2 % of each weight; of v_i - w it is 0.2 % of the round's step,
@@ -30,6 +32,19 @@ if TYPE_CHECKING:
 
 
 TRANSPORTS = ("float32", "bfloat16")
+COLLECTIVES = ("allgather", "reduce")
+# `--broadcast` as config files before the one round form wrote it: the per-round form's
+# `direct` and `tree` sent a phase's input out from one worker, as `reduce` does.
+LEGACY_BROADCASTS = ("direct", "tree")
+
+
+def collective_of(broadcast: str) -> str:
+    """The collective a `--broadcast` value runs. `auto` is allgather: with its one hop a
+    phase and each worker's sends over its own link, it costs less than a reduce and a
+    fan-out (two hops, 2 (W - 1) copies over the first worker's link) at every size."""
+    return "reduce" if broadcast in ("reduce", *LEGACY_BROADCASTS) else "allgather"
+
+
 # An algorithm's outputs that it averages as weights (algorithms/*.py name them so): they
 # travel as their change from the round's weights.
 DELTA_TENSORS = frozenset({"weights"})

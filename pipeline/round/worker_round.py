@@ -1,21 +1,21 @@
-"""The all-gather round's worker functions: one task per worker per phase, rounds chained.
+"""A round's worker functions: one task per worker per phase, rounds chained (graph.py).
 
-Where tasks.py runs one shard per task and reduces on one worker, these run all of a
-worker's shards in one task and hand every other worker the sums of its whole subtrees
-(aggregate.owned_nodes); every worker then completes the pairwise tree itself, finishes the
-phase itself and, after the last phase, makes the round's update itself. Each worker thus
-holds the new weights when the round ends, and the next round starts there without a
-broadcast or a trip to the driver. The work is the same functions on the same numbers in the
-same order as tasks.py's and the reference's, so all three agree to the last bit; what is
-computed on every worker (the phase ends, the update) is a few vector operations, repeated so
-that no hop is spent sending their results around.
+Each runs all of a worker's shards (tasks.run_local) and sends on the sums of its whole
+subtrees (aggregate.owned_nodes). With the allgather collective every worker completes the
+pairwise tree itself, finishes the phase itself and, after the last phase, makes the round's
+update itself: each worker holds the new weights when the round ends, and no hop is spent
+sending a phase's end around (a few vector operations, repeated). With reduce the first
+worker does both once (end_phase, update_on_worker) and the others fetch what it made. Either
+way these are the same functions on the same numbers in the same order as the reference's
+(reference.py), so all agree to the last bit.
 
 A round's carry is what it starts from: the previous round's RoundResult on the cluster, or,
-when the driver (re)starts the chain, a Carry it scattered to every worker.
+when the driver (re)starts the chain, a RoundResult it scattered to every worker.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,16 +49,10 @@ class RoundStatic:
     index: int  # t, counted from 1
     layout: comm.Layout
     num_shards: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class Carry:
-    """What a round starts from when the driver sends it (RoundResult has the same fields)."""
-
-    weights: torch.Tensor
-    state: Any
-    buffers: dict[str, torch.Tensor]
-    shard_states: list[Any] | None = None  # by shard index
+    # --threads-per-worker: a worker's shards run this many at a time inside its one task,
+    # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
+    # index, so the order they finish in changes nothing).
+    threads: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,10 +69,10 @@ class WorkerPhase:
     shard_states: dict[int, Any] | None = None
 
 
-register_dataclasses(WorkerPhase, Carry)
+register_dataclasses(WorkerPhase)
 
 
-def open_round(static: RoundStatic, carry: Carry | RoundResult) -> tuple[RoundInput, Any]:
+def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any]:
     """Round t's input, and its opening as phase 0 receives it (None if the strategy sends
     none): the driver's round_start and every worker make them with this one function."""
     opening = static.strategy.opening(carry.state)
@@ -106,16 +100,33 @@ def phase_total(
     return node_sum(tree_root(num_shards), known, num_shards)
 
 
+# A phase's earlier phases as a task receives them: every worker's outputs of each
+# (allgather: finished where they arrive), or the ends the first worker finished (reduce).
+Received = list[list[WorkerPhase]] | list[PhaseEnd]
+
+
 def phase_ends(
-    round_input: RoundInput, gathered: list[list[WorkerPhase]], num_shards: int, weights: Any
+    round_input: RoundInput, received: Received, num_shards: int, weights: Any
 ) -> list[PhaseEnd]:
-    """The ends of the phases in `gathered` (each finished by finish_phase, in order)."""
+    """The ends of the phases in `received`, in order: as they came (reduce), or each
+    finished here by finish_phase from every worker's sums (allgather)."""
     ends: list[PhaseEnd] = []
-    encoding = round_input.layout.transport
-    for phase, outputs in enumerate(gathered):
-        total = phase_total(outputs, num_shards, weights, encoding)
+    for phase, outputs in enumerate(received):
+        if isinstance(outputs, PhaseEnd):
+            ends.append(outputs)
+            continue
+        total = phase_total(outputs, num_shards, weights, round_input.layout.transport)
         ends.append(finish_phase(round_input, phase, total, ends[-1] if ends else None, weights))
     return ends
+
+
+def end_phase(
+    static: RoundStatic, carry: RoundResult, ends: list[PhaseEnd], outputs: list[WorkerPhase]
+) -> list[PhaseEnd]:
+    """The reduce collective's phase end, made once on the first worker: `ends` (the earlier
+    phases') and this phase's, finished from every worker's sums `outputs`."""
+    round_input, _ = open_round(static, carry)
+    return phase_ends(round_input, [*ends, outputs], static.num_shards, carry.weights)
 
 
 def run_worker_phase(
@@ -123,35 +134,35 @@ def run_worker_phase(
     phase: int,
     shards: list[ShardData],
     nodes: list[TreeNode],
-    carry: Carry | RoundResult,
-    gathered: list[list[WorkerPhase]],
+    carry: RoundResult,
+    received: Received,
     own: WorkerPhase | None,
     before: WorkerPhase | None,
 ) -> WorkerPhase:
     """Phase `phase` of every shard this worker holds, and the sums of its subtrees `nodes`.
 
-    `gathered` holds every worker's output of each earlier phase (this round), `own` this
+    `received` holds the earlier phases of this round (Received), `own` this
     worker's output of the phase before, `before` its output of the previous round's last
     phase, which holds its shards' states (None: they come with the carry, or there are none).
     """
     round_input, opening = open_round(static, carry)
-    ends = phase_ends(round_input, gathered, static.num_shards, carry.weights)
-    received = ends[-1] if ends else opening
+    ends = phase_ends(round_input, received, static.num_shards, carry.weights)
+    sent = ends[-1] if ends else opening
     states = before.shard_states if before is not None else None
     if states is None and carry.shard_states is not None:
         states = {shard.index: carry.shard_states[shard.index] for shard in shards}
-    reports = {
-        shard.index: run_local(
-            round_input,
-            phase,
-            shard,
-            carry.weights,
-            received,
-            own.reports[shard.index] if own is not None and own.reports else None,
-            states[shard.index] if states is not None else None,
-        )
-        for shard in shards
-    }
+
+    def run(shard: ShardData) -> ShardReport:
+        previous = own.reports[shard.index] if own is not None and own.reports else None
+        state = states[shard.index] if states is not None else None
+        return run_local(round_input, phase, shard, carry.weights, sent, previous, state)
+
+    if static.threads > 1 and len(shards) > 1:
+        with ThreadPoolExecutor(min(static.threads, len(shards))) as pool:
+            done = list(pool.map(run, shards))
+    else:
+        done = [run(shard) for shard in shards]
+    reports = {shard.index: report for shard, report in zip(shards, done, strict=True)}
     leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
     last = phase == len(static.strategy.phases) - 1
     keeps_states = last and static.strategy.shard_state_type is not None
@@ -175,15 +186,16 @@ def nodes_of(output: WorkerPhase) -> WorkerPhase:
 
 
 def update_on_worker(
-    static: RoundStatic, carry: Carry | RoundResult, gathered: list[list[WorkerPhase]]
+    static: RoundStatic, carry: RoundResult, received: Received, last: list[WorkerPhase]
 ) -> RoundResult:
-    """The round's update from every worker's outputs of every phase (tasks.update_round).
+    """The round's update (tasks.update_round) from the earlier phases (Received) and every
+    worker's sums of the last phase.
 
     Shard states are not in it: each stays with its worker's last phase output."""
     round_input, _ = open_round(static, carry)
-    ends = phase_ends(round_input, gathered[:-1], static.num_shards, carry.weights)
-    last = phase_total(gathered[-1], static.num_shards, carry.weights, static.layout.transport)
-    return update_round(round_input, carry.weights, carry.state, ends, last, None)
+    ends = phase_ends(round_input, received, static.num_shards, carry.weights)
+    total = phase_total(last, static.num_shards, carry.weights, static.layout.transport)
+    return update_round(round_input, carry.weights, carry.state, ends, total, None)
 
 
 def score_result(

@@ -2,13 +2,17 @@
 
 A reader (or a resumed run) therefore sees either the previous complete checkpoint or the new
 complete one, never half a file, whenever the driver is killed. Loading uses
-`weights_only=True`, so a checkpoint cannot run code.
+`weights_only=True`, so a checkpoint cannot run code. The driver writes them on a background
+thread (CheckpointWriter), while it waits for the next round.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -65,3 +69,40 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if data.get("checkpoint_version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {path} has an unknown version; re-run training")
     return data
+
+
+class CheckpointWriter:
+    """Checkpoint writes on one background thread, one at a time: torch.save, the fsyncs and
+    the rename overlap the driver's wait for the next round instead of preceding it.
+
+    The driver calls `wait` before it writes a round's metrics row, so metrics.jsonl runs at
+    most one round ahead of latest.pt, as when it wrote them in turn: a killed driver loses
+    at most the round being saved, and a resume drops that row. Leaving the `with` block
+    waits for the last write (and raises its error), also when the run fails.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dane-checkpoint")
+        self._pending: Future | None = None
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType
+    ) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
+
+    def submit(self, write: Callable[[], None]) -> None:
+        """Start `write` once the previous write has finished."""
+        self.wait()
+        self._pending = self._pool.submit(write)
+
+    def wait(self) -> None:
+        """Return once no write is in flight; raise the error of one that failed."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()

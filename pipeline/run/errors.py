@@ -18,3 +18,12 @@ class ClusterLost(RuntimeError):
 class QueueStalled(ClusterLost):
     """The job queue did not start the workers' jobs within --queue-timeout: the cluster
     never came up, so nothing was trained (exit 4, as a lost cluster)."""
+
+
+def give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:
+    """ClusterLost once round t has failed `max_attempts` times as workers were lost."""
+    if attempts > max_attempts:
+        raise ClusterLost(
+            f"round {t} failed {max_attempts} times as workers were lost "
+            f"({type(err).__name__}: {err})"
+        ) from None

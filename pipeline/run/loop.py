@@ -1,25 +1,17 @@
-"""The driver: for each round, build its graph, compute it, record metrics, checkpoint.
+"""The training entry: set a run up, start or reach its cluster, load its shards, run it.
 
-Where the all-gather form pays (topology.chains_rounds: --broadcast allgather, or auto on
-few workers or a small model) rounds are chained on the cluster and pipelined
-(pipelined.py); what follows is the per-round form (--broadcast direct or tree, or auto on
-many workers with a large model). Per round the client sends the current weights (and
-strategy state) once, receives the new weights and the round's metrics, and releases the
-round's futures. Shards are loaded once per run by tasks pinned to their workers and stay
-there; only weights, gradients and metrics move.
-
-Where the run stands between rounds (checkpoints, the summary) is run_state.py; the driver's
+Shards are loaded once per run by tasks pinned to their workers and stay there; only
+weights, sums and metrics move. The rounds, chained on the cluster, are pipelined.py's;
+where the run stands between rounds (checkpoints, the summary) is run_state.py; the driver's
 requests to the cluster, each bounded so that none waits forever, are in cluster.py.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +21,15 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
-from ..round import comm, tasks
+from ..round import tasks
 from ..round.aggregate import shard_placement
-from ..round.graph import RoundPlan, ShardSet, build_round
-from ..round.topology import round_form
+from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
-from .cluster import (
-    bounded,
-    check_scheduler,
-    make_client,
-    publish_round,
-    wait_for,
-    worker_addresses,
-)
+from .checkpoint import CheckpointWriter
+from .cluster import make_client, wait_for, worker_addresses
 from .errors import ClusterLost, TrainingDiverged
-from .metrics import Laps, RoundOutcome, append_metrics, round_row, stops_early
-from .pipelined import current_placement as _current_placement
 from .pipelined import run_chained
 from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
@@ -156,142 +139,14 @@ def _run_rounds(
     data: ShardSet,
     callbacks: Callbacks,
 ) -> None:
-    config = setup.config
-    workers = len(set(data.placement))
-    if run_state.runs_chained(setup, workers, state.weights):  # rounds chained on the cluster
-        try:
-            run_chained(client, setup, run_dir, state, data, callbacks,
-                        lost=WORKER_LOST, max_attempts=MAX_ROUND_ATTEMPTS)  # fmt: skip
-        except ClusterLost as err:
-            t = state.round + 1  # the first round not recorded
-            raise ClusterLost(run_state.lost_message(config, run_dir, t, str(err))) from None
-        return
-    for t in range(state.round + 1, config.rounds + 1):
-        started = time.perf_counter()
-        try:
-            outcome = _compute_round(client, setup, state, t, data)
-        except ClusterLost as err:
-            raise ClusterLost(run_state.lost_message(config, run_dir, t, str(err))) from None
-        data, result = replace(data, placement=outcome.placement), outcome.result
-        run_state.check_finite(result, t, run_dir)  # before the state takes the round
-        row = round_row(
-            round_index=t,
-            strategy=setup.strategy,
-            result=result,
-            evaluation=outcome.evaluation,
-            wall_s=time.perf_counter() - started,
-            totals=state.advance(result, outcome.evaluation),
-            driver={**outcome.driver, "round_form": round_form(config.broadcast, data.placement)},
-        )
-        state.rows.append(row)
-        append_metrics(run_dir.metrics, row)
-        publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
-        run_state.save_run(run_dir, state, setup, improved=row["is_best"])
-        callbacks.on_round(row)
-        callbacks.on_weights(t, state.weights)
-        if stops_early(config, row, state.since_best):
-            break
-
-
-def _compute_round(
-    client: Client, setup: RunSetup, state: RunState, t: int, data: ShardSet
-) -> RoundOutcome:
-    """Round t, retrying if workers were lost.
-
-    A retry reruns the round from the same weights with the same seeds, so its result is the
-    one the first attempt would have given. After each attempt (but a last failed one) the
-    driver asks where the shards live now, once: the retry, or the next round, runs there,
-    and the round's row counts the shards that moved.
-    """
-    before = data.placement
-    for attempt in range(1, MAX_ROUND_ATTEMPTS + 1):
-        ran = _attempt_round(client, setup, state, t, data, attempt)
-        data = replace(data, placement=_current_placement(client, data, setup.config.timeout))
-        if ran is not None:
-            values, laps = ran
-            return RoundOutcome(
-                result=values[0],
-                evaluation=values[1] if len(values) > 1 else None,
-                placement=data.placement,
-                attempts=attempt,
-                laps=laps,
-                shards_reloaded=sum(a != b for a, b in zip(before, data.placement, strict=True)),
-            )
-    raise AssertionError("unreachable")  # the last failed attempt raises ClusterLost
-
-
-def _attempt_round(
-    client: Client, setup: RunSetup, state: RunState, t: int, data: ShardSet, attempt: int
-) -> tuple[list[Any], dict[str, float]] | None:
-    """Submit round t as one graph, wait for it and gather its outputs (and the laps of the
-    driver's time); None if workers were lost, to try again; ClusterLost if the scheduler
-    went or this was the last attempt."""
-    timeout = setup.config.timeout
-    futures = plan = None
-    clock = Laps()
+    """The rounds left, chained on the cluster, their checkpoints written in the background;
+    a lost cluster's error names what was saved (the last write finished first)."""
     try:
-        plan = _scatter_round(client, setup, state, t, data, attempt)
-        clock.lap("scatter_s")
-        graph, keys = build_round(plan)
-        futures = client.get(graph, [k for k in (keys.result, keys.evaluation) if k], sync=False)
-        clock.lap("submit_s")
-        wait_for(client, futures, timeout)
-        clock.lap("wait_s")
-        values = bounded(client, timeout, client.gather, futures)
-        clock.lap("gather_s")
-    except WORKER_LOST as err:
-        check_scheduler(client, timeout)  # the scheduler itself gone: stop now
-        if attempt == MAX_ROUND_ATTEMPTS:
-            raise ClusterLost(
-                f"round {t} failed {attempt} times as workers were lost "
-                f"({type(err).__name__}: {err})"
-            ) from None
-        return None
-    finally:
-        # Release the round: nothing of it stays on the cluster.
-        del futures, plan
-    return values, clock.laps
-
-
-def _scatter_round(
-    client: Client, setup: RunSetup, state: RunState, t: int, data: ShardSet, attempt: int
-) -> RoundPlan:
-    """Round t's inputs onto the workers that need them first, in the plan of its graph.
-
-    Weights, strategy state and the round's opening (run_state.round_start) go to the
-    worker where the reduction tree ends (graph.py), which serves them to the others;
-    each shard's own state (algorithms/base.py) to the worker holding the shard. Scattering
-    to a worker that has just died raises KeyError on the scheduler: reported as the lost
-    worker it is (OSError), so the round is retried, scattering anywhere.
-    """
-    config = setup.config
-    round_input, opening = run_state.round_start(setup, state, comm.layout(data.placement))
-    # After a lost worker the placement may still name it: scatter anywhere then.
-    placement = data.placement if attempt == 1 else None
-
-    def to(index: int) -> list[str] | None:
-        return [placement[index]] if placement else None
-
-    def scatter(values: list[Any], workers: list[str] | None) -> list[Any]:
-        return bounded(client, config.timeout, client.scatter, values, hash=False, workers=workers)
-
-    try:
-        # Wrapped in lists: scatter would spread a dict's items over keys.
-        first = [state.weights, state.state] + ([opening] if opening is not None else [])
-        weights, driver_state, *opened = scatter(first, to(0))
-        shard_states = None
-        if state.shard_states is not None:
-            shard_states = [scatter([s], to(i))[0] for i, s in enumerate(state.shard_states)]
-    except KeyError as err:
-        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
-    return RoundPlan(
-        round_input=round_input,
-        token=f"{data.token}a{attempt}",  # a retry's keys are new
-        weights=weights,
-        state=driver_state,
-        shard_states=shard_states,
-        opening=opened[0] if opened else None,
-        data=data,
-        evaluate=t % config.eval_every == 0 or t == config.rounds,
-        broadcast=config.broadcast,
-    )
+        with CheckpointWriter() as writer:
+            run_chained(
+                client, setup, run_dir, state, data, callbacks,
+                lost=WORKER_LOST, max_attempts=MAX_ROUND_ATTEMPTS, writer=writer,
+            )  # fmt: skip
+    except ClusterLost as err:
+        t = state.round + 1  # the first round not recorded
+        raise ClusterLost(run_state.lost_message(setup.config, run_dir, t, str(err))) from None

@@ -1,7 +1,7 @@
 """Per-round metrics: the row of a round, built in one place, and the run's JSONL file.
 
 The running totals a row writes are counted by RunState.advance (RoundTotals); what only
-the Dask driver knows about a round comes with its RoundOutcome.
+the Dask driver knows about a round (attempts, shards reloaded, its bytes) it adds itself.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,24 +35,6 @@ class RoundTotals:
     is_best: bool
     # The noise scale's smoothed numerator and denominator, and their ratio (smoothed_noise).
     noise_ema: dict[str, float | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundOutcome:
-    """A round as the Dask driver computed it (loop.py), with the figures only it knows."""
-
-    result: RoundResult
-    # The test split's loss and accuracy (and the validation rows', val_*), if evaluated.
-    evaluation: dict[str, float] | None
-    placement: list[str]  # where each shard lives after the round: the next one runs there
-    attempts: int  # 1, or more if workers were lost and the round was run again
-    laps: dict[str, float]  # where the driver's time went: scatter, submit, wait, gather
-    shards_reloaded: int  # shards whose worker was lost in the round (Dask reloaded them)
-
-    @property
-    def driver(self) -> dict[str, Any]:
-        """The driver's figures as its metrics row holds them (round_row's `driver`)."""
-        return {"attempts": self.attempts, **self.laps, "shards_reloaded": self.shards_reloaded}
 
 
 # The fields every metrics.jsonl line has, in this order (docs/architecture.md section 3).
@@ -91,7 +72,7 @@ def round_row(
     """A round's metrics.jsonl line (the Dask driver's and the reference runner's alike).
 
     `totals` are the run's after this round (RunState.advance); `driver` adds what only the
-    Dask driver knows (attempts, where its time went, shards reloaded).
+    Dask driver knows (attempts, shards reloaded, the collective, its own bytes).
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
     accuracy = evaluation.get("accuracy") if evaluation else None
@@ -189,19 +170,6 @@ def smoothed_noise(previous: dict[str, Any] | None, metrics: dict[str, float]) -
         "noise_grad_sq_ema": smoothed[1],
         "noise_scale_ema": ratio(*smoothed),
     }
-
-
-class Laps:
-    """Named laps of the driver's time in a round (seconds), for the metrics row."""
-
-    def __init__(self) -> None:
-        self.laps: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.laps[name] = now - self._last
-        self._last = now
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
-"""The driver of all-gather rounds: rounds chained on the cluster, the driver off their path.
+"""The driver of the rounds: chained on the cluster, the driver off their path.
 
 The driver sends the weights once, when the chain starts; from then on round t + 1's tasks
-take round t's result on the worker that made it (chain_graph.py), and the driver keeps up to
+take round t's result where the collective left it (graph.py), and the driver keeps up to
 ROUNDS_IN_FLIGHT rounds submitted ahead of the one it records. It fetches each round's result
 as the round ends (the rows, the checkpoint), while the cluster is already computing the next
 ones. `who_has` is asked only after a worker is lost.
@@ -27,14 +27,14 @@ from typing import Any
 from distributed import Client, Future
 
 from ..round import comm
-from ..round.chain_graph import ChainedKeys, ChainLink, build_chained_round
-from ..round.graph import ShardSet
-from ..round.worker_round import Carry
+from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
+from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
 from . import run_state
+from .checkpoint import CheckpointWriter
 from .cluster import bounded, check_scheduler, publish_round, wait_for
-from .errors import ClusterLost
-from .metrics import Laps, append_metrics, round_row, stops_early
+from .errors import give_up_after
+from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
 from .rundir import RunDir
 
@@ -48,7 +48,7 @@ class _Submitted:
     """A round on the cluster: its output keys and the futures that hold them."""
 
     index: int
-    keys: ChainedKeys
+    keys: RoundKeys
     futures: dict[str, Future]
     submit_s: float
 
@@ -61,6 +61,7 @@ class _Chain:
     attempt: int = 0
     scatter_s: float = 0.0
     scatter_bytes: int = 0  # the carry's tensors, one copy to each worker, at a (re)start
+    reloaded: int = 0  # shards moved to another worker since the last row
     workers_seen: frozenset[str] | None = None  # worker ids of the chain's first round
     in_flight: deque[_Submitted] = field(default_factory=deque)
 
@@ -68,6 +69,18 @@ class _Chain:
         """Release every round in flight (their tasks are cancelled) and restart later."""
         self.in_flight.clear()
         self.link = None
+
+    def figures(self, attempts: int, fetched: int, collective: str) -> dict[str, Any]:
+        """What the driver adds to a round's row. `driver_bytes`: what it moved for the
+        round, its fetch of the result (the weights, the strategy's state, the shards'
+        states) and, where the chain (re)started, the carry sent to every worker; never the
+        weights out each round."""
+        return {
+            "attempts": attempts,
+            "shards_reloaded": self.reloaded,
+            "driver_bytes": fetched + self.scatter_bytes,
+            "round_form": collective,
+        }
 
 
 def run_chained(
@@ -79,25 +92,25 @@ def run_chained(
     callbacks: Any,
     lost: tuple[type[BaseException], ...],
     max_attempts: int,
+    writer: CheckpointWriter,
 ) -> None:
-    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract);
-    ClusterLost if the scheduler goes or a round fails `max_attempts` times."""
+    """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
+    their checkpoints written by `writer`; ClusterLost if the scheduler goes or a round fails
+    `max_attempts` times."""
     config = setup.config
     chain, failures = _Chain(), dict[int, int]()
     last_row_at = time.perf_counter()
-    reloaded = 0
     while state.round < config.rounds:
         t = state.round + 1
         try:
             _fill(client, setup, state, data, chain)
             head = chain.in_flight[0]
-            result, evaluation, laps = _collect(client, head, config.timeout)
+            result, evaluation, fetched, waited = _collect(client, head, config.timeout)
         except lost as err:
-            check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
             failures[t] = failures.get(t, 1) + 1
-            _give_up_after(max_attempts, t, failures[t], err)
-            data, moved = _restart(client, data, chain, config.timeout)
-            reloaded += moved
+            check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
+            give_up_after(max_attempts, t, failures[t], err)
+            data = _restart(client, data, chain, config.timeout)
             continue
         # Round t's results are on the driver now: release its keys (the next round, already
         # submitted, keeps what it reads), or each worker holds one model copy more while
@@ -108,25 +121,16 @@ def run_chained(
         run_state.check_finite(result, t, run_dir)  # before the state takes the round
         if _workers_changed(chain, result.compute_by_worker):
             # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
-            data, moved = _restart(client, data, chain, config.timeout)
-            reloaded += moved
+            data = _restart(client, data, chain, config.timeout)
         now = time.perf_counter()
-        driver = {
-            "attempts": failures.get(t, 1),
-            "scatter_s": chain.scatter_s,
-            "submit_s": head.submit_s,
-            **laps,
-            "shards_reloaded": reloaded,
-            # What the driver moved for this round: its fetch of the result (the weights,
-            # the strategy's state, the shards' states) and, where the chain (re)started,
-            # the carry sent to every worker; never the weights out each round.
-            "driver_bytes": laps.pop("fetched_bytes") + chain.scatter_bytes,
-            "round_form": "allgather",
-        }
+        driver = chain.figures(failures.get(t, 1), fetched, comm.collective_of(config.broadcast))
         row = _record(
-            client, setup, run_dir, state, data, result, evaluation, driver, now - last_row_at
-        )
-        last_row_at, chain.scatter_s, chain.scatter_bytes, reloaded = now, 0.0, 0, 0
+            client, setup, (run_dir, writer), state, data, result, evaluation, driver,
+            now - last_row_at,
+        )  # fmt: skip
+        # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
+        callbacks.on_timings(t, {"scatter_s": chain.scatter_s, "submit_s": head.submit_s, **waited})
+        last_row_at, chain.scatter_s, chain.scatter_bytes, chain.reloaded = now, 0.0, 0, 0
         callbacks.on_round(row)
         callbacks.on_weights(t, state.weights)
         if stops_early(config, row, state.since_best):
@@ -154,19 +158,10 @@ def current_placement(client: Client, data: ShardSet, timeout: float) -> list[st
     return placement
 
 
-def _give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:
-    """ClusterLost once round t has failed `max_attempts` times as workers were lost."""
-    if attempts > max_attempts:
-        raise ClusterLost(
-            f"round {t} failed {max_attempts} times as workers were lost "
-            f"({type(err).__name__}: {err})"
-        ) from None
-
-
 def _record(
     client: Client,
     setup: RunSetup,
-    run_dir: RunDir,
+    saved_by: tuple[RunDir, CheckpointWriter],
     state: RunState,
     data: ShardSet,
     result: Any,
@@ -174,7 +169,10 @@ def _record(
     driver: dict[str, Any],
     wall_s: float,
 ) -> dict[str, Any]:
-    """The round's row, written, published and checkpointed, as loop.py records a round."""
+    """The round's row, written, checkpointed (by the writer, in the background) and
+    published. The previous round's checkpoint is whole before this row is written."""
+    run_dir, writer = saved_by
+    writer.wait()
     row = round_row(
         round_index=state.round + 1,
         strategy=setup.strategy,
@@ -187,20 +185,21 @@ def _record(
     state.rows.append(row)
     append_metrics(run_dir.metrics, row)
     # The checkpoint before the event: a scheduler lost while the event is published then
-    # leaves the round both written and saved, so the lost-run line names the next round.
-    run_state.save_run(run_dir, state, setup, improved=row["is_best"])
+    # leaves the round both written and saved (the writer finishes it as the run stops), so
+    # the lost-run line names the next round.
+    run_state.save_run(run_dir, state, setup, improved=row["is_best"], writer=writer)
     config = setup.config
     publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
     return row
 
 
-def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> tuple[ShardSet, int]:
+def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> ShardSet:
     """After a lost worker: drop the rounds in flight (the chain restarts from the driver's
-    state) and take where the shards live now; returns the run's data and the shards moved."""
+    state) and take where the shards live now, counting the shards that moved."""
     chain.drop()
     placement = current_placement(client, data, timeout)
-    moved = sum(a != b for a, b in zip(data.placement, placement, strict=True))
-    return replace(data, placement=placement), moved
+    chain.reloaded += sum(a != b for a, b in zip(data.placement, placement, strict=True))
+    return replace(data, placement=placement)
 
 
 def _workers_changed(chain: _Chain, compute_by_worker: dict[str, float]) -> bool:
@@ -222,10 +221,9 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
     while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
-        layout = comm.layout(data.placement, gathered=True, transport=config.transport)
         evaluate = t % config.eval_every == 0 or t == config.rounds
-        graph, keys = build_chained_round(
-            run_state.round_static(setup, t, layout),
+        graph, keys = build_round(
+            run_state.round_static(setup, t, data.placement),
             shards=data.shards,
             placement=data.placement,
             link=chain.link,
@@ -234,6 +232,7 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
         )
         wanted = [*keys.updates, *(keys.last_phase if with_states else [])]
         wanted += [keys.evaluation] if keys.evaluation else []
+        wanted = list(dict.fromkeys(wanted))  # reduce: one update, taken by every worker
         futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
         chain.link = ChainLink(
             carry=[futures[k] for k in keys.updates],
@@ -250,7 +249,7 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
     started = time.perf_counter()
     chain.attempt += 1
     chain.workers_seen = None
-    carry = Carry(
+    carry = RoundResult(
         weights=state.weights,
         state=state.state,
         buffers=state.buffers,
@@ -270,19 +269,19 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
 
 def _collect(
     client: Client, head: _Submitted, timeout: float
-) -> tuple[Any, dict[str, float] | None, dict[str, float]]:
+) -> tuple[Any, dict[str, float] | None, int, dict[str, float]]:
     """Round `head`'s result (with its shards' states, if any) and evaluation, once done,
-    the driver's time waiting for them and fetching them, and the tensor bytes fetched."""
-    clock = Laps()
+    the tensor bytes fetched, and the driver's time waiting for them and fetching them."""
+    started = time.perf_counter()
     keys = head.keys
     wanted = [head.futures[keys.updates[0]]]
     if keys.evaluation:
         wanted.append(head.futures[keys.evaluation])
     states = [head.futures[k] for k in keys.last_phase if k in head.futures]
     wait_for(client, [*wanted, *states], timeout)
-    clock.lap("wait_s")
+    done = time.perf_counter()
     values = bounded(client, timeout, client.gather, [*wanted, *states])
-    clock.lap("gather_s")
+    waited = {"wait_s": done - started, "gather_s": time.perf_counter() - done}
     fetched = comm.payload_bytes(values)
     result, evaluation = values[0], values[1] if keys.evaluation else None
     outputs = values[len(wanted) :]
@@ -291,4 +290,4 @@ def _collect(
         for output in outputs:
             merged.update(output.shard_states or {})
         result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
-    return result, evaluation, {**clock.laps, "fetched_bytes": fetched}
+    return result, evaluation, fetched, waited

@@ -44,6 +44,10 @@ def _on_weights(round_index: int, weights: torch.Tensor) -> None:
     """The default: nothing."""
 
 
+def _on_timings(round_index: int, timings: dict[str, float]) -> None:
+    """The default: nothing."""
+
+
 @dataclass(frozen=True)
 class Callbacks:
     """Functions the training loop calls while a run goes; each defaults to doing nothing.
@@ -68,12 +72,18 @@ class Callbacks:
     on_shards : Callable[[str], None]
         Called once before ``on_start`` with how the workers hold the shards and why:
         ``--shard-memory`` as resolved for the cluster ("auto: stream (shard 3 holds ...)").
+    on_timings : Callable[[int, dict], None]
+        Called before ``on_round`` with the round number and where the driver's time went
+        for it, in seconds: ``scatter_s`` (sending the weights where the chain of rounds
+        (re)started, else 0), ``submit_s`` (building and submitting its graph), ``wait_s``
+        (waiting for its result) and ``gather_s`` (fetching it). What the benchmarks time.
     """
 
     on_start: Callable[[str, int], None] = _on_start
     on_round: Callable[[dict[str, Any]], None] = _on_round
     on_weights: Callable[[int, torch.Tensor], None] = _on_weights
     on_shards: Callable[[str], None] = _on_shards
+    on_timings: Callable[[int, dict[str, float]], None] = _on_timings
 
 
 def chain(*callbacks: Callbacks) -> Callbacks:
@@ -95,8 +105,16 @@ def chain(*callbacks: Callbacks) -> Callbacks:
         for each in callbacks:
             each.on_shards(held)
 
+    def on_timings(round_index: int, timings: dict[str, float]) -> None:
+        for each in callbacks:
+            each.on_timings(round_index, timings)
+
     return Callbacks(
-        on_start=on_start, on_round=on_round, on_weights=on_weights, on_shards=on_shards
+        on_start=on_start,
+        on_round=on_round,
+        on_weights=on_weights,
+        on_shards=on_shards,
+        on_timings=on_timings,
     )
 
 

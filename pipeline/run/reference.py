@@ -21,7 +21,7 @@ from ..round.shards import ShardData
 from ..round.worker_round import WorkerPhase, phase_total
 from ..setup.run_setup import RunSetup
 from .metrics import round_row
-from .run_state import RunState, placement_layout, round_start
+from .run_state import RunState, round_start
 
 
 @dataclass
@@ -64,11 +64,10 @@ def run_reference(
     # Only for the communication count: where the Dask run would place the shards.
     placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
     reference = ReferenceRun(run=RunState.fresh(setup))
-    layout = placement_layout(setup, placement, reference.run.weights)
     for t in range(1, rounds + 1):
         started = time.perf_counter()
         state = reference.run
-        round_input, opening = round_start(setup, state, layout)
+        round_input, opening = round_start(setup, state, placement)
         result = _round(round_input, shards, state, opening, placement)
         evaluation = None
         if t % config.eval_every == 0 or t == rounds:
@@ -125,16 +124,16 @@ def _round(
             ended.append(tasks.finish_phase(round_input, phase, total, previous_end, state.weights))
     next_states = None
     if state.shard_states is not None:
-        next_states = [tasks.shard_state_of(report) for report in previous]
+        next_states = [report.output.shard_state for report in previous]
     return tasks.update_round(round_input, state.weights, state.state, ended, total, next_states)
 
 
 def _phase_sum(
     layout: comm.Layout, reports: list[Any], placement: list[str], weights: torch.Tensor
 ) -> Any:
-    """The phase's sum over all shards. With a lossy transport, as the all-gather round forms
-    it: each worker's subtree sums encoded, then the tree completed from them decoded
-    (worker_round.phase_total); else the pairwise tree of the shards' outputs."""
+    """The phase's sum over all shards. With a lossy transport, as the Dask round forms it
+    in either collective: each worker's subtree sums encoded, then the tree completed from
+    them decoded (worker_round.phase_total); else the pairwise tree of the shards' outputs."""
     leaves = [to_partial(r) for r in reports]
     if transport.is_lossless(layout.transport):
         return tree_reduce(leaves)

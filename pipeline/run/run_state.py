@@ -19,11 +19,10 @@ import torch
 from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult
-from ..round.topology import chains_rounds
 from ..round.worker_round import RoundStatic, open_round
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, initial_state
-from .checkpoint import load_checkpoint, remove_partial_writes, save_checkpoint
+from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
 from .metrics import RoundTotals, keep_rounds_up_to, smoothed_noise
 from .rundir import RunDir
@@ -144,24 +143,27 @@ def _checkpointed() -> list[dataclasses.Field]:
 
 
 def round_start(
-    setup: RunSetup, state: RunState, layout: comm.Layout
+    setup: RunSetup, state: RunState, placement: list[str]
 ) -> tuple[RoundInput, Broadcast | None]:
     """The next round's input, and its opening as phase 0 receives it (None if the strategy
-    sends none besides the weights): made by worker_round.open_round, as every worker of an
-    all-gather round makes it, so that the Dask run and the reference start a round from
-    the same objects."""
-    return open_round(round_static(setup, state.round + 1, layout), state)
+    sends none besides the weights): made by worker_round.open_round, as the workers make
+    it, so that the Dask run and the reference start a round from the same objects."""
+    return open_round(round_static(setup, state.round + 1, placement), state)
 
 
-def round_static(setup: RunSetup, index: int, layout: comm.Layout) -> RoundStatic:
-    """What round `index` is given besides the weights and state: the same in every task."""
+def round_static(setup: RunSetup, index: int, placement: list[str]) -> RoundStatic:
+    """What round `index` is given besides the weights and state, the same in every task,
+    for shards so placed (one worker address a shard): its layout (comm.layout) is the run's
+    collective and transport over that placement."""
+    config = setup.config
     return RoundStatic(
         strategy=setup.strategy,
         spec=setup.spec,
-        seed=setup.config.seed,
+        seed=config.seed,
         index=index,
-        layout=layout,
+        layout=comm.layout(placement, comm.collective_of(config.broadcast), config.transport),
         num_shards=setup.store.num_shards,
+        threads=config.threads_per_worker,
     )
 
 
@@ -205,12 +207,25 @@ def check_same_model(state: RunState, setup: RunSetup, run_dir: RunDir) -> None:
     )
 
 
-def save_run(run_dir: RunDir, state: RunState, setup: RunSetup, *, improved: bool) -> None:
-    """The latest checkpoint, and the best one too when the round `improved` on it."""
+def save_run(
+    run_dir: RunDir,
+    state: RunState,
+    setup: RunSetup,
+    *,
+    improved: bool,
+    writer: CheckpointWriter | None = None,
+) -> None:
+    """The latest checkpoint, and the best one too when the round `improved` on it: written
+    now, or by `writer` in the background. The payload is taken now either way (the state's
+    tensors are replaced by the next round, never changed in place)."""
     payload = {**state.as_data(), "config": setup.config.as_dict(), "model": model_info(setup)}
-    save_checkpoint(run_dir.latest, payload)
-    if improved:
-        save_checkpoint(run_dir.best, payload)
+
+    def write() -> None:
+        save_checkpoint(run_dir.latest, payload)
+        if improved:
+            save_checkpoint(run_dir.best, payload)
+
+    writer.submit(write) if writer is not None else write()
 
 
 def model_info(setup: RunSetup) -> dict[str, Any]:
@@ -282,18 +297,3 @@ def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str
         f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
         f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
     )
-
-
-def runs_chained(setup: RunSetup, workers: int, weights: torch.Tensor) -> bool:
-    """Whether this run's rounds take the all-gather form on `workers` workers
-    (topology.chains_rounds, from --broadcast and the model's bytes; an encoded --transport
-    travels in that form alone)."""
-    if setup.config.transport != "float32":
-        return True  # settings.py refuses it with --broadcast direct or tree
-    return chains_rounds(setup.config.broadcast, workers, weights.numel() * weights.element_size())
-
-
-def placement_layout(setup: RunSetup, placement: list[str], weights: torch.Tensor) -> comm.Layout:
-    """The byte count's layout of shards so placed, in the form the run's rounds take."""
-    gathered = runs_chained(setup, len(set(placement)), weights)
-    return comm.layout(placement, gathered=gathered, transport=setup.config.transport)

@@ -46,7 +46,7 @@ RESUMABLE_KEYS = frozenset(
         "stop_at_accuracy",
         "patience",
         # Where and how the same rounds run. Results equal bit for bit across workers, threads,
-        # broadcast forms and clusters (both round forms sum in one fixed order, aggregate.py);
+        # collectives and clusters (every collective sums in one fixed order, aggregate.py);
         # a device changes the rounding of the same math only. `out`: the directory may have
         # moved, or be spelled another way. (transport is not here: bfloat16 changes the sums.)
         "out",

@@ -20,8 +20,7 @@ from ..algorithms.parts.checks import at_least_one, non_negative, one_of, positi
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
-from ..round.topology import TREE_FROM_WORKERS
-from ..round.transport import TRANSPORTS
+from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS
 from .job_settings import JobSettings, check_bytes
 
 DTYPES = ("float32", "float64")
@@ -30,7 +29,7 @@ DTYPES = ("float32", "float64")
 PRECISIONS = ("fp32", "bf16")
 # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
 DEVICES = ("auto", "cpu", "cuda")
-BROADCASTS = ("auto", "direct", "tree", "allgather")
+BROADCASTS = ("auto", *COLLECTIVES)
 # How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
 SHARD_MEMORY = ("resident", "converted", "stream", "auto")
 
@@ -137,18 +136,18 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     )
     host: str = declare("127.0.0.1", help="Interface a started cluster binds.")
     dashboard_address: str = declare("127.0.0.1:8787", help="Dashboard address.")
-    # The round's shape (topology.chains_rounds); results are the same bit for bit.
+    # The round's collective (comm.collective_of); results are the same bit for bit.
     broadcast: str = declare(
         "auto",
-        help="allgather (one task per worker and phase, rounds chained on the cluster, the "
-        "driver off their path) | direct | tree (each round from the driver) | auto (allgather "
-        f"where it pays on a 10 Gbit/s link, else tree from {TREE_FROM_WORKERS} workers).",
+        help="allgather (every worker takes every worker's sums and finishes each phase "
+        "itself) | reduce (one worker finishes each phase, the others fetch it) | auto "
+        "(allgather). Rounds are chained on the cluster either way.",
     )
-    # How the all-gather form's sums travel (transport.py).
+    # How the workers' sums travel (transport.py).
     transport: str = declare(
         "float32",
-        help="float32 | bfloat16: how the workers' sums travel in the all-gather form; bfloat16 "
-        "sends the local solutions as their change from w, half the bytes, summed in float32.",
+        help="float32 | bfloat16: how the workers' sums travel; bfloat16 sends the local "
+        "solutions as their change from w, half the bytes, summed in float32.",
     )
     timeout: float = declare(
         60.0, help="Seconds to wait for a cluster, or a silent scheduler, before stopping."
@@ -161,13 +160,9 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     def check_cluster(self) -> None:
         one_of(*DEVICES)("device", self.device)
         one_of(*SHARD_MEMORY)("shard_memory", self.shard_memory)
-        one_of(*BROADCASTS)("broadcast", self.broadcast)
+        if self.broadcast not in LEGACY_BROADCASTS:  # older config files: reduce, unnamed
+            one_of(*BROADCASTS)("broadcast", self.broadcast)
         one_of(*TRANSPORTS)("transport", self.transport)
-        if self.transport != "float32" and self.broadcast in ("direct", "tree"):
-            raise SettingError(
-                f"{setting('transport')} {self.transport} encodes the all-gather form's sums, "
-                f"and {setting('broadcast')} is {self.broadcast}; use --broadcast allgather or auto"
-            )
         at_least_one("workers", self.workers)
         at_least_one("threads_per_worker", self.threads_per_worker)
         if self.memory_limit is not None:
