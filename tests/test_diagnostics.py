@@ -1,16 +1,28 @@
 """Per-shard figures of DANE's local solves (algorithms/diagnostics.py): their values on a
-quadratic against numpy, and the `shards` list of every DANE round in metrics.jsonl."""
+quadratic against numpy, and the `shards` list of the DANE and FedDyn rounds that ask for it
+(--diagnostics-every N) in metrics.jsonl, with the training itself unchanged."""
 
 from __future__ import annotations
+
+import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms.parts.diagnostics import DIAGNOSTIC_ROWS, solve_diagnostics
+from dask_dane.pipeline.algorithms.parts.diagnostics import (
+    DIAGNOSTIC_ROWS,
+    DIAGNOSTICS_EVERY,
+    due,
+    solve_diagnostics,
+)
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
 from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -62,18 +74,65 @@ def test_a_large_shard_is_measured_on_its_fixed_sample():
     assert first["correction_norm"] == 0.0  # no tilt: FedAvg's local problem
 
 
-def test_every_dane_round_reports_each_shard(digits_stores):
-    config = RunConfig(
-        store=str(digits_stores[4]), model="small-cnn", rounds=2, local_steps=5, seed=1
+def test_diagnostics_are_due_every_nth_round_and_never_for_zero():
+    assert [t for t in range(1, 10) if due(3, t)] == [3, 6, 9]  # as --eval-every counts
+    assert [t for t in range(1, 10) if due(1, t)] == list(range(1, 10))
+    assert not any(due(0, t) for t in range(1, 10))
+    assert DIAGNOSTICS_EVERY.default == 0  # off unless asked for (measured: CHANGELOG)
+
+
+def _dane(store, **settings) -> RunConfig:
+    return RunConfig(
+        store=str(store), model="small-cnn", rounds=4, local_steps=5, seed=1, **settings
     ).validate()
 
-    history = run_reference(prepare_run(config), rounds=2, num_workers=2).history
 
-    for row in history:
+def test_dane_reports_each_shard_in_the_rounds_asked_for_and_the_weights_do_not_change(
+    digits_stores,
+):
+    asked = run_reference(prepare_run(_dane(digits_stores[4], diagnostics_every=2)), rounds=4,
+                          num_workers=2)  # fmt: skip
+    never = run_reference(prepare_run(_dane(digits_stores[4])), rounds=4, num_workers=2)
+
+    assert ["shards" in row for row in asked.history] == [False, True, False, True]
+    for row in asked.history[1::2]:
         assert [s["shard"] for s in row["shards"]] == [0, 1, 2, 3]
         for shard in row["shards"]:
             assert shard["step_norm"] > 0 and shard["correction_norm"] > 0
             assert np.isfinite([shard[k] for k in shard]).all()
+    assert not any("shards" in row for row in never.history)  # the default: never
+    # Forward passes on fixed rows only: the training itself is the same bit for bit.
+    assert torch.equal(asked.weights, never.weights)
+    assert [r["train_loss"] for r in asked.history] == [r["train_loss"] for r in never.history]
+
+
+def test_feddyn_reports_each_shard_when_asked_and_other_algorithms_refuse_the_setting(
+    digits_stores,
+):
+    feddyn = _dane(digits_stores[4], algorithm="feddyn", mu=0.1, diagnostics_every=1)
+    rows = run_reference(prepare_run(feddyn), rounds=1, num_workers=2).history
+    assert [s["shard"] for s in rows[0]["shards"]] == [0, 1, 2, 3]
     fedavg = RunConfig(store=str(digits_stores[4]), model="small-cnn", algorithm="fedavg")
-    rows = run_reference(prepare_run(fedavg.validate()), rounds=1, num_workers=2).history
-    assert "shards" not in rows[0]  # only DANE reports them so far
+    assert "shards" not in run_reference(prepare_run(fedavg.validate()), rounds=1,
+                                         num_workers=2).history[0]  # fmt: skip
+    with pytest.raises(ValueError, match="--diagnostics-every 2 applies to"):
+        replace(fedavg, diagnostics_every=2).validate()
+    with pytest.raises(ValueError, match="--diagnostics-every must be zero or positive"):
+        _dane(digits_stores[4], diagnostics_every=-1)
+
+
+@pytest.mark.cluster
+def test_dask_rows_carry_the_same_figures_and_weights_as_the_reference(
+    digits_stores, cluster_client, tmp_path
+):
+    config = replace(_dane(digits_stores[4], diagnostics_every=3), out=str(tmp_path / "run"))
+
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(replace(config, diagnostics_every=0)), rounds=4,
+                              num_workers=2)  # fmt: skip
+
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    assert torch.equal(weights, reference.weights)  # figures on or off: the same run
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert ["shards" in row for row in rows] == [False, False, True, False]
+    assert [s["shard"] for s in rows[2]["shards"]] == [0, 1, 2, 3]

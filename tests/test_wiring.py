@@ -157,7 +157,7 @@ def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
 
     monkeypatch.setattr(server, "server_scale", spy)
     config = _config(small_least_squares, algorithm="dane", local_steps=40, local_theta=0.5,
-                     server_lr_rule="fedexp", rounds=2)  # fmt: skip
+                     server_lr_rule="fedexp", rounds=2, diagnostics_every=1)  # fmt: skip
 
     run = run_reference(prepare_run(config), rounds=2, num_workers=2)
 

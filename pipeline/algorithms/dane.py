@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.checks import non_negative, positive
-from .parts.diagnostics import solve_diagnostics
+from .parts.diagnostics import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare
 from .parts.local_solver import (
@@ -62,6 +62,7 @@ class Dane(StrategyDefaults):
     )
     trust_radius: float = TRUST_RADIUS.field()  # 0: none
     update_rule: UpdateRule = field(default_factory=UpdateRule, metadata=UPDATE_PART)
+    diagnostics_every: int = DIAGNOSTICS_EVERY.field()
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
 
     name: ClassVar[str] = "dane"
@@ -140,8 +141,12 @@ class Dane(StrategyDefaults):
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
         metrics |= self.update_rule.server.shard_metrics(ctx.weights, solution.weights)
-        diagnostics = solve_diagnostics(problem, ctx.weights, solution.weights, self.seed)
-        if factor is not None:
+        diagnostics = (
+            solve_diagnostics(problem, ctx.weights, solution.weights, self.seed)
+            if due(self.diagnostics_every, ctx.round_index)
+            else {}
+        )
+        if factor is not None:  # shrink's own output, free: reported every round
             diagnostics["correction_factor"] = factor
         return LocalOutput(
             tensors={"weights": solution.weights},

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.diagnostics import solve_diagnostics
+from .parts.diagnostics import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import SettingError, setting
@@ -50,6 +50,7 @@ class FedDyn(StrategyDefaults):
     solver: Solver = field(metadata=SOLVER_PART)
     trust_radius: float = TRUST_RADIUS.field()  # 0: none
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
+    diagnostics_every: int = DIAGNOSTICS_EVERY.field()
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
 
     name: ClassVar[str] = "feddyn"
@@ -88,13 +89,14 @@ class FedDyn(StrategyDefaults):
         )
         solution = self.solver.solve(problem, w, ctx.rng, round_index=ctx.round_index)
         v_i = solution.weights
+        due_now = due(self.diagnostics_every, ctx.round_index)
         next_tilt = tilt - self.mu * (v_i - w)
         return LocalOutput(
             tensors={"weights": v_i - next_tilt / self.mu},
             metrics={"train_loss": solution.first_loss, **self.server.shard_metrics(w, v_i)},
             shard_state=FedDynShardState(tilt=next_tilt),
             rows=solution.rows,
-            diagnostics=solve_diagnostics(problem, w, v_i, self.seed),
+            diagnostics=solve_diagnostics(problem, w, v_i, self.seed) if due_now else {},
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:

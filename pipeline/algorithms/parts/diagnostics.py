@@ -9,20 +9,38 @@ Dirichlet-0.5 Fashion-MNIST shards h_i fell by up to 16 while f_i fell by 1.7: n
 the descent was the linear term, a step of 8-16 against FedAvg's 2-4 (docs/results.md).
 
 h_i and f_i are measured on a fixed sample of the shard (DIAGNOSTIC_ROWS rows, chosen once
-from the run's seed, forward passes only) so that they cost a small, fixed part of a round;
-they read rows that are not counted as training `images`.
+from the run's seed, forward passes only); they read rows that are not counted as training
+`images`. They are taken on request (`diagnostics_every` = N: rounds N, 2N, ..., as
+--eval-every counts; 0: never), since four forward passes over 512 rows per shard are work
+that does not shrink with the model and sits on every round's critical path otherwise.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .checks import non_negative
+from .hyperparameters import Declaration
 from .local_problem import LocalProblem
 
 if TYPE_CHECKING:
     import torch
 
 DIAGNOSTIC_ROWS = 512
+
+# One declaration, taken by each algorithm that reports the figures (DANE, FedDyn).
+DIAGNOSTICS_EVERY = Declaration(
+    default=0,
+    rule=non_negative,
+    exclusive=True,
+    help="DANE, FedDyn: each shard's solve figures (h_i, f_i on 512 rows at both ends, the "
+    "tilt and step norms) every N rounds, in metrics.jsonl's `shards`; 0: never.",
+)
+
+
+def due(every: int, round_index: int) -> bool:
+    """Whether round `round_index` (from 1) takes the figures: every N-th, never for 0."""
+    return every > 0 and round_index % every == 0
 
 
 def solve_diagnostics(
