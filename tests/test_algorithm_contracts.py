@@ -28,7 +28,12 @@ from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
 from dask_dane.pipeline.algorithms.parts.server import ServerStep
 from dask_dane.pipeline.round import aggregate, comm
-from dask_dane.pipeline.setup.settings import AlgorithmSettings, RunSettings
+from dask_dane.pipeline.setup.settings import (
+    AlgorithmSettings,
+    RunSettings,
+    ServerSettings,
+    SolverSettings,
+)
 
 # Frozen records that callers build positionally on purpose (the local problem's objective
 # first), and one solve's own working state, which counts its passes in place and never
@@ -67,10 +72,11 @@ def test_there_are_records_to_check():
     assert {"Dane", "LocalSolver", "ShardReport", "Partial", "Layout", "LocalOutput"} <= names
 
 
-# The algorithm section's defaults, and the run section's (the seed, which DANE, FedDyn and
-# the diagnostics draw their fixed rows from).
+# The algorithm's three sections' defaults, and the run section's (the seed, which DANE,
+# FedDyn and the diagnostics draw their fixed rows from).
 SETTINGS_DEFAULTS = {
-    f.name: f.default for section in (AlgorithmSettings, RunSettings)
+    f.name: f.default
+    for section in (AlgorithmSettings, SolverSettings, ServerSettings, RunSettings)
     for f in dataclasses.fields(section)
 }  # fmt: skip
 
@@ -121,7 +127,9 @@ def test_each_registered_name_is_its_class_name_and_phases_are_named(name):
 def _default_strategy(name: str, **overrides):
     from dask_dane.pipeline.algorithms import make_strategy
 
-    settings = {**dataclasses.asdict(AlgorithmSettings()), **overrides}
+    generated = (AlgorithmSettings(), SolverSettings(), ServerSettings())
+    settings = {k: v for section in generated for k, v in dataclasses.asdict(section).items()}
+    settings |= overrides
     if name in ("sdane", "sdane-adaptive", "feddyn"):
         settings["mu"] = 0.1  # these need mu above 0
     if name in ("gd", "agd", "admm"):
@@ -191,7 +199,7 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
               "trust_radius": 1.0, "line_search": 2, "safeguard": "backtrack",
               "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp",
               "server_nesterov": True, "grad_sample_local": 1.0, "server_momentum_delay": 1,
-              "server_momentum_delay_epochs": 1.0}  # fmt: skip
+              "server_momentum_delay_epochs": 1.0, "diagnostics_every": 1}  # fmt: skip
     exclusive = {
         name for name, owners in _exclusive_fields().items()
         if owners[0][1].metadata.get("exclusive")

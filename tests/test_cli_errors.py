@@ -44,11 +44,15 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     (root / "plain").mkdir()
     (root / "plain" / "readme.txt").write_text("not a store")
     (root / "typo.toml").write_text("rounds = 2\nlocal_rl = 0.1\n")
+    (root / "twice.toml").write_text("local_lr = 0.1\n[solver]\nlocal_lr = 0.2\n")
+    (root / "misplaced.toml").write_text("[server]\nlocal_lr = 0.2\n")
     return {
         "s8": root / "s8.zarr",
         "s12": root / "s12.zarr",
         "plain": root / "plain",
         "typo": root / "typo.toml",
+        "twice": root / "twice.toml",
+        "misplaced": root / "misplaced.toml",
         "root": root,
     }
 
@@ -67,6 +71,14 @@ BAD_INPUT = {
     "train-local-lr-0": ("train {s8} --local-lr 0 --out {out}", "--local-lr"),
     "train-local-lr-negative": ("train {s8} --local-lr -1 --out {out}", "--local-lr"),
     "train-config-unknown-key": ("train {s8} --config {typo} --out {out}", "'local_rl'"),
+    "train-config-key-twice": (
+        "train {s8} --config {twice} --out {out}",
+        "'local_lr' is given twice, at the top level and in [solver]",
+    ),
+    "train-config-wrong-section": (
+        "train {s8} --config {misplaced} --out {out}",
+        "'local_lr' belongs in [solver], not [server]",
+    ),
     # A nested --out: the folders above the run directory must not be left behind either.
     "train-no-scheduler": (
         "train {s8} --scheduler tcp://127.0.0.1:9 --timeout 1 --out {out}/a/b",

@@ -106,9 +106,12 @@ def test_every_setting_has_one_declaration_that_the_run_settings_and_the_cli_sho
     from dask_dane.cli.options import run_config_parameters
     from dask_dane.pipeline.algorithms import SETTINGS
     from dask_dane.pipeline.algorithms.parts.hyperparameters import with_default
-    from dask_dane.pipeline.setup.config import AlgorithmSettings, RunConfig
+    from dask_dane.pipeline.setup.config import SECTIONS, RunConfig
 
-    algorithm = {f.name: f for f in dataclasses.fields(AlgorithmSettings)}
+    # The algorithm's settings fall in three sections, each setting in exactly one of them.
+    generated = [dataclasses.fields(SECTIONS[name]) for name in ("algorithm", "solver", "server")]
+    algorithm = {f.name: f for fields in generated for f in fields}
+    assert sum(map(len, generated)) == len(algorithm)
     assert set(algorithm) == {"algorithm", *SETTINGS}
     for name, gathered in SETTINGS.items():
         assert algorithm[name].metadata["declaration"] is gathered.declaration

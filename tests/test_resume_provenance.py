@@ -71,7 +71,7 @@ def test_config_toml_keeps_the_original_and_reads_back_as_the_settings_in_effect
 
     record, effective = read_record(path), read_toml(path)
 
-    assert tomllib.loads(path.read_text())["algorithm"]["local_lr"] == 0.05
+    assert tomllib.loads(path.read_text())["solver"]["local_lr"] == 0.05
     assert record.original["local_lr"] == 0.05 and record.original["rounds"] == 3
     assert record.resumes == resumes
     assert (effective["local_lr"], effective["rounds"]) == (0.1, 6)
@@ -193,7 +193,7 @@ def test_an_allowed_change_is_recorded_and_the_rows_use_it(trained, tmp_path, da
 
     assert faster.returncode == longer.returncode == 0, faster.stderr + longer.stderr
     saved = tomllib.loads((run / "config.toml").read_text())
-    assert (saved["algorithm"]["local_lr"], saved["run"]["rounds"]) == (0.05, 2)
+    assert (saved["solver"]["local_lr"], saved["run"]["rounds"]) == (0.05, 2)
     assert saved["resumed"] == [
         {"after_round": 2, "local_lr": {"old": 0.05, "new": 0.1}, "rounds": {"old": 2, "new": 4}},
         {"after_round": 4, "rounds": {"old": 4, "new": 5}},

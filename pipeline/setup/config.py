@@ -1,10 +1,16 @@
 """RunConfig: every setting of a training run, validated before any work starts.
 
-Settings come in five sections (data, model, algorithm, cluster, run; settings.py), each a
-frozen dataclass that checks its own values. RunConfig joins them into one flat, keyword-only
-dataclass whose field names are the `dane train` flags with '-' written as '_': a flag, its
-TOML key and its field are one name (`flag`). Checks raise SettingError naming the field;
-`in_flags` words such an error with the flags instead, as the command line shows it.
+Settings come in seven sections (data, model, algorithm, solver, server, cluster, run;
+settings.py), each a frozen dataclass that checks its own values. RunConfig joins them into
+one flat, keyword-only dataclass whose field names are the `dane train` flags with '-'
+written as '_': a flag, its TOML key and its field are one name (`flag`); `section(NAME)`
+gives one section's values as its own small dataclass. Checks raise SettingError naming the
+field; `in_flags` words such an error with the flags instead, as the command line shows it.
+
+A TOML file may hold each key at the top level or in its section's table ([solver]
+local_lr = 0.1); a key in another section's table, or given twice, is an error naming both
+places. [algorithm] also takes the solver's and the server's keys: they are the algorithm's
+parts, and config.toml files written before those sections existed hold them there.
 
 Precedence: built-in defaults < a TOML file (--config) < command-line flags. The resolved
 configuration is written to the run directory as config.toml, one [table] per section, and
@@ -19,13 +25,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ... import presets
-from ..algorithms import SETTINGS, Strategy, make_strategy
+from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
 from .resumed import (  # IDENTITY_KEYS and RESUMABLE_KEYS re-exported: callers read them here
     IDENTITY_KEYS,
@@ -38,11 +44,14 @@ from .resumed import (  # IDENTITY_KEYS and RESUMABLE_KEYS re-exported: callers 
 from .settings import (
     DEVICES,
     DTYPES,
+    GENERATED,
     AlgorithmSettings,
     ClusterSettings,
     DataSettings,
     ModelSettings,
     RunSettings,
+    ServerSettings,
+    SolverSettings,
     scheduler_file_address,
 )
 
@@ -58,6 +67,8 @@ __all__ = [  # the sections and their helpers are re-exported: callers import th
     "ModelSettings",
     "RunConfig",
     "RunSettings",
+    "ServerSettings",
+    "SolverSettings",
     "check_settings",
     "flag",
     "in_flags",
@@ -74,13 +85,23 @@ SECTIONS: dict[str, type] = {
     "data": DataSettings,
     "model": ModelSettings,
     "algorithm": AlgorithmSettings,
+    "solver": SolverSettings,
+    "server": ServerSettings,
     "cluster": ClusterSettings,
     "run": RunSettings,
 }
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, DataSettings):
+class RunConfig(
+    RunSettings,
+    ClusterSettings,
+    ServerSettings,
+    SolverSettings,
+    AlgorithmSettings,
+    ModelSettings,
+    DataSettings,
+):
     """One training run: every section's fields, flat (field names are the CLI flags)."""
 
     def validate(self) -> RunConfig:
@@ -112,6 +133,11 @@ class RunConfig(RunSettings, ClusterSettings, AlgorithmSettings, ModelSettings, 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def section(self, name: str) -> Any:
+        """One section's values as its own dataclass (`config.section("solver").local_lr`)."""
+        cls = SECTIONS[name]
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+
 
 def in_flags(err: BaseException) -> str:
     """An error's message as the command line words it: a SettingError's fields as flags."""
@@ -120,86 +146,79 @@ def in_flags(err: BaseException) -> str:
 
 def section_of(key: str) -> str:
     """The section a RunConfig field belongs to."""
-    return next(
-        name for name, cls in SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}
-    )
+    return _HOME[key]
 
 
-# `dane train --help` groups its options in these panels, in this order: a section's own,
-# except the algorithm section's settings, which stand under their part's PANEL (the local
-# solver, the server step) where the class that declares them names one.
-PANELS = ("Data", "Model", "Algorithm", "Local solver", "Server step", "Run and output", "Cluster")
-_SECTION_PANELS = {"data": "Data", "model": "Model", "cluster": "Cluster", "run": "Run and output"}
+# `dane train --help` groups its options in these panels, in this order: one per section.
+_SECTION_PANELS = {"data": "Data", "model": "Model", **GENERATED}
+_SECTION_PANELS |= {"run": "Run and output", "cluster": "Cluster"}
+PANELS = tuple(_SECTION_PANELS.values())
 
 
 def panel_of(key: str) -> str:
     """The --help panel of a RunConfig field (one of PANELS)."""
-    section = section_of(key)
-    if section != "algorithm":
-        return _SECTION_PANELS[section]
-    gathered = SETTINGS.get(key)  # None: the algorithm section's own (--algorithm)
-    return getattr(gathered.owner, "PANEL", "Algorithm") if gathered else "Algorithm"
+    return _SECTION_PANELS[section_of(key)]
 
 
-def _field_types() -> dict[str, tuple[type, ...]]:
-    """Accepted TOML value types per field (ints are accepted where floats are)."""
-    types: dict[str, tuple[type, ...]] = {}
-    for f in dataclasses.fields(RunConfig):
-        text = str(f.type)
-        if f.type is bool or text == "bool":
-            types[f.name] = (bool,)
-        elif "float" in text:
-            types[f.name] = (int, float)
-        elif "int" in text:
-            types[f.name] = (int,)
-        else:
-            types[f.name] = (str,)
-    return types
+def _toml_types(f: dataclasses.Field) -> tuple[type, ...]:
+    """Accepted TOML value types of a field (ints are accepted where floats are)."""
+    text = str(f.type)
+    if f.type is bool or text == "bool":
+        return (bool,)
+    return (int, float) if "float" in text else (int,) if "int" in text else (str,)
+
+
+_TYPES = {f.name: _toml_types(f) for f in dataclasses.fields(RunConfig)}
+_HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
 def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Reject unknown keys and wrong types, naming the key; return flat settings, '-' as '_'.
+    """Reject unknown keys, wrong types, keys in another section's table and keys given twice
+    (flat and in a table, or as a-b and a_b), naming the key; return flat settings, '-' as '_'.
 
     Keys may stand at the top level or in their section's table ([algorithm] eta = 1).
     """
-    types = _field_types()
     checked: dict[str, Any] = {}
-    for raw_key, value in _flatten(settings, origin).items():
-        key = raw_key.replace("-", "_")
-        if key not in types:
-            raise ValueError(
-                f"{origin}: unknown key {raw_key!r}; known keys: {', '.join(sorted(types))}"
-            )
+    given: dict[str, str] = {}  # each key's place, for a second one's error
+    for raw_key, value, table in _entries(settings, origin):
+        key, place = raw_key.replace("-", "_"), f"in [{table}]" if table else "at the top level"
+        if key not in _TYPES:
+            known = ", ".join(sorted(_TYPES))
+            raise ValueError(f"{origin}: unknown key {raw_key!r}; known keys: {known}")
+        if table and not _takes(table, _HOME[key]):
+            raise ValueError(f"{origin}: key {raw_key!r} belongs in [{_HOME[key]}], not [{table}]")
+        if key in given:
+            twice = place if given[key] == place else f"{given[key]} and {place}"
+            raise ValueError(f"{origin}: key {raw_key!r} is given twice, {twice}; keep one")
+        types = _TYPES[key]
         # A TOML boolean is a Python bool, which is an int too: only a bool field takes one.
-        if isinstance(value, bool) != (types[key] == (bool,)) or not isinstance(value, types[key]):
-            expected = " or ".join(t.__name__ for t in types[key])
+        if isinstance(value, bool) != (types == (bool,)) or not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
             raise ValueError(
                 f"{origin}: key {raw_key!r} must be {expected}, got {type(value).__name__}"
             )
-        checked[key] = float(value) if float in types[key] else value
+        given[key], checked[key] = place, float(value) if float in types else value
     return checked
 
 
-def _flatten(settings: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Section tables merged into one flat table; a key in the wrong section is an error.
+def _entries(settings: dict[str, Any], origin: str) -> Iterator[tuple[str, Any, str | None]]:
+    """(key, value, its section's table or None) for every setting, flat or in a table.
 
     `model` and `algorithm` name both a section and a setting: a table is the section.
     """
-    flat: dict[str, Any] = {}
     for name, value in settings.items():
-        if name not in SECTIONS or (not isinstance(value, dict) and name in _field_types()):
-            flat[name] = value
-            continue
-        if not isinstance(value, dict):
+        if name not in SECTIONS or (not isinstance(value, dict) and name in _TYPES):
+            yield name, value, None
+        elif not isinstance(value, dict):
             raise ValueError(f"{origin}: {name!r} must be a table ([{name}]) of settings")
-        for raw_key, setting in value.items():
-            key = raw_key.replace("-", "_")
-            if key in _field_types() and section_of(key) != name:
-                raise ValueError(
-                    f"{origin}: key {raw_key!r} belongs in [{section_of(key)}], not [{name}]"
-                )
-            flat[raw_key] = setting
-    return flat
+        else:
+            yield from ((key, setting, name) for key, setting in value.items())
+
+
+def _takes(table: str, home: str) -> bool:
+    """Whether section `table` may hold a key of section `home`: its own, and [algorithm]
+    the keys of its parts' sections (config.toml files older than [solver] and [server])."""
+    return table == home or (table == "algorithm" and home in GENERATED)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""The five sections of a run's settings (data, model, algorithm, cluster, run).
+"""The seven sections of a run's settings (data, model, algorithm, solver, server, cluster, run).
 
 Each section is a frozen, keyword-only dataclass. A field is declared once with its default
 and its help text (`declare`; the CLI's flags and help, the TOML keys and the API's keywords
 are made from it). Sections check their own values and raise SettingError naming the field.
-The algorithm section is generated: its fields are the hyperparameters the algorithms and
-their parts declare where they use them (algorithms.SETTINGS), each checked by its declared
-rule. config.py joins the sections into RunConfig.
+The algorithm, solver and server sections are generated: their fields are the
+hyperparameters the algorithms and their parts declare where they use them
+(algorithms.SETTINGS), each checked by its declared rule. config.py joins the sections into
+RunConfig.
 """
 
 from __future__ import annotations
@@ -81,27 +82,36 @@ class ModelSettings:
             non_negative("l2", self.l2)
 
 
-def _algorithm_settings() -> type:
-    """The algorithm section: `algorithm`, then every declared hyperparameter (a fresh field
-    of its one declaration, so the default, rule and help are that declaration's)."""
-    algorithm = declare("dane", help=" | ".join(ALGORITHMS) + ".")
-    fields = [("algorithm", str, algorithm)]
+# The algorithm's settings in three sections, each the settings of the classes whose PANEL
+# (their group in --help) it names: a local solver's, the server step's, and the rest (the
+# algorithms and their other parts). A setting a new part declares lands in its section.
+GENERATED = {"algorithm": "Algorithm", "solver": "Local solver", "server": "Server step"}
+
+
+def _generated(section: str) -> type:
+    """A generated section: a fresh field of each declaration there (the default, rule and
+    help are that declaration's); the algorithm section leads with `algorithm` itself."""
+    panel = GENERATED[section]
+    fields = []
+    if section == "algorithm":
+        fields.append(("algorithm", str, declare("dane", help=" | ".join(ALGORITHMS) + ".")))
     fields += [
-        (name, gathered.type, gathered.declaration.field()) for name, gathered in SETTINGS.items()
+        (name, gathered.type, gathered.declaration.field())
+        for name, gathered in SETTINGS.items()
+        if getattr(gathered.owner, "PANEL", "Algorithm") == panel
     ]
     return dataclasses.make_dataclass(
-        "AlgorithmSettings",
+        f"{section.title()}Settings",
         fields,
         frozen=True,
         kw_only=True,
-        namespace={
-            "__module__": __name__,
-            "__doc__": "The algorithm and every hyperparameter; the algorithm picks those it uses.",
-        },
+        namespace={"__module__": __name__, "__doc__": f"The {panel.lower()} settings."},
     )
 
 
-AlgorithmSettings = _algorithm_settings()
+AlgorithmSettings = _generated("algorithm")
+SolverSettings = _generated("solver")
+ServerSettings = _generated("server")
 
 
 @dataclass(frozen=True, kw_only=True)
