@@ -119,8 +119,9 @@ CASES = {
         algorithm="fedavg", lr_schedule="cosine", local_steps_schedule="qsr", local_steps_max=32
     ),
     "fedavg-post-local": dict(algorithm="fedavg", local_steps_schedule="post-local", sync_rounds=2),
-    "dane-trust": dict(algorithm="dane", trust_radius=0.05),  # binds here: steps 0.2-0.4 free
-    "feddyn": dict(algorithm="feddyn", mu=0.1),
+    # binds here: steps 0.2-0.4 free; the step norms are the per-shard figures, every round
+    "dane-trust": dict(algorithm="dane", trust_radius=0.05, diagnostics_every=1),
+    "feddyn": dict(algorithm="feddyn", mu=0.1, diagnostics_every=2),  # figures in round 2 only
     "feddyn-clip": dict(algorithm="feddyn", mu=0.1, local_clip=0.5),  # skew-dane.toml's form
     "dane-line-search": dict(algorithm="dane", line_search=3, grad_sample=60),
     "scaffold": dict(algorithm="scaffold", momentum=0.0),

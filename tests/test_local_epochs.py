@@ -88,7 +88,7 @@ def test_dane_train_records_the_resolved_k_and_its_rows_use_it(run_cli, digits_s
                       "--out", str(out), "--dashboard-address", "127.0.0.1:0"])  # fmt: skip
 
     assert status == 0
-    saved = tomllib.loads((out / "config.toml").read_text())["algorithm"]
+    saved = tomllib.loads((out / "config.toml").read_text())["solver"]
     assert (saved["local_epochs"], saved["local_steps"]) == (0.25, expected)
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["scheduled_local_steps"] == expected
