@@ -22,7 +22,7 @@ from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.reference import run_reference
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.run.rundir import RunDir, check_same_run
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -136,3 +136,11 @@ def test_dask_rows_carry_the_same_figures_and_weights_as_the_reference(
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert ["shards" in row for row in rows] == [False, False, True, False]
     assert [s["shard"] for s in rows[2]["shards"]] == [0, 1, 2, 3]
+
+
+def test_a_resume_may_ask_for_the_figures_or_stop_them():
+    saved = {"store": "s.zarr", "diagnostics_every": 0}
+
+    changes = check_same_run(saved, RunConfig(store="s.zarr", diagnostics_every=5))
+
+    assert changes == {"diagnostics_every": (0, 5)}

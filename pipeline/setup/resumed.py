@@ -42,6 +42,9 @@ RESUMABLE_KEYS = frozenset(
         "lr_warmup",
         "lr_warmup_epochs",
         # When to evaluate and when to stop: they choose what is measured, not what is trained.
+        # So do the per-shard figures: forward passes on fixed rows, the weights bit for bit
+        # the same with and without them (tests/test_diagnostics.py).
+        "diagnostics_every",
         "eval_every",
         "stop_at_accuracy",
         "patience",
