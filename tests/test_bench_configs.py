@@ -114,3 +114,11 @@ def test_correction_noise_separates_the_true_correction_from_the_sampling_error(
     # 20 rows of ~700: the sampled correction is mostly error, larger than the true one.
     for shard, exact in zip(tiny["shards"], whole["shards"], strict=True):
         assert shard["sampling_error_norm"] > exact["correction_norm"]
+
+
+def test_each_split_seed_of_the_shards_sweep_has_its_own_store():
+    """A store written before is reused, so a second split seed must not find the first's."""
+    from dask_dane.bench.training.shards import store_name
+
+    assert store_name("fashion-mnist", 8, 0) == "fashion-mnist-iid-8.zarr"  # as always
+    assert len({store_name("fashion-mnist", 8, seed) for seed in (0, 1, 2)}) == 3

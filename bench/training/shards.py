@@ -109,7 +109,7 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
     cluster = make_client(spec.run_config(1, "unused")) if needs_cluster else nullcontext()
     with cluster as client:
         for m in spec.shards:
-            store = stores / f"{spec.source}-iid-{m}.zarr"
+            store = stores / store_name(spec.source, m, spec.seed)
             prepare_store(spec.source, store, shards=m, seed=spec.seed)
             rows = open_store(store).num_train
             config = spec.run_config(m, str(store), rows=rows)
@@ -260,3 +260,9 @@ def _ddp_lr(run: dict[str, Any]) -> str:
     if not setting:
         return f"{run['lr']:g}"
     return f"{run['lr']:g} ({setting['scaling']}, {setting['warmup']:g} ep warm-up)"
+
+
+def store_name(source: str, shards: int, seed: int) -> str:
+    """The sweep's store of `shards` shards: one per split seed, since a store written
+    before is reused (seed 0 keeps the name it always had)."""
+    return f"{source}-iid-{shards}" + (f"-seed{seed}" if seed else "") + ".zarr"
