@@ -1,0 +1,125 @@
+"""--checkpoint-every N: the driver takes the weights every N rounds, at the end and for a new
+best.pt; the rows still come every round, and the weights are the same bit for bit."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import Callbacks, train
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.setup.settings import SettingError
+
+pytestmark = pytest.mark.cluster
+
+
+def _config(store: Path, out: Path, **overrides: object) -> RunConfig:
+    settings = dict(
+        store=str(store),
+        out=str(out),
+        algorithm="fedavg",
+        model="small-cnn",
+        dtype="float64",
+        rounds=7,
+        seed=7,
+        local_steps=5,
+        local_lr=0.05,
+        batch_size=16,
+        broadcast="allgather",
+        eval_every=100,  # evaluated in the last round only: no round becomes best.pt early
+    )
+    return RunConfig(**{**settings, **overrides}).validate()
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").open()]
+
+
+class _Stop(Exception):
+    """Stands for the driver killed after a round's row was written."""
+
+
+@pytest.mark.parametrize(("every", "fetched"), [(1, [1, 2, 3, 4, 5, 6, 7]), (3, [3, 6, 7])])
+def test_the_weights_come_every_n_rounds_and_at_the_end_the_rows_every_round(
+    every, fetched, digits_stores, cluster_client, tmp_path
+):
+    config = _config(digits_stores[2], tmp_path / "run", checkpoint_every=every)
+    seen: list[int] = []
+    train(
+        config, client=cluster_client, callbacks=Callbacks(on_weights=lambda t, w: seen.append(t))
+    )
+
+    assert seen == fetched
+    rows = _rows(tmp_path / "run")
+    assert [r["round"] for r in rows] == list(range(1, 8))
+    # The rounds whose weights stayed on the cluster fetched no tensor (round 1 sends the
+    # weights to every worker: the chain's start).
+    by_round = {r["round"]: r["driver_bytes"] for r in rows[1:]}
+    assert all((by_round[t] > 0) == (t in fetched) for t in by_round), by_round
+
+
+def test_the_weights_equal_every_round_fetched_and_the_reference(
+    digits_stores, cluster_client, tmp_path
+):
+    every = _config(digits_stores[2], tmp_path / "every", checkpoint_every=1)
+    sparse = replace(every, out=str(tmp_path / "sparse"), checkpoint_every=3)
+    train(every, client=cluster_client)
+    train(sparse, client=cluster_client)
+    reference = run_reference(prepare_run(sparse), rounds=7, num_workers=2)
+
+    weights = load_checkpoint(RunDir(tmp_path / "sparse").latest)["weights"]
+    assert torch.equal(weights, load_checkpoint(RunDir(tmp_path / "every").latest)["weights"])
+    assert torch.equal(weights, reference.weights)
+    losses = [r["train_loss"] for r in _rows(tmp_path / "sparse")]
+    assert losses == [r["train_loss"] for r in reference.history]
+
+
+def test_a_new_best_takes_its_weights_for_best_pt(digits_stores, cluster_client, tmp_path):
+    every = _config(digits_stores[2], tmp_path / "every", checkpoint_every=1, eval_every=1)
+    sparse = replace(every, out=str(tmp_path / "sparse"), checkpoint_every=100)
+    train(every, client=cluster_client)
+    summary = train(sparse, client=cluster_client)
+
+    best = load_checkpoint(RunDir(tmp_path / "sparse").best)
+    assert best["round"] == summary["best_round"]
+    expected = load_checkpoint(RunDir(tmp_path / "every").best)
+    assert best["round"] == expected["round"]
+    assert torch.equal(best["weights"], expected["weights"])
+
+
+def test_a_driver_killed_between_checkpoints_reruns_those_rounds_and_says_so(
+    digits_stores, cluster_client, tmp_path, capsys
+):
+    config = _config(digits_stores[2], tmp_path / "run", checkpoint_every=3)
+    train(replace(config, out=str(tmp_path / "ref")), client=cluster_client)
+
+    def stop_after_5(row: dict) -> None:
+        if row["round"] == 5:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(config, client=cluster_client, callbacks=Callbacks(on_round=stop_after_5))
+    run = RunDir(tmp_path / "run")
+    assert load_checkpoint(run.latest)["round"] == 3  # rounds 4 and 5: rows, no checkpoint
+    assert len(_rows(tmp_path / "run")) == 5
+    capsys.readouterr()
+
+    train(config, client=cluster_client, resume=True)
+    said = capsys.readouterr().err
+    assert "resuming after round 3, the last checkpoint: 2 rounds" in said
+    assert [r["round"] for r in _rows(tmp_path / "run")] == list(range(1, 8))
+    reference = load_checkpoint(RunDir(tmp_path / "ref").latest)["weights"]
+    assert torch.equal(load_checkpoint(run.latest)["weights"], reference)
+
+
+def test_checkpoint_every_below_one_is_refused(digits_stores, tmp_path):
+    with pytest.raises(SettingError, match=r"checkpoint.every"):
+        _config(digits_stores[2], tmp_path / "run", checkpoint_every=0)
