@@ -95,8 +95,7 @@ def run_chained(
     writer: CheckpointWriter,
 ) -> None:
     """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
-    their checkpoints written by `writer`; ClusterLost if the scheduler goes or a round fails
-    `max_attempts` times."""
+    checkpointed by `writer`; ClusterLost if the scheduler goes or a round fails too often."""
     config = setup.config
     chain, failures = _Chain(), dict[int, int]()
     last_row_at = time.perf_counter()
@@ -149,8 +148,7 @@ def _ends(
     row: dict[str, Any],
     callbacks: Any,
 ) -> bool:
-    """Whether the run stops early after the round just recorded, its weights then taken
-    and saved; the weights to `on_weights` in the rounds whose weights the driver took."""
+    """Whether the run stops after this round (its weights then taken, saved); on_weights."""
     stop = stops_early(setup.config, row, state.since_best)
     if stop and state.weights_round < state.round:  # the run ends here: its weights saved
         _take_held(client, setup, state, chain)
