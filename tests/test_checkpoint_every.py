@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.errors import lost_message
 from dask_dane.pipeline.run.loop import Callbacks, train
 from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
@@ -123,3 +124,29 @@ def test_a_driver_killed_between_checkpoints_reruns_those_rounds_and_says_so(
 def test_checkpoint_every_below_one_is_refused(digits_stores, tmp_path):
     with pytest.raises(SettingError, match=r"checkpoint.every"):
         _config(digits_stores[2], tmp_path / "run", checkpoint_every=0)
+
+
+def test_a_run_stopped_by_patience_saves_the_weights_of_its_last_round(
+    digits_stores, cluster_client, tmp_path
+):
+    # The round --patience stops at is no new best: its weights were left on the cluster,
+    # and are taken there to be saved.
+    every = _config(
+        digits_stores[2], tmp_path / "every", rounds=12, eval_every=1, patience=1, local_lr=0.5
+    )
+    sparse = replace(every, out=str(tmp_path / "sparse"), checkpoint_every=100)
+    expected = train(every, client=cluster_client)
+    summary = train(sparse, client=cluster_client)
+
+    assert summary["rounds"] == expected["rounds"]
+    latest = load_checkpoint(RunDir(tmp_path / "sparse").latest)
+    assert latest["round"] == summary["rounds"] == len(_rows(tmp_path / "sparse"))
+    reference = load_checkpoint(RunDir(tmp_path / "every").latest)["weights"]
+    assert torch.equal(latest["weights"], reference)
+
+
+def test_a_lost_cluster_names_the_last_checkpoint_not_the_last_row(tmp_path):
+    config = RunConfig(store=str(tmp_path), out=str(tmp_path / "run"))
+    line = lost_message(config, RunDir(tmp_path / "run"), 6, "gone", saved=3)
+    assert "in round 6: gone; rounds 1-3 are saved in" in line
+    assert "no checkpoint was written yet" in lost_message(config, RunDir(tmp_path), 2, "x", 0)
