@@ -4,6 +4,10 @@ best.pt; the rows still come every round, and the weights are the same bit for b
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from dask_dane.pipeline.run.errors import lost_message
 from dask_dane.pipeline.run.loop import Callbacks, train
 from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
-from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.config import RunConfig, to_toml
 from dask_dane.pipeline.setup.run_setup import prepare_run
 from dask_dane.pipeline.setup.settings import SettingError
 
@@ -150,3 +154,44 @@ def test_a_lost_cluster_names_the_last_checkpoint_not_the_last_row(tmp_path):
     line = lost_message(config, RunDir(tmp_path / "run"), 6, "gone", saved=3)
     assert "in round 6: gone; rounds 1-3 are saved in" in line
     assert "no checkpoint was written yet" in lost_message(config, RunDir(tmp_path), 2, "x", 0)
+
+
+def test_a_driver_sigkilled_between_checkpoints_loses_at_most_n_minus_1_rounds(
+    digits_stores, cluster_client, tmp_path
+):
+    store, out = digits_stores[2], tmp_path / "run"
+    train(_config(store, tmp_path / "ref", rounds=9), client=cluster_client)
+    saved = _config(store, out, rounds=9, checkpoint_every=3)
+    args = ["train", "--out", str(out), "--scheduler", cluster_client.scheduler.address]
+    config_file = tmp_path / "run.toml"
+    config_file.write_text(to_toml(replace(saved, out=str(out))))
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dask_dane.cli", *args, "--config", str(config_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len(_rows(out)) < 4:
+            assert driver.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+
+    recorded, kept = len(_rows(out)), load_checkpoint(RunDir(out).latest)["round"]
+    assert kept % 3 == 0 and 0 <= recorded - kept <= 2, (recorded, kept)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "dask_dane.cli", "train", "--out", str(out), "--resume"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    lost = recorded - kept
+    if lost:
+        assert f"after round {kept}, the last checkpoint: {lost} round" in resumed.stderr
+    final = load_checkpoint(RunDir(out).latest)
+    assert final["round"] == 9 and [r["round"] for r in _rows(out)] == list(range(1, 10))
+    reference = load_checkpoint(RunDir(tmp_path / "ref").latest)["weights"]
+    assert torch.equal(final["weights"], reference)
