@@ -556,14 +556,17 @@ def test_diverging_run_stops_naming_the_round_and_keeps_the_last_good_checkpoint
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, diverged))
 
 
+# --checkpoint-every 3 with one evaluation, in the last round: rounds 1 and 2 leave their
+# weights on the cluster, so the restart takes round 1's from a surviving worker's copy.
+@pytest.mark.parametrize("held", [{}, dict(checkpoint_every=3, eval_every=10)])
 def test_allgather_rounds_survive_a_worker_killed_mid_round_with_the_same_weights(
-    nanny_cluster, digits_stores, tmp_path
+    nanny_cluster, digits_stores, tmp_path, held
 ):
     # --broadcast allgather chains rounds on the cluster (pipelined.py): a lost worker drops
     # the rounds in flight, and the chain restarts from the last recorded round's state.
     client = nanny_cluster
     client.wait_for_workers(2, timeout=60)
-    ref = replace(_config(digits_stores[4], tmp_path / "ref"), broadcast="allgather")
+    ref = replace(_config(digits_stores[4], tmp_path / "ref", **held), broadcast="allgather")
     undisturbed = train(ref, client=client)
     pids = _pids(client)
     killed: list[str] = []

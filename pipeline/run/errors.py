@@ -6,6 +6,12 @@ or Dask.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: this module stays free of torch and Dask
+    from ..setup.config import RunConfig
+    from .rundir import RunDir
+
 
 class TrainingDiverged(ValueError):
     """Loss or weights stopped being finite; the last good checkpoint is kept (exit 3)."""
@@ -27,3 +33,16 @@ def give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) 
             f"round {t} failed {max_attempts} times as workers were lost "
             f"({type(err).__name__}: {err})"
         ) from None
+
+
+def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str, saved: int) -> str:
+    """The line a lost cluster ends the run with: what was saved (rounds 1..saved, the last
+    checkpoint, which --checkpoint-every may leave behind round t - 1) and how to go on."""
+    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
+    if saved == 0:
+        done = "no round finished" if t == 1 else "no checkpoint was written yet"
+        return f"lost {cluster} in round {t}: {reason}; {done}; run the command again"
+    return (
+        f"lost {cluster} in round {t}: {reason}; rounds 1-{saved} are saved in {run_dir.root}; "
+        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
+    )

@@ -29,7 +29,8 @@ from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
 from .checkpoint import CheckpointWriter
 from .cluster import make_client, wait_for, worker_addresses
-from .errors import ClusterLost, TrainingDiverged
+from .errors import ClusterLost, TrainingDiverged, lost_message
+from .metrics import summary
 from .pipelined import run_chained
 from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
@@ -91,7 +92,7 @@ def train(
         if created is not None and state.round == 0:  # no scheduler answered, say
             shutil.rmtree(created, ignore_errors=True)
         raise
-    result = run_state.summary(setup, state)
+    result = summary(setup, state)
     run_dir.write_summary(result)
     trackers.finish()  # after the summary: the run is complete whatever the trackers do
     return result
@@ -149,4 +150,5 @@ def _run_rounds(
             )  # fmt: skip
     except ClusterLost as err:
         t = state.round + 1  # the first round not recorded
-        raise ClusterLost(run_state.lost_message(setup.config, run_dir, t, str(err))) from None
+        saved = state.saved_round
+        raise ClusterLost(lost_message(setup.config, run_dir, t, str(err), saved)) from None

@@ -7,11 +7,12 @@ the Dask driver knows about a round (attempts, shards reloaded, its bytes) it ad
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..algorithms import Strategy
 from ..algorithms.parts.local_solver import LocalSolver
@@ -20,6 +21,10 @@ from ..algorithms.parts.schedule import lr_factor
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
 from .checkpoint import atomic_write_bytes
+
+if TYPE_CHECKING:  # types only: run_state imports this module
+    from ..setup.run_setup import RunSetup
+    from .run_state import RunState
 
 
 @dataclass(frozen=True)
@@ -199,3 +204,28 @@ def append_metrics(path: Path, row: dict[str, Any]) -> None:
         handle.write(json.dumps(row) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
+    """summary.json: the run's last metrics, best accuracy, selected model and totals."""
+    rows = state.rows
+    last = rows[-1] if rows else {}
+    return {
+        "algorithm": setup.strategy.name,
+        "model": setup.config.model,
+        "store": setup.store.path,
+        "rounds": state.round,
+        "final_train_loss": last.get("train_loss"),
+        "final_test_loss": last.get("test_loss"),
+        "final_test_accuracy": last.get("test_accuracy"),
+        "best_test_accuracy": None if state.best_accuracy == -math.inf else state.best_accuracy,
+        # The selected model (best.pt): its round, what selected it, and its test accuracy.
+        "best_round": state.best_round or None,
+        "selected_on": "validation" if state.best_score > -math.inf else "last round",
+        "test_accuracy_at_best": state.test_accuracy_at_best,
+        "total_wall_s": sum(r["wall_s"] for r in rows),
+        "total_comm_bytes": state.cum_comm_bytes,
+        "total_comm_rounds": state.cum_comm_rounds,
+        "total_images": state.cum_images,
+        "num_parameters": int(state.weights.numel()),
+    }

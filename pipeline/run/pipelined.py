@@ -2,9 +2,10 @@
 
 The driver sends the weights once, when the chain starts; from then on round t + 1's tasks
 take round t's result where the collective left it (graph.py), and the driver keeps up to
-ROUNDS_IN_FLIGHT rounds submitted ahead of the one it records. It fetches each round's result
-as the round ends (the rows, the checkpoint), while the cluster is already computing the next
-ones. `who_has` is asked only after a worker is lost.
+ROUNDS_IN_FLIGHT rounds submitted ahead of the one it records. It fetches each round's
+figures (the row) as the round ends, and its weights (the checkpoint) only every
+--checkpoint-every rounds, at the end and for a new best.pt (fetch.py), while the cluster
+is already computing the next ones. `who_has` is asked only after a worker is lost.
 
 What needs a round's outcome on the driver acts one round late, at most ROUNDS_IN_FLIGHT - 1
 rounds of work thrown away, never a round recorded twice or out of order:
@@ -12,9 +13,9 @@ rounds of work thrown away, never a round recorded twice or out of order:
   rounds already in flight behind it are dropped unrecorded;
 - the safeguard, the line search, the skew fixes and the server step run inside the update
   task, on every worker, so they pipeline as the rest of the round does.
-A lost worker (an error from a round, or a round computed by other workers than it was placed
-on) drops the rounds in flight and restarts the chain from the last recorded round's state,
-which the driver holds: the same weights and seeds, so the same results.
+A lost worker drops the rounds in flight and restarts the chain from the last recorded
+round's state, its weights from a surviving copy of its update where the driver left them
+there (fetch.take_held): the same weights and seeds, so the same results.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..round import comm
 from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
 from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
-from . import run_state
+from . import fetch, run_state
 from .checkpoint import CheckpointWriter
 from .cluster import bounded, check_scheduler, publish_round, wait_for
 from .errors import give_up_after
@@ -38,8 +39,7 @@ from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
 from .rundir import RunDir
 
-# Rounds submitted ahead of the one being recorded: 2 hides the driver's work of one round
-# (gather, metrics, checkpoint) behind the next round's compute.
+# Rounds submitted ahead of the one recorded: 2 hides the driver's work of one round.
 ROUNDS_IN_FLIGHT = 2
 
 
@@ -64,6 +64,7 @@ class _Chain:
     reloaded: int = 0  # shards moved to another worker since the last row
     workers_seen: frozenset[str] | None = None  # worker ids of the chain's first round
     in_flight: deque[_Submitted] = field(default_factory=deque)
+    held: _Submitted | None = None  # the last recorded round, where its weights stay there
 
     def drop(self) -> None:
         """Release every round in flight (their tasks are cancelled) and restart later."""
@@ -71,10 +72,9 @@ class _Chain:
         self.link = None
 
     def figures(self, attempts: int, fetched: int, collective: str) -> dict[str, Any]:
-        """What the driver adds to a round's row. `driver_bytes`: what it moved for the
-        round, its fetch of the result (the weights, the strategy's state, the shards'
-        states) and, where the chain (re)started, the carry sent to every worker; never the
-        weights out each round."""
+        """What the driver adds to a round's row. `driver_bytes`: what it fetched of the
+        round (fetch.collect: the weights and state only when it took them, the shards'
+        states) and the carry sent to every worker where the chain (re)started."""
         return {
             "attempts": attempts,
             "shards_reloaded": self.reloaded,
@@ -95,8 +95,7 @@ def run_chained(
     writer: CheckpointWriter,
 ) -> None:
     """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
-    their checkpoints written by `writer`; ClusterLost if the scheduler goes or a round fails
-    `max_attempts` times."""
+    checkpointed by `writer`; ClusterLost if the scheduler goes or a round fails too often."""
     config = setup.config
     chain, failures = _Chain(), dict[int, int]()
     last_row_at = time.perf_counter()
@@ -105,37 +104,65 @@ def run_chained(
         try:
             _fill(client, setup, state, data, chain)
             head = chain.in_flight[0]
-            result, evaluation, fetched, waited = _collect(client, head, config.timeout)
+            taken = fetch.take_round(client, config, state, t, (head.keys, head.futures))
+            result, evaluation, fetched, waited, finite, weights = taken
         except lost as err:
             failures[t] = failures.get(t, 1) + 1
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
             give_up_after(max_attempts, t, failures[t], err)
             data = _restart(client, data, chain, config.timeout)
             continue
-        # Round t's results are on the driver now: release its keys (the next round, already
-        # submitted, keeps what it reads), or each worker holds one model copy more while
-        # the round is recorded.
-        chain.in_flight.popleft().futures.clear()
+        # Round t's results are on the driver: release its keys (the next round keeps what it
+        # reads), or each worker holds a model copy more; unless its weights stayed there.
+        chain.in_flight.popleft()
+        chain.held = None if weights else head
+        if weights:
+            head.futures.clear()
         if t == config.rounds:
             chain.drop()  # nothing follows: the carry need not outlive the run's last round
-        run_state.check_finite(result, t, run_dir)  # before the state takes the round
+        run_state.check_finite(result, t, run_dir, state.saved_round, finite)
         if _workers_changed(chain, result.compute_by_worker):
             # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
             data = _restart(client, data, chain, config.timeout)
         now = time.perf_counter()
         driver = chain.figures(failures.get(t, 1), fetched, comm.collective_of(config.broadcast))
         row = _record(
-            client, setup, (run_dir, writer), state, data, result, evaluation, driver,
-            now - last_row_at,
+            client, setup, (run_dir, writer), state, data, (result, weights), evaluation,
+            driver, now - last_row_at,
         )  # fmt: skip
         # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
         callbacks.on_timings(t, {"scatter_s": chain.scatter_s, "submit_s": head.submit_s, **waited})
         last_row_at, chain.scatter_s, chain.scatter_bytes, chain.reloaded = now, 0.0, 0, 0
         callbacks.on_round(row)
-        callbacks.on_weights(t, state.weights)
-        if stops_early(config, row, state.since_best):
+        if _ends(client, setup, (run_dir, writer), state, chain, row, callbacks):
             break
     chain.drop()
+
+
+def _ends(
+    client: Client,
+    setup: RunSetup,
+    saved_by: tuple[RunDir, CheckpointWriter],
+    state: RunState,
+    chain: _Chain,
+    row: dict[str, Any],
+    callbacks: Any,
+) -> bool:
+    """Whether the run stops after this round (its weights then taken, saved); on_weights."""
+    stop = stops_early(setup.config, row, state.since_best)
+    if stop and state.weights_round < state.round:  # the run ends here: its weights saved
+        _take_held(client, setup, state, chain)
+        run_state.save_run(saved_by[0], state, setup, improved=False, writer=saved_by[1])
+    if state.weights_round == state.round:
+        callbacks.on_weights(state.round, state.weights)
+    return stop
+
+
+def _take_held(client: Client, setup: RunSetup, state: RunState, chain: _Chain) -> None:
+    """The weights of the last recorded round, left on the cluster, into the state."""
+    assert chain.held is not None, "a round without its weights on the driver is held"
+    fetch.take_held(client, state, (chain.held.keys, chain.held.futures), setup.config.timeout)
+    chain.held = None
 
 
 def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
@@ -164,14 +191,16 @@ def _record(
     saved_by: tuple[RunDir, CheckpointWriter],
     state: RunState,
     data: ShardSet,
-    result: Any,
+    taken: tuple[RoundResult, bool],
     evaluation: dict[str, float] | None,
     driver: dict[str, Any],
     wall_s: float,
 ) -> dict[str, Any]:
-    """The round's row, written, checkpointed (by the writer, in the background) and
-    published. The previous round's checkpoint is whole before this row is written."""
+    """The round's row, written, checkpointed (by the writer, in the background, if the
+    driver took the round's weights) and published. The previous round's checkpoint is whole
+    before this row is written."""
     run_dir, writer = saved_by
+    result, weights = taken
     writer.wait()
     row = round_row(
         round_index=state.round + 1,
@@ -179,7 +208,7 @@ def _record(
         result=result,
         evaluation=evaluation,
         wall_s=wall_s,  # from the previous row: the round as a user waits for it
-        totals=state.advance(result, evaluation),
+        totals=state.advance(result, evaluation, weights=weights),
         driver=driver,
     )
     state.rows.append(row)
@@ -187,7 +216,8 @@ def _record(
     # The checkpoint before the event: a scheduler lost while the event is published then
     # leaves the round both written and saved (the writer finishes it as the run stops), so
     # the lost-run line names the next round.
-    run_state.save_run(run_dir, state, setup, improved=row["is_best"], writer=writer)
+    if weights:
+        run_state.save_run(run_dir, state, setup, improved=row["is_best"], writer=writer)
     config = setup.config
     publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
     return row
@@ -247,6 +277,8 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
 def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
     """(Re)start the chain: the driver's state, sent once, replicated on every worker."""
     started = time.perf_counter()
+    if state.weights_round < state.round:  # left on the cluster: the chain restarts from them
+        _take_held(client, setup, state, chain)
     chain.attempt += 1
     chain.workers_seen = None
     carry = RoundResult(
@@ -265,29 +297,3 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
     chain.link = ChainLink(carry=[future] * len(workers))
     chain.scatter_s += time.perf_counter() - started
     chain.scatter_bytes += comm.payload_bytes(carry) * len(workers)
-
-
-def _collect(
-    client: Client, head: _Submitted, timeout: float
-) -> tuple[Any, dict[str, float] | None, int, dict[str, float]]:
-    """Round `head`'s result (with its shards' states, if any) and evaluation, once done,
-    the tensor bytes fetched, and the driver's time waiting for them and fetching them."""
-    started = time.perf_counter()
-    keys = head.keys
-    wanted = [head.futures[keys.updates[0]]]
-    if keys.evaluation:
-        wanted.append(head.futures[keys.evaluation])
-    states = [head.futures[k] for k in keys.last_phase if k in head.futures]
-    wait_for(client, [*wanted, *states], timeout)
-    done = time.perf_counter()
-    values = bounded(client, timeout, client.gather, [*wanted, *states])
-    waited = {"wait_s": done - started, "gather_s": time.perf_counter() - done}
-    fetched = comm.payload_bytes(values)
-    result, evaluation = values[0], values[1] if keys.evaluation else None
-    outputs = values[len(wanted) :]
-    if outputs:
-        merged: dict[int, Any] = {}
-        for output in outputs:
-            merged.update(output.shard_states or {})
-        result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
-    return result, evaluation, fetched, waited

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +21,10 @@ from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult
 from ..round.worker_round import RoundStatic, open_round
-from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, initial_state
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
-from .metrics import RoundTotals, keep_rounds_up_to, smoothed_noise
+from .metrics import RoundTotals, keep_rounds_up_to, read_metrics, smoothed_noise
 from .rundir import RunDir
 
 
@@ -53,6 +53,10 @@ class RunState:
     rows: list[dict[str, Any]] = dataclasses.field(
         default_factory=list, repr=False, compare=False, metadata={"checkpoint": False}
     )
+    # With --checkpoint-every N the driver holds the weights of some rounds only: the round
+    # `weights` (and `buffers`, `state`) belong to, and the round of the last checkpoint.
+    weights_round: int = dataclasses.field(default=0, metadata={"checkpoint": False})
+    saved_round: int = dataclasses.field(default=0, metadata={"checkpoint": False})
 
     @classmethod
     def fresh(cls, setup: RunSetup) -> RunState:
@@ -67,13 +71,16 @@ class RunState:
             shard_states=shard_states if any(s is not None for s in shard_states) else None,
         )
 
-    def advance(self, result: RoundResult, evaluation: dict[str, float] | None) -> RoundTotals:
+    def advance(
+        self, result: RoundResult, evaluation: dict[str, float] | None, *, weights: bool = True
+    ) -> RoundTotals:
         """Take the next round's result and evaluation (None if it had none); returns the
-        run's totals after it, for its metrics row (metrics.round_row)."""
+        run's totals after it, for its metrics row (metrics.round_row). `weights` False: the
+        result's weights, buffers and state were left on the cluster (--checkpoint-every)."""
         self.round += 1
-        self.weights = result.weights
-        self.buffers = result.buffers
-        self.state = result.state
+        if weights:
+            self.weights, self.buffers, self.state = result.weights, result.buffers, result.state
+            self.weights_round = self.round
         if result.shard_states is not None:
             self.shard_states = result.shard_states
         self.cum_comm_bytes += result.comm_bytes
@@ -94,17 +101,22 @@ class RunState:
     def _select(self, evaluation: dict[str, float] | None) -> bool:
         """Whether this round is the selected model now: its validation score beats every
         earlier round's; without validation rows, every evaluated round (the last one wins)."""
-        if evaluation is None:
+        if not self.would_select(evaluation):
+            self.since_best += evaluation is not None
             return False
         score = selection_score(evaluation)
-        if score is not None and score <= self.best_score:
-            self.since_best += 1
-            return False
         if score is not None:
             self.best_score = score
         self.best_round, self.since_best = self.round, 0
         self.test_accuracy_at_best = evaluation.get("accuracy")
         return True
+
+    def would_select(self, evaluation: dict[str, float] | None) -> bool:
+        """Whether a round so evaluated would be selected (best.pt), before advancing."""
+        if evaluation is None:
+            return False
+        score = selection_score(evaluation)
+        return score is None or score > self.best_score
 
     def as_data(self) -> dict[str, Any]:
         """The checkpointed fields, the strategy's states as plain dicts: what a checkpoint
@@ -184,10 +196,19 @@ def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
         remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
         state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
         check_same_model(state, setup, run_dir)
+        state.weights_round = state.saved_round = state.round
     else:
         state = RunState.fresh(setup)
     run_dir.write_config(setup.config, resumed_after=state.round if resume else 0)
+    recorded = len(read_metrics(run_dir.metrics)) if resume and run_dir.metrics.exists() else 0
     state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
+    if recorded > len(state.rows):  # rows past the checkpoint (--checkpoint-every, a kill)
+        lost = recorded - len(state.rows)
+        print(
+            f"resuming after round {state.round}, the last checkpoint: {lost} round"
+            f"{'s' if lost > 1 else ''} recorded after it will be re-run",
+            file=sys.stderr,
+        )
     return state
 
 
@@ -218,7 +239,9 @@ def save_run(
     """The latest checkpoint, and the best one too when the round `improved` on it: written
     now, or by `writer` in the background. The payload is taken now either way (the state's
     tensors are replaced by the next round, never changed in place)."""
+    assert state.weights_round == state.round, "a checkpoint needs the round's own weights"
     payload = {**state.as_data(), "config": setup.config.as_dict(), "model": model_info(setup)}
+    state.saved_round = state.round
 
     def write() -> None:
         save_checkpoint(run_dir.latest, payload)
@@ -242,58 +265,20 @@ def model_info(setup: RunSetup) -> dict[str, Any]:
     }
 
 
-def check_finite(result: RoundResult, t: int, run_dir: RunDir) -> None:
-    """TrainingDiverged naming round t if its loss or weights are not finite.
+def check_finite(result: RoundResult, t: int, run_dir: RunDir, saved: int, finite: bool) -> None:
+    """TrainingDiverged naming round t if its loss or weights are not finite (`finite`:
+    weights_finite, computed where the weights are), naming the last checkpoint, `saved`.
 
     Called before the state advances: a run that diverges in round 1 has finished no round.
     """
     loss = result.metrics.get("train_loss")
-    finite = bool(torch.isfinite(result.weights).all()) and all(
-        bool(torch.isfinite(b).all()) for b in result.buffers.values()
-    )
     if not finite or (loss is not None and not math.isfinite(loss)):
         kept = (
-            f"the last good checkpoint (round {t - 1}) is kept in {run_dir.latest}"
-            if t > 1
-            else "no round finished, so no checkpoint is kept"
+            f"the last good checkpoint (round {saved}) is kept in {run_dir.latest}"
+            if saved > 0
+            else "no checkpoint was written, so none is kept"
         )
         raise TrainingDiverged(
             f"training diverged in round {t}: loss or weights are not finite "
             f"(train_loss={loss}); {kept}; try a larger --mu or a smaller --local-lr"
         )
-
-
-def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
-    """summary.json: the run's last metrics, best accuracy, selected model and totals."""
-    rows = state.rows
-    last = rows[-1] if rows else {}
-    return {
-        "algorithm": setup.strategy.name,
-        "model": setup.config.model,
-        "store": setup.store.path,
-        "rounds": state.round,
-        "final_train_loss": last.get("train_loss"),
-        "final_test_loss": last.get("test_loss"),
-        "final_test_accuracy": last.get("test_accuracy"),
-        "best_test_accuracy": None if state.best_accuracy == -math.inf else state.best_accuracy,
-        # The selected model (best.pt): its round, what selected it, and its test accuracy.
-        "best_round": state.best_round or None,
-        "selected_on": "validation" if state.best_score > -math.inf else "last round",
-        "test_accuracy_at_best": state.test_accuracy_at_best,
-        "total_wall_s": sum(r["wall_s"] for r in rows),
-        "total_comm_bytes": state.cum_comm_bytes,
-        "total_comm_rounds": state.cum_comm_rounds,
-        "total_images": state.cum_images,
-        "num_parameters": int(state.weights.numel()),
-    }
-
-
-def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str) -> str:
-    """The line a lost cluster ends the run with: what was saved and how to go on."""
-    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
-    if t == 1:
-        return f"lost {cluster} in round 1: {reason}; no round finished; run the command again"
-    return (
-        f"lost {cluster} in round {t}: {reason}; rounds 1-{t - 1} are saved in {run_dir.root}; "
-        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
-    )

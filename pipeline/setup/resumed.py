@@ -48,6 +48,9 @@ RESUMABLE_KEYS = frozenset(
         "eval_every",
         "stop_at_accuracy",
         "patience",
+        # When the driver fetches the weights and saves them: the rounds' results are the
+        # same whenever they are fetched (tests/test_checkpoint_every.py).
+        "checkpoint_every",
         # Where and how the same rounds run. Results equal bit for bit across workers, threads,
         # collectives and clusters (every collective sums in one fixed order, aggregate.py);
         # a device changes the rounding of the same math only. `out`: the directory may have

@@ -239,6 +239,14 @@ class RunSettings:
     rounds: int = declare(20, help="Rounds (DANE iterations).")
     seed: int = declare(0, help="Seed of init and sampling.")
     eval_every: int = declare(1, help="Evaluate every N rounds.")
+    # 1: the driver fetches every round's weights, as before the setting. Larger values take
+    # the weights off the driver's path; a killed driver then re-runs up to N - 1 rounds.
+    checkpoint_every: int = declare(
+        1,
+        help="Fetch the weights to the driver and write latest.pt every N rounds (and at the "
+        "end, and for a round that becomes best.pt); a killed driver re-runs at most N - 1 "
+        "rounds.",
+    )
     stop_at_accuracy: float = declare(
         0.0,
         help="Stop once the validation accuracy (the test accuracy with --val-fraction 0) "
@@ -273,6 +281,7 @@ class RunSettings:
     def check_run(self) -> None:
         at_least_one("rounds", self.rounds)
         at_least_one("eval_every", self.eval_every)
+        at_least_one("checkpoint_every", self.checkpoint_every)
         if self.patience < 0:
             raise SettingError(
                 f"{setting('patience')} counts evaluated rounds (got {self.patience}); use 0 "
