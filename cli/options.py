@@ -78,7 +78,7 @@ def run_config_parameters() -> list[inspect.Parameter]:
     # Imported here, not above: the declarations import every algorithm module, which
     # `dane --help` (and every command but train) need not wait for (cli/lazy.py).
     from ..pipeline.algorithms.parts.hyperparameters import with_default
-    from ..pipeline.algorithms.parts.setting_error import FLAG_NAMES, flag, former_flag
+    from ..pipeline.algorithms.parts.setting_error import RENAMED_FLAGS, flag, former_flag
     from ..pipeline.setup.config import SECTIONS, RunConfig, panel_of
 
     types = typing.get_type_hints(RunConfig)
@@ -92,7 +92,7 @@ def run_config_parameters() -> list[inspect.Parameter]:
                 info = typer.Option(flag(f.name), help=text, rich_help_panel=panel_of(f.name))
             kind = _without_none(types[f.name]) | None
             parameters.append(_keyword(f.name, Annotated[kind, info]))
-            if f.name in FLAG_NAMES:  # the former spelling still parses, hidden from --help
+            if f.name in RENAMED_FLAGS:  # the former spelling still parses, hidden from --help
                 hidden = typer.Option(former_flag(f.name), hidden=True)
                 parameters.append(_keyword(f.name + FORMER, Annotated[kind, hidden]))
     return parameters
