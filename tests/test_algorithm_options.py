@@ -155,19 +155,9 @@ COPIES = {
 # later phase's broadcast after it; S-DANE's adaptive variant broadcasts x and gathers
 # grad f_i(x_i); the line search sends its proposal to the other worker.
 REDUCE_COPIES = {
-    "dane-fast": 4,
-    "fedavgm": 2,
-    "diloco": 2,
-    "fedavg-qsr": 2,
-    "fedavg-post-local": 2,
-    "dane-trust": 4,
-    "feddyn": 2,
-    "feddyn-clip": 2,
-    "dane-line-search": 5,
-    "scaffold": 4,
+    **COPIES,
+    "dane-line-search": 5,  # the proposal, sent on to the second worker
     "sdane": 5,
-    "sdane-adaptive": 6,
-    "sgd-step": 2,
 }
 
 
