@@ -151,9 +151,9 @@ def test_a_run_stopped_by_patience_saves_the_weights_of_its_last_round(
 
 def test_a_lost_cluster_names_the_last_checkpoint_not_the_last_row(tmp_path):
     config = RunConfig(store=str(tmp_path), out=str(tmp_path / "run"))
-    line = lost_message(config, RunDir(tmp_path / "run"), 6, "gone", saved=3)
+    line = lost_message(config, tmp_path / "run", 6, "gone", saved=3)
     assert "in round 6: gone; rounds 1-3 are saved in" in line
-    assert "no checkpoint was written yet" in lost_message(config, RunDir(tmp_path), 2, "x", 0)
+    assert "no checkpoint was written yet" in lost_message(config, tmp_path, 2, "x", 0)
 
 
 def test_a_driver_sigkilled_between_checkpoints_loses_at_most_n_minus_1_rounds(

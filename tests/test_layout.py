@@ -23,6 +23,7 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/round/graph.py",
     "pipeline/run/loop.py",
     "pipeline/run/pipelined.py",  # the driver of chained rounds
+    "pipeline/run/fetch.py",  # what the driver takes from the cluster each round
     "pipeline/run/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
 }
 TYPER_IMPORTERS = {

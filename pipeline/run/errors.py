@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: this module stays free of torch and Dask
+    from pathlib import Path
+
     from ..setup.config import RunConfig
-    from .rundir import RunDir
 
 
 class TrainingDiverged(ValueError):
@@ -35,14 +36,15 @@ def give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) 
         ) from None
 
 
-def lost_message(config: RunConfig, run_dir: RunDir, t: int, reason: str, saved: int) -> str:
-    """The line a lost cluster ends the run with: what was saved (rounds 1..saved, the last
-    checkpoint, which --checkpoint-every may leave behind round t - 1) and how to go on."""
+def lost_message(config: RunConfig, run_dir: Path, t: int, reason: str, saved: int) -> str:
+    """The line a lost cluster ends the run with: what was saved in `run_dir` (rounds
+    1..saved, the last checkpoint, which --checkpoint-every may leave behind round t - 1) and
+    how to go on."""
     cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
     if saved == 0:
         done = "no round finished" if t == 1 else "no checkpoint was written yet"
         return f"lost {cluster} in round {t}: {reason}; {done}; run the command again"
     return (
-        f"lost {cluster} in round {t}: {reason}; rounds 1-{saved} are saved in {run_dir.root}; "
-        f"start a cluster and continue with `dane train --out {run_dir.root} --resume`"
+        f"lost {cluster} in round {t}: {reason}; rounds 1-{saved} are saved in {run_dir}; "
+        f"start a cluster and continue with `dane train --out {run_dir} --resume`"
     )

@@ -151,4 +151,4 @@ def _run_rounds(
     except ClusterLost as err:
         t = state.round + 1  # the first round not recorded
         saved = state.saved_round
-        raise ClusterLost(lost_message(setup.config, run_dir, t, str(err), saved)) from None
+        raise ClusterLost(lost_message(setup.config, run_dir.root, t, str(err), saved)) from None

@@ -22,9 +22,8 @@ from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
 from .checkpoint import atomic_write_bytes
 
-if TYPE_CHECKING:  # types only: run_state imports this module
+if TYPE_CHECKING:  # types only
     from ..setup.run_setup import RunSetup
-    from .run_state import RunState
 
 
 @dataclass(frozen=True)
@@ -206,8 +205,10 @@ def append_metrics(path: Path, row: dict[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
-def summary(setup: RunSetup, state: RunState) -> dict[str, Any]:
-    """summary.json: the run's last metrics, best accuracy, selected model and totals."""
+def summary(setup: RunSetup, state: Any) -> dict[str, Any]:
+    """summary.json: the run's last metrics, best accuracy, selected model and totals, from
+    `state`, a RunState (typed Any: run_state.py imports this module, and the module graph
+    has no cycle, type-only imports included)."""
     rows = state.rows
     last = rows[-1] if rows else {}
     return {
