@@ -116,34 +116,50 @@ def _depth(graph, key: str) -> int:
 TWO = ["tcp://a:1"] * 4 + ["tcp://b:2"] * 4
 
 
-def test_a_dane_round_is_four_dependent_steps_with_one_task_per_worker_and_phase():
+def test_a_dane_round_is_three_dependent_steps_with_one_task_per_worker_and_phase():
     graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO)
 
     names = set(graph.layers)
     assert {n for n in names if n.startswith("local_")} == {
         f"{phase}-3-{k}-tok" for phase in ("local_grad", "local_solve") for k in (0, 1)
     }
-    # local gradients -> their sums split off -> local solves -> the update, on each worker.
-    assert [_depth(graph, key) for key in keys.updates] == [4, 4]
+    # local gradients -> local solves -> the update, on each worker. A solve takes every
+    # worker's sums of the gradients; its own shards' gradients wait on its worker (kept.py).
+    assert [_depth(graph, key) for key in keys.updates] == [3, 3]
+    assert not [n for n in graph.layers if n.startswith("nodes_")]
     assert graph.dependencies["local_solve-3-1-tok"] == {
-        "local_grad-3-1-tok",  # its own shards' gradients (the correction), on its worker
-        "nodes_local_grad-3-0-tok",
-        "nodes_local_grad-3-1-tok",
+        "local_grad-3-0-tok",
+        "local_grad-3-1-tok",
     }
     assert graph.dependencies["update-3-0-tok"] == {
-        "nodes_local_grad-3-0-tok",
-        "nodes_local_grad-3-1-tok",
+        "local_grad-3-0-tok",
+        "local_grad-3-1-tok",
         "local_solve-3-0-tok",
         "local_solve-3-1-tok",
     }
     for k, worker in enumerate(("tcp://a:1", "tcp://b:2")):
-        for name in ("local_grad", "nodes_local_grad", "local_solve", "update"):
+        for name in ("local_grad", "local_solve", "update"):
             annotations = graph.layers[f"{name}-3-{k}-tok"].annotations
             assert annotations == {"workers": [worker], "allow_other_workers": True}
-    # Each worker scores its own shards' pieces of the test split; one task adds the sums.
-    assert graph.dependencies[keys.evaluation] == {"score-3-0-tok", "score-3-1-tok"}
-    assert graph.dependencies["score-3-1-tok"] == {"update-3-1-tok"}
+    # Each worker scores its own shards' pieces of the test split, from the round's update
+    # made inline (ready with it, before the next round's tasks); the driver adds the sums.
+    assert keys.evaluation == ["score-3-0-tok", "score-3-1-tok"]
+    assert graph.dependencies["score-3-1-tok"] == graph.dependencies["update-3-1-tok"]
     assert graph.layers["score-3-1-tok"].annotations["workers"] == ["tcp://b:2"]
+
+
+def test_a_round_the_driver_takes_no_weights_of_builds_its_figures_beside_the_update():
+    static = RoundStatic(
+        strategy=FedAvg(solver=SOLVER), spec=SPEC, seed=0, index=3, layout=layout(TWO),
+        num_shards=len(TWO),
+    )  # fmt: skip
+    graph, keys = build_round(
+        static, shards=[f"shard{i}" for i in range(8)], placement=TWO,
+        link=ChainLink(carry=["carry0", "carry1"]), token="tok", light=True,
+    )  # fmt: skip
+    assert keys.figures == "figures-3-0-tok" and keys.figures in keys.held()
+    assert graph.dependencies[keys.figures] == graph.dependencies["update-3-0-tok"]
+    assert keys.evaluation == []
 
 
 def test_a_fedavg_round_is_two_dependent_steps():
@@ -153,6 +169,63 @@ def test_a_fedavg_round_is_two_dependent_steps():
     assert [_depth(graph, key) for key in keys.updates] == [2, 2]
 
 
+def _three_rounds(strategy, placement: list[str], collective: str = "allgather"):
+    """Three rounds chained as the driver chains them (keys standing in for futures): every
+    task's dependencies across rounds, and each round's keys."""
+    link, tasks, rounds = ChainLink(carry=["carry0", "carry1"][: len(set(placement))]), {}, []
+    for t in (1, 2, 3):
+        static = RoundStatic(
+            strategy=strategy, spec=SPEC, seed=0, index=t, num_shards=len(placement),
+            layout=layout(placement, collective),
+        )  # fmt: skip
+        shards = [f"shard{i}" for i in range(len(placement))]
+        graph, keys = build_round(
+            static, shards=shards, placement=placement, link=link, token="tok"
+        )
+        for layer in graph.layers.values():
+            tasks.update(layer.mapping)
+        link = keys.link({key: key for key in keys.held()})
+        rounds.append(keys)
+
+    def strings(value):
+        if isinstance(value, str):
+            return {value}
+        if isinstance(value, list | tuple):
+            return set().union(*(strings(item) for item in value))
+        return set()
+
+    return {key: strings(task) & set(tasks) for key, task in tasks.items()}, rounds, tasks
+
+
+def _chain_depth(deps: dict, key: str) -> int:
+    return 1 + max((_chain_depth(deps, d) for d in deps[key]), default=0)
+
+
+@pytest.mark.parametrize(
+    "strategy, placement, steps",
+    [
+        (Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO, 2),  # local gradients, local solves
+        (Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO[:4], 2),
+        (FedAvg(solver=SOLVER), TWO, 1),  # local training, each round's update inline
+        (Scaffold(solver=SOLVER), TWO, 2),  # local training, its sums split off the states
+    ],
+    ids=["dane-2", "dane-1", "fedavg-2", "scaffold-2"],
+)
+def test_a_round_starts_with_the_update_before_it_made_inline(strategy, placement, steps):
+    deps, rounds, tasks = _three_rounds(strategy, placement)
+
+    depths = [_chain_depth(deps, keys.updates[0]) for keys in rounds]
+    assert depths[2] - depths[1] == depths[1] - depths[0] == steps
+    # Round 2's first task on worker 1 runs round 1's update itself, from the same inputs as
+    # round 1's update task; the update task's result is taken by the later phases and the
+    # driver, off the chain.
+    last = len(set(placement)) - 1
+    first = f"{strategy.phases[0]}-2-{last}-tok"
+    update = f"update-1-{last}-tok"
+    assert update not in deps[first] and deps[update] <= deps[first]
+    assert tasks[first][5] == tasks[update]  # the carry argument: the update task itself
+
+
 def test_one_worker_splits_nothing_off_and_shard_states_stay_with_their_worker():
     graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), ["tcp://a:1"] * 4)
     assert [_depth(graph, key) for key in keys.updates] == [3]
@@ -160,30 +233,28 @@ def test_one_worker_splits_nothing_off_and_shard_states_stay_with_their_worker()
     # SCAFFOLD keeps a state per shard: its output is split, so the others take only sums,
     # and the next round on each worker takes its own output (the states) where it is.
     graph, keys = _chained(Scaffold(solver=SOLVER), TWO)
-    assert keys.last_phase == ["local_train-3-0-tok", "local_train-3-1-tok"]
+    assert keys.states == ["local_train-3-0-tok", "local_train-3-1-tok"]
     assert graph.dependencies["update-3-1-tok"] == {
         "nodes_local_train-3-0-tok",
         "nodes_local_train-3-1-tok",
     }
-    assert keys.link(with_states=True).before == keys.last_phase
+    assert keys.link({}).before == keys.states
 
 
 def test_a_reduce_round_finishes_each_phase_once_on_the_first_worker():
     graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO, collective="reduce")
 
-    # local gradients -> their sums split off -> the phase finished once -> local solves ->
-    # the one update: a step more than allgather, and every worker takes that update.
+    # local gradients -> the phase finished once -> local solves -> the one update: a step
+    # more than allgather, and every worker takes that update.
     assert keys.updates == ["update-3-0-tok", "update-3-0-tok"]
-    assert _depth(graph, keys.updates[0]) == 5
+    assert _depth(graph, keys.updates[0]) == 4
     assert graph.dependencies["reduce_local_grad-3-0-tok"] == {
-        "nodes_local_grad-3-0-tok",
-        "nodes_local_grad-3-1-tok",
+        "local_grad-3-0-tok",
+        "local_grad-3-1-tok",
     }
     assert graph.layers["reduce_local_grad-3-0-tok"].annotations["workers"] == ["tcp://a:1"]
-    assert graph.dependencies["local_solve-3-1-tok"] == {
-        "local_grad-3-1-tok",  # its own shards' gradients (the correction), on its worker
-        "reduce_local_grad-3-0-tok",  # the phase's end, fetched from the first worker
-    }
+    # The phase's end, fetched from the first worker (its own gradients wait on its worker).
+    assert graph.dependencies["local_solve-3-1-tok"] == {"reduce_local_grad-3-0-tok"}
     assert graph.dependencies["update-3-0-tok"] == {
         "reduce_local_grad-3-0-tok",
         "local_solve-3-0-tok",

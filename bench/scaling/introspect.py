@@ -29,6 +29,40 @@ def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, str]:
     return graph, keys.updates[0]
 
 
+def chained_dependencies(
+    setup: RunSetup, workers: list[str], rounds: int = 3
+) -> tuple[dict[str, set[str]], list[str]]:
+    """The dependencies of `rounds` rounds chained as the driver chains them (each round's
+    graph linked to the one before by its keys), across rounds, and each round's update on
+    the first worker: its depth grows by the steps a round adds to the chain."""
+    placement = shard_placement(setup.store.num_shards, workers)
+    shards = [f"shard{i}" for i in range(len(placement))]
+    link = ChainLink(carry=[f"carry{k}" for k in range(len(set(placement)))])
+    tasks: dict[str, Any] = {}
+    updates = []
+    for t in range(1, rounds + 1):
+        graph, keys = build_round(
+            round_static(setup, t, placement),
+            shards=shards,
+            placement=placement,
+            link=link,
+            token="count",
+        )
+        for layer in graph.layers.values():
+            tasks.update(layer.mapping)
+        link = keys.link({key: key for key in keys.held()})
+        updates.append(keys.updates[0])
+    return {key: set(_strings_in(task)) & set(tasks) for key, task in tasks.items()}, updates
+
+
+def _strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [key for item in value for key in _strings_in(item)]
+    return []
+
+
 def read_first_rows(load_args: dict[str, Any], rows: int = 2) -> None:
     """Read `rows` rows of a shard as a worker's first load does (zarr's I/O thread, codecs)."""
     load_shard(**{**load_args, "start": 0, "stop": rows})

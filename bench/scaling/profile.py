@@ -25,7 +25,7 @@ import torch
 from dask.utils import key_split
 from distributed import wait
 
-from .introspect import round_graph
+from .introspect import chained_dependencies, round_graph
 
 
 def _increment(value: int) -> int:
@@ -138,8 +138,9 @@ def tasks_per_round(setup: Any) -> int:
 
 
 def dependent_steps(setup: Any, workers: int) -> int:
-    """Tasks on a round's longest dependency chain with `workers` workers, up to the update
-    (the evaluation after it runs only in evaluated rounds); rounds start from the update of
-    the round before, on the cluster."""
-    graph, result = round_graph(setup, [f"w{j}" for j in range(workers)])
-    return critical_path(dict(graph.dependencies), result)
+    """Dependent scheduling steps a round adds to the chain of rounds with `workers` workers:
+    how much deeper the third round's update lies than the second's, on three rounds chained
+    as the driver chains them (a round may start on its own first task with the update of
+    the round before, so a round's own graph alone would count that update twice)."""
+    dependencies, updates = chained_dependencies(setup, [f"w{j}" for j in range(workers)])
+    return critical_path(dependencies, updates[2]) - critical_path(dependencies, updates[1])

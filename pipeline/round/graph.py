@@ -1,21 +1,25 @@
 """One round as a Dask task graph, chained to the round before it on the cluster.
 
 Per phase p and worker k: `{phase}-{t}-{k}` runs phase p on all of worker k's shards and sums
-its whole subtrees (worker_round.py). Where that output also holds what only worker k needs
-(its shards' reports for its next phase, or their states for its next round), a small
-`nodes_{phase}-{t}-{k}` task on the same worker hands on the sums alone; else the output
-itself travels. Then the run's collective (comm.collective_of, `--broadcast`):
-- allgather: every worker takes every worker's sums, finishes the phase itself and, after the
-  last phase, runs `update-{t}-{k}`, so every worker holds round t's result;
+its whole subtrees (worker_round.py); its result is those sums, and the shards' reports that
+its next phase takes wait on the worker (kept.py). Where the last phase's output also holds
+the shards' states for the next round, a small `nodes_{phase}-{t}-{k}` task on the same
+worker hands on the sums alone. Then the run's collective (comm.collective_of,
+`--broadcast`):
+- allgather: every worker takes every worker's sums and finishes the phase itself; after the
+  last phase, `update-{t}-{k}` makes round t's result on every worker, for the round's later
+  phases, its evaluation and the driver. Round t + 1's first task on worker k does not wait
+  for it: it runs the same update inline (ChainLink.update), from the same inputs;
 - reduce: the first worker takes the sums, finishes the phase once (`reduce_{phase}-{t}-0`)
   and, after the last, runs the one `update-{t}-0`; the other workers fetch each phase's end
-  and the update from it (the fan-out: Dask's own transfers, one copy to each).
-Round t + 1's tasks on worker k take round t's update where worker k finds it. Both sum in
-aggregate.py's pairwise order, so their results are the same to the last bit.
+  and the update from it (the fan-out: Dask's own transfers, one copy to each), and round
+  t + 1's tasks take that update.
+Both sum in aggregate.py's pairwise order, so their results are the same to the last bit.
 
-Dependent steps on a round's critical path: one per phase, one more per phase whose output is
-split, the update, and with reduce one per finished phase: DANE 4 (allgather) or 5 (reduce).
-Builds the graph; computes nothing. Keys carry the run's token (and the chain's attempt).
+Dependent steps a round adds to the chain: one per phase, one more where the last phase's
+output is split, and with reduce one per finished phase and the update: allgather DANE 2,
+FedAvg 1, SCAFFOLD 2; reduce DANE 4. Builds the graph; computes nothing. Keys carry the run's
+token (and the chain's attempt).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import tasks, worker_round
+from . import worker_round
 from .aggregate import owned_nodes
 from .worker_round import RoundStatic
 
@@ -46,21 +50,55 @@ class ShardSet:
 class ChainLink:
     """Where round t starts: per worker, what it takes as the carry (a future of a
     RoundResult the driver scattered, or round t - 1's update) and, for strategies with shard
-    states, its output of round t - 1's last phase (None when the carry holds the states)."""
+    states, its output of round t - 1's last phase (None when the carry holds the states).
+
+    `update` (allgather): per worker, round t - 1's update task itself, which round t's first
+    task runs inline rather than wait for the `update` task's result: the update is a few
+    vector operations on inputs every worker already holds, and made again it costs no step.
+    """
 
     carry: list[Any]
     before: list[Any] | None = None
+    update: list[tuple] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundKeys:
     updates: list[str]  # round t's result, per worker where it is taken (the next carry)
-    last_phase: list[str]  # every worker's output of the last phase (its shards' states)
-    evaluation: str | None  # the test split's loss and accuracy, if evaluated
+    # Every worker's output of the last phase, which holds its shards' states, for strategies
+    # with shard states (the driver fetches them, the next round starts from them); else [].
+    states: list[str]
+    evaluation: list[str]  # per worker, its pieces' scores ([]: the round is not evaluated)
+    figures: str | None = None  # the round's figures without its weights, where built
+    # allgather: per worker, the update task (update_on_worker and its arguments, keys as
+    # strings) that the next round's first task runs inline; None under reduce.
+    update_tasks: list[tuple] | None = None
 
-    def link(self, with_states: bool) -> ChainLink:
-        """Where the next round starts, as keys of this one."""
-        return ChainLink(carry=self.updates, before=self.last_phase if with_states else None)
+    def held(self) -> list[str]:
+        """The keys the driver holds futures of: the round's results and what the next round
+        starts from (link)."""
+        held = [*self.updates, *self.states]
+        held += _keys_in(self.update_tasks or [])
+        held += [*self.evaluation, *([self.figures] if self.figures else [])]
+        return list(dict.fromkeys(held))  # reduce: one update, taken by every worker
+
+    def link(self, futures: dict[str, Any]) -> ChainLink:
+        """Where the next round starts, as the futures of this one's keys."""
+
+        def held(value: Any) -> Any:
+            if isinstance(value, str):
+                return futures.get(value, value)
+            if isinstance(value, list):
+                return [held(item) for item in value]
+            if isinstance(value, tuple):
+                return tuple(held(item) for item in value)
+            return value
+
+        return ChainLink(
+            carry=held(self.updates),
+            before=held(self.states) if self.states else None,
+            update=held(self.update_tasks),
+        )
 
 
 def _keys_in(value: Any) -> list[str]:
@@ -98,10 +136,12 @@ def build_round(
     link: ChainLink,
     token: str,
     evaluate: list[Any] | None = None,
+    light: bool = False,
 ) -> tuple[HighLevelGraph, RoundKeys]:
     """Round `static.index`'s graph: `shards` are the shard futures, `placement` where each
     lives, `evaluate` the scoring pieces' futures, one per shard (None: no evaluation this
-    round), each scored on its shard's worker and combined on the first."""
+    round), each scored on its shard's worker; with `light`, a task of the round's figures
+    without its weights (the driver's fetch when it does not take them)."""
     b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
@@ -109,7 +149,7 @@ def build_round(
     reduce = static.layout.collective == "reduce" and len(workers) > 1
     shared: list[list[str]] = []  # per phase: what leaves each worker of its output
     ended: str | list = []  # reduce: the first worker's finished phases (a key, once one is)
-    own: list[str | None] = [None] * len(workers)
+    own: list[str] = []
     for p, name in enumerate(static.strategy.phases):
         received = ended if reduce else [list(outputs) for outputs in shared]
         own = [
@@ -122,10 +162,10 @@ def build_round(
                     p,
                     held[k],
                     owned_nodes(placement, worker),
-                    link.carry[k],
+                    _carry(link, k, first=p == 0),
                     received,
-                    own[k],
                     link.before[k] if link.before is not None else None,
+                    token,  # the chain under which each worker keeps its shards' reports
                 ),
                 worker,
             )
@@ -135,18 +175,43 @@ def build_round(
         if reduce and p < len(static.strategy.phases) - 1:
             task = (worker_round.end_phase, static, link.carry[0], ended, shared[-1])
             ended = b.add(f"reduce_{name}", 0, task, workers[0])
-    updates = _updates(b, static, link, shared, ended if reduce else None, workers)
-    evaluation = None
-    if evaluate is not None:
-        scores = []
-        for k, worker in enumerate(workers):  # one task a worker, its own pieces
-            indices = [i for i, at in enumerate(placement) if at == worker]
-            pieces = [evaluate[i] for i in indices]
-            task = (worker_round.score_result, static.spec, indices, pieces, updates[k])
-            scores.append(b.add("score", k, task, worker))
-        evaluation = b.add("evaluate", 0, (tasks.combine_scores, *scores), workers[0])
+    updates, update_tasks = _updates(b, static, link, shared, ended if reduce else None, workers)
+    made = update_tasks or updates  # the update inline (allgather), or its task's result
+    evaluation = _scores(b, static, placement, made, evaluate) if evaluate is not None else []
+    # The round's figures without its weights, where the driver does not take them: made
+    # inline beside the update, so that they run before the next round's tasks.
+    figures = b.add("figures", 0, (worker_round.stripped, made[0]), workers[0]) if light else None
     graph = HighLevelGraph(b.layers, b.deps)
-    return graph, RoundKeys(updates=updates, last_phase=list(own), evaluation=evaluation)
+    states = list(own) if static.strategy.shard_state_type is not None else []
+    keys = RoundKeys(
+        updates=updates,
+        states=states,
+        evaluation=evaluation,
+        figures=figures,
+        update_tasks=update_tasks,
+    )
+    return graph, keys
+
+
+def _scores(
+    b: _Builder, static: RoundStatic, placement: list[str], made: list, evaluate: list[Any]
+) -> list[str]:
+    """One scoring task a worker, its own shards' pieces, each scoring the round's update made
+    inline (`made`): ready as the update is, they run before the next round's first task on
+    the worker (the earlier graph's tasks come first), and the driver adds their sums."""
+    scores = []
+    for k, worker in enumerate(dict.fromkeys(placement)):
+        indices = [i for i, at in enumerate(placement) if at == worker]
+        pieces = [evaluate[i] for i in indices]
+        task = (worker_round.score_result, static.spec, indices, pieces, made[k])
+        scores.append(b.add("score", k, task, worker))
+    return scores
+
+
+def _carry(link: ChainLink, k: int, first: bool) -> Any:
+    """What worker k's task of a phase takes as the round's carry: in the first phase, round
+    t - 1's update made inline where the link holds its task (allgather), else its result."""
+    return link.update[k] if first and link.update is not None else link.carry[k]
 
 
 def _updates(
@@ -156,32 +221,33 @@ def _updates(
     shared: list[list[str]],
     ended: str | list | None,
     workers: list[str],
-) -> list[str]:
+) -> tuple[list[str], list[tuple] | None]:
     """The round's update, per worker: made on each (allgather), or once on the first worker
-    from the phases it finished (`ended`, reduce), every worker then taking that one."""
+    from the phases it finished (`ended`, reduce), every worker then taking that one; and
+    under allgather each worker's update task, which the next round's first task runs inline.
+    """
     if ended is not None:
         task = (worker_round.update_on_worker, static, link.carry[0], ended, shared[-1])
-        return [b.add("update", 0, task, workers[0])] * len(workers)
+        return [b.add("update", 0, task, workers[0])] * len(workers), None
     earlier = [list(outputs) for outputs in shared[:-1]]
-    return [
-        b.add(
-            "update",
-            k,
-            (worker_round.update_on_worker, static, link.carry[k], earlier, shared[-1]),
-            w,
-        )
-        for k, w in enumerate(workers)
+    tasks = [
+        (worker_round.update_on_worker, static, link.carry[k], earlier, list(shared[-1]))
+        for k in range(len(workers))
     ]
+    updates = [
+        b.add("update", k, task, w) for k, (task, w) in enumerate(zip(tasks, workers, strict=True))
+    ]
+    return updates, tasks
 
 
 def _shared(
     b: _Builder, static: RoundStatic, p: int, outputs: list[str], workers: list[str]
 ) -> list[str]:
     """What leaves each worker of phase p's outputs: the outputs themselves, or where they
-    hold more than the sums (reports for the next phase, shard states), the sums alone,
-    split off on each worker. One worker alone has no one to hand its sums to."""
+    hold the shards' states as well (the last phase of a strategy with shard states), the
+    sums alone, split off on each worker. One worker alone has no one to hand its sums to."""
     last = p == len(static.strategy.phases) - 1
-    keeps_more = not last or static.strategy.shard_state_type is not None
+    keeps_more = last and static.strategy.shard_state_type is not None
     if not keeps_more or len(workers) == 1:
         return outputs
     name = f"nodes_{static.strategy.phases[p]}"

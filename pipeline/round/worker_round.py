@@ -10,20 +10,25 @@ way these are the same functions on the same numbers in the same order as the re
 (reference.py), so all agree to the last bit.
 
 A round's carry is what it starts from: the previous round's RoundResult on the cluster, or,
-when the driver (re)starts the chain, a RoundResult it scattered to every worker.
+when the driver (re)starts the chain, a RoundResult it scattered to every worker. Under
+allgather a round's first task takes that update as a task of its own, run inline (graph.py).
+
+A phase task's result holds the subtree sums (and, after the last phase, its shards' states)
+and nothing else: its shards' reports, which its next phase takes, wait in kept.py, the one
+state these functions keep between tasks; a report not found there is computed again.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ...models.registry import ModelSpec
 from ..algorithms import Broadcast, Strategy
-from . import comm, transport
+from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
 from .shards import ShardData
 from .sizes import register_dataclasses
@@ -59,17 +64,20 @@ class RoundStatic:
 class WorkerPhase:
     """One worker's output of one phase.
 
-    `nodes` travel to every worker; `reports` (the worker's shards' outputs, which its next
-    phase receives as `previous`) and `shard_states` (after the last phase, each of its shards'
-    state for the next round) stay with it: nodes_of() hands the others the nodes alone.
+    `nodes` travel to every worker; `shard_states` (after the last phase, each of its shards'
+    state for the next round) stay with it: nodes_of() hands the others the nodes alone. The
+    shards' reports, which the worker's next phase receives as `previous`, are kept apart
+    (kept.py).
     """
 
     nodes: dict[TreeNode, Partial]
-    reports: dict[int, ShardReport] | None = None
     shard_states: dict[int, Any] | None = None
 
 
 register_dataclasses(WorkerPhase)
+
+# What a round the driver does not take the weights of holds in their place.
+NO_WEIGHTS = torch.empty(0)
 
 
 def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any]:
@@ -136,37 +144,45 @@ def run_worker_phase(
     nodes: list[TreeNode],
     carry: RoundResult,
     received: Received,
-    own: WorkerPhase | None,
     before: WorkerPhase | None,
+    chain: str,
 ) -> WorkerPhase:
     """Phase `phase` of every shard this worker holds, and the sums of its subtrees `nodes`.
 
-    `received` holds the earlier phases of this round (Received), `own` this
-    worker's output of the phase before, `before` its output of the previous round's last
-    phase, which holds its shards' states (None: they come with the carry, or there are none).
+    `received` holds the earlier phases of this round (Received), `before` this worker's
+    output of the previous round's last phase, which holds its shards' states (None: they
+    come with the carry, or there are none). Each shard's report of the phase before is
+    taken from what the worker kept (kept.py, under `chain`: the run's token and attempt),
+    and this phase's reports are kept for the next.
     """
     round_input, opening = open_round(static, carry)
     ends = phase_ends(round_input, received, static.num_shards, carry.weights)
-    sent = ends[-1] if ends else opening
     states = before.shard_states if before is not None else None
     if states is None and carry.shard_states is not None:
         states = {shard.index: carry.shard_states[shard.index] for shard in shards}
 
-    def run(shard: ShardData) -> ShardReport:
-        previous = own.reports[shard.index] if own is not None and own.reports else None
+    def report(shard: ShardData, p: int) -> ShardReport:
+        """The shard's report of phase p: kept by its earlier phase, or computed (again)."""
+        if p < phase:
+            found = kept.take(chain, static.index, p, shard.index)
+            if found is not None:
+                return found
+        previous = report(shard, p - 1) if p > 0 else None
         state = states[shard.index] if states is not None else None
-        return run_local(round_input, phase, shard, carry.weights, sent, previous, state)
+        sent = ends[p - 1] if p > 0 else opening
+        return run_local(round_input, p, shard, carry.weights, sent, previous, state)
 
     if static.threads > 1 and len(shards) > 1:
         with ThreadPoolExecutor(min(static.threads, len(shards))) as pool:
-            done = list(pool.map(run, shards))
+            done = list(pool.map(lambda shard: report(shard, phase), shards))
     else:
-        done = [run(shard) for shard in shards]
-    reports = {shard.index: report for shard, report in zip(shards, done, strict=True)}
-    leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
+        done = [report(shard, phase) for shard in shards]
+    reports = {shard.index: r for shard, r in zip(shards, done, strict=True)}
     last = phase == len(static.strategy.phases) - 1
+    if not last:
+        kept.put(chain, static.index, phase, reports)
+    leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
     keeps_states = last and static.strategy.shard_state_type is not None
-    states_after = {i: r.output.shard_state for i, r in reports.items()}
     encoding = static.layout.transport
     return WorkerPhase(
         nodes={
@@ -175,8 +191,9 @@ def run_worker_phase(
             )
             for node in nodes
         },
-        reports=None if last else reports,
-        shard_states=states_after if keeps_states else None,
+        shard_states={i: r.output.shard_state for i, r in reports.items()}
+        if keeps_states
+        else None,
     )
 
 
@@ -203,3 +220,16 @@ def score_result(
 ) -> list[tuple[int, Score]]:
     """A worker's scoring pieces' sums (scoring.py) for a round's weights and buffers."""
     return score_pieces(spec, indices, pieces, result.weights, result.buffers)
+
+
+def weights_finite(result: RoundResult) -> bool:
+    """Whether the result's weights and buffers are all finite (run where they are)."""
+    return bool(torch.isfinite(result.weights).all()) and all(
+        bool(torch.isfinite(b).all()) for b in result.buffers.values()
+    )
+
+
+def stripped(result: RoundResult) -> tuple[RoundResult, bool]:
+    """On the worker: the result without its model-sized parts, and weights_finite."""
+    light = replace(result, weights=NO_WEIGHTS, buffers={}, state=None)
+    return light, weights_finite(result)

@@ -1,9 +1,11 @@
 """What the driver fetches of a round: its row's figures every round, its weights only when
 the driver must hold them (--checkpoint-every, the run's end, a new best.pt, a restart).
 
-A round's weights, buffers and strategy state stay on the cluster otherwise: a small task
-beside the update (`stripped`) sends the driver the round's figures, the shards' states and
-whether the weights are finite, so divergence is still caught in the round it happens.
+A round's weights, buffers and strategy state stay on the cluster otherwise: a small task of
+the round's graph (`figures`, worker_round.stripped beside the update) sends the driver the
+round's figures and whether the weights are finite, so divergence is still caught in the
+round it happens. The scores of an evaluated round come one per worker; the driver adds them
+(scoring.combine_scores), so no task on the cluster waits for the slowest worker's.
 """
 
 from __future__ import annotations
@@ -12,29 +14,14 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import torch
 from distributed import Client, Future
 
 from ..round import comm
 from ..round.graph import RoundKeys
+from ..round.scoring import combine_scores
 from ..round.tasks import RoundResult
+from ..round.worker_round import weights_finite
 from .cluster import bounded, wait_for
-
-# What a round the driver does not take the weights of holds in their place.
-NO_WEIGHTS = torch.empty(0)
-
-
-def weights_finite(result: RoundResult) -> bool:
-    """Whether the result's weights and buffers are all finite (run where they are)."""
-    return bool(torch.isfinite(result.weights).all()) and all(
-        bool(torch.isfinite(b).all()) for b in result.buffers.values()
-    )
-
-
-def stripped(result: RoundResult) -> tuple[RoundResult, bool]:
-    """On the worker: the result without its model-sized parts, and weights_finite."""
-    light = replace(result, weights=NO_WEIGHTS, buffers={}, state=None)
-    return light, weights_finite(result)
 
 
 def checkpointed(every: int, rounds: int, t: int) -> bool:
@@ -43,41 +30,40 @@ def checkpointed(every: int, rounds: int, t: int) -> bool:
     return t % every == 0 or t == rounds
 
 
-def outputs(keys: RoundKeys, futures: dict[str, Future]) -> tuple[Future, Future | None, list]:
-    """A round's update (one copy), evaluation (or None) and last phase's outputs."""
-    evaluation = futures[keys.evaluation] if keys.evaluation else None
-    states = [futures[k] for k in keys.last_phase if k in futures]
-    return futures[keys.updates[0]], evaluation, states
+def outputs(keys: RoundKeys, futures: dict[str, Future]) -> tuple[Future, list, list]:
+    """A round's update (one copy; its figures alone where the round built them), its scores
+    (one per worker; [] if not evaluated) and its last phase's outputs (the shards' states)."""
+    update = futures[keys.figures] if keys.figures else futures[keys.updates[0]]
+    scores = [futures[k] for k in keys.evaluation]
+    return update, scores, [futures[k] for k in keys.states]
 
 
 def collect(
     client: Client,
-    futures: tuple[Future, Future | None, list[Future]],
+    futures: tuple[Future, list[Future], list[Future]],
     timeout: float,
-    weights: bool,
 ) -> tuple[RoundResult, dict[str, float] | None, int, dict[str, float], bool]:
     """A round's result (with its shards' states, if any) and evaluation, once done, from
-    `futures` (an update, the evaluation or None, the last phase's outputs); the tensor bytes
-    fetched, the driver's time waiting and fetching, and whether the weights are finite.
-    Without `weights`, the result holds NO_WEIGHTS, no buffers and no state."""
-    update, evaluation, states = futures
+    `futures` (outputs: the update or its figures, the scores, the last phase's outputs); the
+    tensor bytes fetched, the driver's time waiting and fetching, and whether the weights
+    are finite. From the figures alone, the result holds NO_WEIGHTS, no buffers and no state."""
+    update, scores, states = futures
     started = time.perf_counter()
-    if not weights:  # the figures alone, computed where the update is
-        update = client.submit(stripped, update, key=f"stripped-{update.key}")
-    wanted = [update] if evaluation is None else [update, evaluation]
-    wait_for(client, [*wanted, *states], timeout)
+    wait_for(client, [update, *scores, *states], timeout)
     done = time.perf_counter()
-    values = bounded(client, timeout, client.gather, [*wanted, *states])
+    values = bounded(client, timeout, client.gather, [update, *scores, *states])
     waited = {"wait_s": done - started, "gather_s": time.perf_counter() - done}
     fetched = comm.payload_bytes(values)
-    result, finite = values[0] if not weights else (values[0], weights_finite(values[0]))
-    outputs = values[len(wanted) :]
+    taken = values[0]
+    result, finite = taken if isinstance(taken, tuple) else (taken, weights_finite(taken))
+    outputs = values[1 + len(scores) :]
     if outputs:
         merged: dict[int, Any] = {}
         for output in outputs:
             merged.update(output.shard_states or {})
         result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
-    return result, values[1] if evaluation is not None else None, fetched, waited, finite
+    evaluation = combine_scores(*values[1 : 1 + len(scores)]) if scores else None
+    return result, evaluation, fetched, waited, finite
 
 
 def take_round(
@@ -87,9 +73,9 @@ def take_round(
     weights: on a checkpoint round, or where the round becomes best.pt (state.would_select,
     from its evaluation: the weights are taken then, while the round's keys are held)."""
     keys, futures = round_keys
-    weights = checkpointed(config.checkpoint_every, config.rounds, t)
+    weights = not keys.figures  # the round built its figures where the driver takes no weights
     result, evaluation, fetched, waited, finite = collect(
-        client, outputs(keys, futures), config.timeout, weights
+        client, outputs(keys, futures), config.timeout
     )
     if not weights and state.would_select(evaluation):
         result, more = take_weights(client, keys, futures, result, config.timeout)

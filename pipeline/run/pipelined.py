@@ -246,7 +246,6 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
     config = setup.config
     if chain.link is None:
         _start(client, setup, state, data, chain)
-    with_states = setup.strategy.shard_state_type is not None
     last = chain.in_flight[-1].index if chain.in_flight else state.round
     while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
@@ -259,15 +258,11 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
             link=chain.link,
             token=f"{data.token}a{chain.attempt}",
             evaluate=data.test if evaluate else None,
+            light=not fetch.checkpointed(config.checkpoint_every, config.rounds, t),
         )
-        wanted = [*keys.updates, *(keys.last_phase if with_states else [])]
-        wanted += [keys.evaluation] if keys.evaluation else []
-        wanted = list(dict.fromkeys(wanted))  # reduce: one update, taken by every worker
+        wanted = keys.held()
         futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
-        chain.link = ChainLink(
-            carry=[futures[k] for k in keys.updates],
-            before=[futures[k] for k in keys.last_phase] if with_states else None,
-        )
+        chain.link = keys.link(futures)
         chain.in_flight.append(
             _Submitted(index=t, keys=keys, futures=futures, submit_s=time.perf_counter() - started)
         )
