@@ -10,7 +10,8 @@ config says (its workers run on other nodes). A remote scheduler is reached with
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 
 Also the driver's requests that must not hang on a frozen scheduler (`wait_for`,
-`check_scheduler`, `bounded`: ClusterLost past `--timeout`); main_guard.py's one line.
+`check_scheduler`, `bounded`: ClusterLost past `--timeout`); a missing main guard said in
+one line (errors.py).
 """
 
 from __future__ import annotations
@@ -27,14 +28,12 @@ from typing import TYPE_CHECKING, Any
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
+# Importing the dashboard module adds /dane to the dashboards started here.
+from ..observe.dashboard import EVENT_TOPIC
 from ..setup.config import ClusterSettings, scheduler_file_address
-from .cluster_checks import checked_start
-from .cluster_logs import LOG_FORMAT, route_cluster_logs
-from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
-from .errors import ClusterLost
+from .cluster_checks import LOG_FORMAT, Stuck, checked_start, route_cluster_logs
+from .errors import ClusterLost, refuse_in_spawned_import, reporting_unguarded_main
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
-from .main_guard import refuse_in_spawned_import, reporting_unguarded_main
-from .stranded import Stuck
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -230,7 +229,7 @@ def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
     Every few seconds the scheduler is asked for its identity; if the client has lost it, or
     it does not answer within --timeout, ClusterLost (a round may take any time; a silent
     scheduler may not); and whether the tasks are stranded or every worker paused for good
-    (stranded.py). Done-callbacks wake the driver the moment the last future finishes
+    (cluster_checks.py). Done-callbacks wake the driver the moment the last future finishes
     (polling would add its interval to every round); `distributed.wait(timeout=...)` leaves
     a reference cycle per timeout that holds the round's futures until a collection.
     """

@@ -21,6 +21,8 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
+from ..observe.progress import Callbacks, chain  # re-exported: Callbacks, beside the display
+from ..observe.tracking import Trackers, TrackingContext
 from ..round import tasks
 from ..round.aggregate import shard_placement
 from ..round.graph import ShardSet
@@ -32,11 +34,9 @@ from .cluster import make_client, wait_for, worker_addresses
 from .errors import ClusterLost, TrainingDiverged, lost_message
 from .metrics import summary
 from .pipelined import run_chained
-from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
 from .rundir import RunDir
 from .shard_memory import hold_shards, killed_loading, worker_memory_limit
-from .tracking import Trackers, TrackingContext
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -65,7 +65,7 @@ def train(
     """
     setup = prepare_run(config, model)  # all checks before anything is written
     run_dir = RunDir(Path(config.out))
-    trackers = Trackers(config, run_dir, resume=resume, context=tracking or TrackingContext())
+    trackers = Trackers(config, run_dir.root, resume=resume, context=tracking or TrackingContext())
     callbacks = chain(callbacks or Callbacks(), trackers.callbacks())
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
@@ -123,7 +123,7 @@ def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSe
     ]
     try:
         wait_for(client, [*shards, *test], setup.config.timeout)
-    except OSError as err:  # every worker lost at once (stranded.py): not a traceback
+    except OSError as err:  # every worker lost at once (cluster_checks.py): not a traceback
         raise ValueError(killed_loading(-1, err)) from None
     for index, future in enumerate([*shards, *test]):  # from num_shards on: the pieces
         if future.status == "error":

@@ -14,12 +14,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ..algorithms.parts.setting_error import SettingError, setting
-from ..setup.config import RunConfig, read_toml, resolve_config
-from ..setup.run_setup import ensure_default_store
-from .jobqueue import check_job_queue
-from .rundir import RunDir, check_same_run
-from .tracking import check_tracking
+from .algorithms.parts.setting_error import SettingError, setting
+from .observe.tracking import check_tracking
+from .run.jobqueue import check_job_queue
+from .run.rundir import RunDir, check_same_run
+from .setup.config import RunConfig, read_toml, resolve_config
+from .setup.run_setup import ensure_default_store
 
 
 def plan_run(
