@@ -32,7 +32,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..observe.dashboard import EVENT_TOPIC
 from ..setup.config import ClusterSettings, scheduler_file_address
 from .cluster_checks import LOG_FORMAT, Stuck, checked_start, route_cluster_logs
-from .errors import ClusterLost, refuse_in_spawned_import, reporting_unguarded_main
+from .errors import ClusterLost, reporting_unguarded_main
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
 
 if TYPE_CHECKING:
@@ -104,12 +104,13 @@ CLUSTER_CONFIG = {
 }
 
 
-def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
+def _start_cluster(config: ClusterSettings, *, queued: bool):  # type: ignore[no-untyped-def]
+    """`queued`: a dask-jobqueue cluster of batch jobs (jobqueue.py), else a local one."""
     import dask
 
-    refuse_in_spawned_import()  # a worker re-running an unguarded script leaves here
+    # A worker re-running an unguarded script leaves at reporting_unguarded_main's start.
     with dask.config.set(CLUSTER_CONFIG), reporting_unguarded_main():  # read once, at start
-        start = start_job_cluster if uses_job_queue(config) else _new_cluster  # jobqueue.py
+        start = start_job_cluster if queued else _new_cluster
         return checked_start(config, lambda: start(config))  # --device, the port
 
 
@@ -157,7 +158,8 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     a job's worker writes to its job's output file)."""
     address = config.scheduler_file and scheduler_file_address(config.scheduler_file)
     address = address or config.scheduler
-    cluster = None if address else _start_cluster(config)
+    queued = not address and uses_job_queue(config)
+    cluster = None if address else _start_cluster(config, queued=queued)
     client = _connect(config, address) if address else Client(cluster)
     # The driver reports a lost scheduler itself, in one line (loop.py): the client's own
     # reconnection tracebacks would only bury it.
@@ -166,7 +168,7 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     client_log.setLevel(logging.CRITICAL)
     try:
         client.register_plugin(TorchThreads())
-        if cluster is not None and uses_job_queue(config):
+        if queued:
             wait_for_jobs(client, cluster, config)  # every job's worker, or QueueStalled
         elif cluster is not None and worker_log is not None:
             client.register_plugin(WorkerLogsToFile(str(worker_log.absolute())))

@@ -104,7 +104,9 @@ def refuse_in_spawned_import() -> None:
 @contextmanager
 def reporting_unguarded_main() -> Iterator[None]:
     """Around a cluster's start: a start that fails because the workers re-ran an unguarded
-    script exits with MESSAGE (one line) instead of Dask's "Nanny failed to start"."""
+    script exits with MESSAGE (one line) instead of Dask's "Nanny failed to start"; and
+    inside such a worker, refuse_in_spawned_import first: it never starts a cluster."""
+    refuse_in_spawned_import()
     previous = os.environ.get(MARK_ENV)
     with tempfile.TemporaryDirectory(prefix="dask-dane-start-") as folder:
         mark = Path(folder) / "unguarded-main"
