@@ -146,11 +146,11 @@ def train(
     presets/skew-dane.toml (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
+    from ..pipeline.observe.progress import chain, noise_warnings, selection_line
+    from ..pipeline.observe.tracking import TrackingContext, preset_of
+    from ..pipeline.plan import plan_run
     from ..pipeline.run import loop
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
-    from ..pipeline.run.plan import plan_run
-    from ..pipeline.run.progress import chain, noise_warnings, selection_line
-    from ..pipeline.run.tracking import TrackingContext, preset_of
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
 

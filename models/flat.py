@@ -30,6 +30,11 @@ def model_buffers(model: nn.Module) -> Buffers:
     }
 
 
+def model_state(model: nn.Module) -> tuple[torch.Tensor, Buffers]:
+    """The model's flat parameters and its buffers, both copies (as the two functions above)."""
+    return flatten_parameters(model), model_buffers(model)
+
+
 def unflatten(model: nn.Module, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     """Views of `flat` shaped like the model's named parameters."""
     params: dict[str, torch.Tensor] = {}

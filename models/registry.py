@@ -148,6 +148,21 @@ def user_spec_builder(name: str) -> bytes:
     return to_bytes(resolve(name))
 
 
+def checked_model(spec: ModelSpec, task: str, *, exact_solver: str | None = None) -> nn.Module:
+    """build_model, after every check the registry makes: a built-in model fits the samples
+    and scores `task`; with `exact_solver` (a local solver that solves exactly, by name), it
+    is convex. One ValueError with the fix for the first that fails."""
+    check_model_fits(spec.name, spec.sample_shape)
+    check_model_task(spec.name, task)
+    if exact_solver is not None and not is_convex(spec.name):
+        raise ValueError(
+            f"--local-solver {exact_solver} solves the local problem exactly, which needs a "
+            f"convex model, and {spec.name!r} is not; use --model linear or logistic, or "
+            "--local-solver steps"
+        )
+    return build_model(spec)
+
+
 def build_model(spec: ModelSpec) -> nn.Module:
     """A freshly initialised model (use torch.manual_seed first for reproducible weights)."""
     dtype = getattr(torch, spec.dtype)

@@ -20,7 +20,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "to_toml": ("setup.config", "to_toml"),
     "with_default": ("algorithms.parts.hyperparameters", "with_default"),  # help + [default]
     # a run: its set-up, the Dask loop, the single-process reference, what they write
-    "plan_run": ("run.plan", "plan_run"),
+    "plan_run": ("plan", "plan_run"),
     "RunSetup": ("setup.run_setup", "RunSetup"),
     "prepare_run": ("setup.run_setup", "prepare_run"),
     "prepare_store": ("setup.run_setup", "prepare_store"),
@@ -30,7 +30,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "train": ("run.loop", "train"),  # a RunConfig's run (dask_dane.train: keywords)
     "Callbacks": ("run.loop", "Callbacks"),
     "TrainingDiverged": ("run.loop", "TrainingDiverged"),
-    "run_reference": ("run.reference", "run_reference"),
+    "run_reference": ("reference", "run_reference"),
     "RunDir": ("run.rundir", "RunDir"),
     "read_metrics": ("run.metrics", "read_metrics"),
     "load_checkpoint": ("run.checkpoint", "load_checkpoint"),

@@ -22,13 +22,13 @@ from torch import nn
 from ..models.user import callable_name
 from .api_prepare import prepare
 from .keywords import check_keywords, reword, settings_keywords
+from .observe.progress import Callbacks, ProgressLines, chain
+from .observe.tracking import TrackingContext
+from .plan import plan_run
 from .run import loop
-from .run.main_guard import refuse_in_spawned_import
+from .run.errors import refuse_in_spawned_import
 from .run.metrics import read_metrics
-from .run.plan import plan_run
-from .run.progress import Callbacks, ProgressLines, chain
 from .run.rundir import RunDir
-from .run.tracking import TrackingContext
 from .setup.config import RunConfig, check_settings
 from .trained import export_model, export_module, load_model, read_trained
 

@@ -18,7 +18,7 @@ from ..datasets.raw import RawDataset, SourceOptions
 from ..datasets.sources import load_source, parse_source_name
 from ..datasets.store import write_store
 from .keywords import reword
-from .run.main_guard import refuse_in_spawned_import
+from .run.errors import refuse_in_spawned_import
 
 Arrays = tuple[np.ndarray, np.ndarray]
 

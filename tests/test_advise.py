@@ -8,7 +8,7 @@ import math
 import pytest
 
 from dask_dane.pipeline.advise import MIN_DOUBLING_GAIN, scaling_rows, workers_worth
-from dask_dane.pipeline.run.progress import BATCH_OVER_NOISE, noise_warning, noise_warnings
+from dask_dane.pipeline.observe.progress import BATCH_OVER_NOISE, noise_warning, noise_warnings
 
 
 def test_the_table_follows_the_law():

@@ -20,7 +20,7 @@ from torch import nn
 import dask_dane
 from dask_dane.datasets.store import open_store
 from dask_dane.pipeline.keywords import in_keywords
-from dask_dane.pipeline.run.progress import Callbacks, ProgressLines, chain
+from dask_dane.pipeline.observe.progress import Callbacks, ProgressLines, chain
 from dask_dane.pipeline.setup.config import RunConfig, in_flags
 
 API = ("train", "prepare", "load", "TrainResult", "Callbacks")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_dane.pipeline.run.dashboard import SOURCE_NAME
+from dask_dane.pipeline.observe.dashboard import SOURCE_NAME
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -16,10 +16,10 @@ from dask_dane.datasets.store import write_store
 from dask_dane.models.flat import load_state
 from dask_dane.models.registry import build_model
 from dask_dane.pipeline.algorithms import LocalOutput
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round import tasks
 from dask_dane.pipeline.round.aggregate import ShardReport, buffer_mean, to_partial, tree_reduce
 from dask_dane.pipeline.round.shards import make_objective
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from dask_dane.pipeline.algorithms.base import LocalOutput
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round import comm
 from dask_dane.pipeline.round.aggregate import (
     ShardReport,
@@ -23,7 +24,6 @@ from dask_dane.pipeline.round.aggregate import (
     to_partial,
     tree_reduce,
 )
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 

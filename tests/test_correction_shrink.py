@@ -18,10 +18,10 @@ from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.parts import correction as cr
 from dask_dane.pipeline.algorithms.parts.gradient_estimate import GradientEstimate
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round.aggregate import ShardReport, mean_of, to_partial, tree_reduce
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from dask_dane.pipeline.run.dashboard import (
+from dask_dane.pipeline.observe.dashboard import (
     ROUTE,
     DaneCollector,
     DanePage,

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run

@@ -18,10 +18,10 @@ from dask_dane.pipeline.algorithms.parts.diagnostics import (
     solve_diagnostics,
 )
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir, check_same_run
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run

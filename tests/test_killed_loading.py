@@ -55,7 +55,7 @@ def test_other_load_errors_are_raised_as_they_are(monkeypatch, digits_stores):
     damaged = ValueError("store x: shard 0 (rows [0, 10)) cannot be read")
 
     with pytest.raises(ValueError) as caught:
-        loop._load_shards(_FailingClient("load_shard-0-", damaged), setup, ["tcp://a"])
+        loop._load_shards(_FailingClient("load_shard-0-", damaged), setup, ["tcp://a", "tcp://a"])
 
     assert caught.value is damaged
 

@@ -24,7 +24,7 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/run/loop.py",
     "pipeline/run/pipelined.py",  # the driver of chained rounds
     "pipeline/run/fetch.py",  # what the driver takes from the cluster each round
-    "pipeline/run/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
+    "pipeline/observe/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
 }
 TYPER_IMPORTERS = {
     "cli/commands.py", "cli/options.py", "cli/lazy.py", "cli/advise.py", "bench/common/options.py"
@@ -33,10 +33,10 @@ TYPER_IMPORTERS = {
 # The root's own modules (__init__, __main__) are the package's face, above every layer.
 LAYERS = ("cli", "bench", "pipeline", "models|datasets|presets")
 # Inside pipeline/, in the same way: the user-facing modules at its top, the driver (run/),
-# what a run is made of (setup/), then one round and the algorithms it runs (round/ and
-# algorithms/ share a layer: a worker task calls an algorithm, which takes the shard's
-# objective).
-PIPELINE_LAYERS = ("", "run", "setup", "round|algorithms")
+# what watches a run through its Callbacks (observe/), what a run is made of (setup/), then
+# one round and the algorithms it runs (round/ and algorithms/ share a layer: a worker task
+# calls an algorithm, which takes the shard's objective).
+PIPELINE_LAYERS = ("", "run", "observe", "setup", "round|algorithms")
 
 
 def _module(path: Path) -> str:

@@ -13,7 +13,7 @@ from dask_dane.bench.training.shards import ShardsSpec, read_config
 from dask_dane.datasets.store import open_store
 from dask_dane.pipeline import RunConfig, steps_for_epochs
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
-from dask_dane.pipeline.run.plan import plan_run
+from dask_dane.pipeline.plan import plan_run
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 

@@ -1,5 +1,5 @@
 """A script without `if __name__ == "__main__":` gets one line, ends within its --timeout, and
-leaves neither a run directory nor a process behind (pipeline/run/main_guard.py).
+leaves neither a run directory nor a process behind (pipeline/run/errors.py).
 
 Before: each spawned worker re-ran the script, printed multiprocessing's "bootstrapping phase"
 traceback (178 to 200 lines in all) and the driver was still waiting after 300 s.
@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dask_dane.pipeline.run import main_guard
-from dask_dane.pipeline.run.main_guard import MARK_ENV, refuse_in_spawned_import
+from dask_dane.pipeline.run import errors
+from dask_dane.pipeline.run.errors import MARK_ENV, refuse_in_spawned_import
 
 TIMEOUT_S = 20  # the run's --timeout; interpreter start and torch's import come on top
 STARTUP_S = 25  # the driver's and each worker's imports, on a loaded 2-core machine
@@ -154,12 +154,12 @@ def test_a_spawned_import_without_a_parent_of_ours_says_the_fix_itself(bootstrap
 def test_the_parent_says_the_fix_only_when_a_worker_left_the_mark(monkeypatch):
     monkeypatch.delenv(MARK_ENV, raising=False)
     # Another failure to start: raised as it was.
-    with pytest.raises(RuntimeError, match="Nanny failed"), main_guard.reporting_unguarded_main():
+    with pytest.raises(RuntimeError, match="Nanny failed"), errors.reporting_unguarded_main():
         raise RuntimeError("Nanny failed to start.")
 
-    with pytest.raises(SystemExit) as exit_, main_guard.reporting_unguarded_main():
+    with pytest.raises(SystemExit) as exit_, errors.reporting_unguarded_main():
         Path(os.environ[MARK_ENV]).touch()  # what a worker re-running the script does
         raise RuntimeError("Nanny failed to start.")
 
-    assert str(exit_.value.code) == main_guard.MESSAGE and FIX in main_guard.MESSAGE
+    assert str(exit_.value.code) == errors.MESSAGE and FIX in errors.MESSAGE
     assert MARK_ENV not in os.environ  # restored

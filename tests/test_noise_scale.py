@@ -173,7 +173,7 @@ def test_a_gradient_lost_in_its_noise_has_no_ratio():
 def test_every_row_holds_the_noise_scale_where_the_round_measures_it(
     algorithm, settings, measured, digits_stores, tmp_path
 ):
-    from dask_dane.pipeline.run.reference import run_reference
+    from dask_dane.pipeline.reference import run_reference
     from dask_dane.pipeline.setup.config import RunConfig
     from dask_dane.pipeline.setup.run_setup import prepare_run
 

@@ -13,9 +13,9 @@ from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.parts import safeguard as sg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.update_rule import UpdateRule
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run

@@ -19,10 +19,10 @@ from dask_dane.pipeline.algorithms.parts.local_steps_schedule import (
 )
 from dask_dane.pipeline.algorithms.parts.server import ServerStep
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
+from dask_dane.pipeline.plan import plan_run
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.plan import plan_run
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run

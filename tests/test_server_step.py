@@ -17,7 +17,7 @@ import zarr
 
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
-from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 

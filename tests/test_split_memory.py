@@ -19,12 +19,12 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round import tasks
 from dask_dane.pipeline.round.features import StoredRows
 from dask_dane.pipeline.round.streamed import PASS_CACHE_CHUNKS, StreamedRows
 from dask_dane.pipeline.run import shard_memory
 from dask_dane.pipeline.run.metrics import read_metrics
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.run.shard_memory import resolve_split_memory
 from dask_dane.pipeline.setup.config import RunConfig

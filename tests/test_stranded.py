@@ -14,7 +14,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_dane.pipeline.run.cluster import wait_for
-from dask_dane.pipeline.run.stranded import stranded
+from dask_dane.pipeline.run.cluster_checks import stranded
 
 pytestmark = pytest.mark.cluster
 
@@ -69,11 +69,11 @@ class _Pending:
 
 
 def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory(monkeypatch):
-    from dask_dane.pipeline.run import stranded
+    from dask_dane.pipeline.run import cluster_checks
 
     clock = iter([0.0, 30.0, 61.0])
-    monkeypatch.setattr(stranded.time, "monotonic", lambda: next(clock))
-    stuck = stranded.Stuck()
+    monkeypatch.setattr(cluster_checks.time, "monotonic", lambda: next(clock))
+    stuck = cluster_checks.Stuck()
 
     stuck.check(_PausedCluster(True), [_Pending()])  # paused since 0 s
     stuck.check(_PausedCluster(True), [_Pending()])  # 30 s: still waiting
@@ -83,11 +83,11 @@ def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory(monkey
 
 
 def test_a_worker_that_resumes_starts_the_pause_clock_again(monkeypatch):
-    from dask_dane.pipeline.run import stranded
+    from dask_dane.pipeline.run import cluster_checks
 
     clock = iter([0.0, 50.0, 100.0, 150.0])
-    monkeypatch.setattr(stranded.time, "monotonic", lambda: next(clock))
-    stuck = stranded.Stuck()
+    monkeypatch.setattr(cluster_checks.time, "monotonic", lambda: next(clock))
+    stuck = cluster_checks.Stuck()
 
     for paused in (True, False, True, True):  # paused 0-50 s, resumed, paused again at 100 s
         stuck.check(_PausedCluster(paused), [_Pending()])

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import dask_dane
-from dask_dane.pipeline.run import tracking
+from dask_dane.pipeline.observe import tracking
 from dask_dane.pipeline.run.metrics import read_metrics
 
 # Two rounds of FedAvg on the 2-shard digits store, then a resume to 3: cheap, and enough to

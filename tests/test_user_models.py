@@ -149,13 +149,15 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
 ):
     # The file's network widened from 6 to 7 channels after the run was saved: the driver
     # refuses the resume, naming both sizes, instead of a worker failing to load the weights.
-    from dask_dane.pipeline.run.run_state import save_run, start_run
+    from dask_dane.pipeline.run.run_state import begin_run, open_run, save_run
     from dask_dane.pipeline.run.rundir import RunDir
 
     model = f"{model_file}:build"
     run_dir = RunDir(tmp_path / "run")
     setup = prepare_run(_config(digits_stores[2], model, out=str(run_dir.root)))
-    save_run(run_dir, start_run(setup, run_dir, resume=False), setup, improved=False)
+    state = open_run(setup, run_dir, resume=False)
+    begin_run(setup.config, run_dir, state, resume=False)
+    save_run(run_dir, state, setup, improved=False)
     saved_weights = build_model(setup.spec)
     count = sum(p.numel() for p in saved_weights.parameters())
     original = model_file.read_text()
@@ -164,7 +166,7 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
     new_count = sum(p.numel() for p in build_model(changed.spec).parameters())
 
     with pytest.raises(ValueError) as refused:
-        start_run(changed, run_dir, resume=True)
+        open_run(changed, run_dir, resume=True)
 
     capsys.readouterr()
     status = run_cli(["train", "--out", str(run_dir.root), "--resume"])  # as a user types it
@@ -175,4 +177,4 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
     assert f"holds {count:,} weights and 3 buffers" in message
     assert f"now builds {new_count:,} weights and 3 buffers" in message and new_count != count
     model_file.write_text(original)  # restored: it resumes
-    assert start_run(prepare_run(setup.config), run_dir, resume=True).round == 0
+    assert open_run(prepare_run(setup.config), run_dir, resume=True).round == 0

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from dask_dane.pipeline.observe.progress import selection_line
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round.holdout import held_out_rows, select_part
 from dask_dane.pipeline.round.shards import load_shard
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.metrics import read_metrics, stops_early
-from dask_dane.pipeline.run.progress import selection_line
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.run_state import RunState
 from dask_dane.pipeline.run.rundir import RunDir, check_same_run
 from dask_dane.pipeline.setup.config import RunConfig

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import ensure_default_store, initial_weights, prepare_run
 

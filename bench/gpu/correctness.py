@@ -1,7 +1,7 @@
 """GPU correctness check (presets/scripts/gpu-check.sh): Dask on the GPU against the CPU reference.
 
 DANE with K local SGD steps on L2-regularised logistic regression, float64: the Dask run keeps
-its shards and does its work on the GPU, the single-process reference (pipeline/run/reference.py)
+its shards and does its work on the GPU, the single-process reference (pipeline/reference.py)
 on the CPU, both drawing the same minibatches (the generator is on the CPU). In float64 the
 two differ only by the order of floating-point additions inside the kernels, so the weights
 must agree to 1e-9 (relative); a wrong device transfer or a stale input would differ at the

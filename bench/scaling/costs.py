@@ -21,7 +21,7 @@ from .profile import dependent_steps, tasks_per_round
 
 
 def reference_rounds(spec: Any) -> dict[str, Any]:
-    """The same rounds by pipeline/run/reference.py, in this process, on one thread."""
+    """The same rounds by pipeline/reference.py, in this process, on one thread."""
     from ...pipeline import run_reference
 
     threads = torch.get_num_threads()

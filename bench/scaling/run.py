@@ -13,7 +13,7 @@ left out of the medians). Per round it records, beside the wall time:
 - bytes moved by Dask (its transfer logs, plus what the driver scattered) against the
   pipeline's comm_bytes, and the bytes through the driver.
 
-It also times the same rounds run by pipeline/run/reference.py in this process with one thread
+It also times the same rounds run by pipeline/reference.py in this process with one thread
 (the orchestration overhead of a 1-worker cluster), the fixed cost of a round on a tiny model
 and tiny shards (`fixed_cost`), each worker's peak memory against its bound, and projects
 round times onto real networks (network.py).

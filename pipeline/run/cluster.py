@@ -10,7 +10,8 @@ config says (its workers run on other nodes). A remote scheduler is reached with
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 
 Also the driver's requests that must not hang on a frozen scheduler (`wait_for`,
-`check_scheduler`, `bounded`: ClusterLost past `--timeout`); main_guard.py's one line.
+`check_scheduler`, `bounded`: ClusterLost past `--timeout`); a missing main guard said in
+one line (errors.py).
 """
 
 from __future__ import annotations
@@ -27,14 +28,12 @@ from typing import TYPE_CHECKING, Any
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
+# Importing the dashboard module adds /dane to the dashboards started here.
+from ..observe.dashboard import EVENT_TOPIC
 from ..setup.config import ClusterSettings, scheduler_file_address
-from .cluster_checks import checked_start
-from .cluster_logs import LOG_FORMAT, route_cluster_logs
-from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here
-from .errors import ClusterLost
+from .cluster_checks import LOG_FORMAT, Stuck, checked_start, route_cluster_logs
+from .errors import ClusterLost, reporting_unguarded_main
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
-from .main_guard import refuse_in_spawned_import, reporting_unguarded_main
-from .stranded import Stuck
 
 if TYPE_CHECKING:
     from distributed import Worker
@@ -105,12 +104,13 @@ CLUSTER_CONFIG = {
 }
 
 
-def _start_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
+def _start_cluster(config: ClusterSettings, *, queued: bool):  # type: ignore[no-untyped-def]
+    """`queued`: a dask-jobqueue cluster of batch jobs (jobqueue.py), else a local one."""
     import dask
 
-    refuse_in_spawned_import()  # a worker re-running an unguarded script leaves here
+    # A worker re-running an unguarded script leaves at reporting_unguarded_main's start.
     with dask.config.set(CLUSTER_CONFIG), reporting_unguarded_main():  # read once, at start
-        start = start_job_cluster if uses_job_queue(config) else _new_cluster  # jobqueue.py
+        start = start_job_cluster if queued else _new_cluster
         return checked_start(config, lambda: start(config))  # --device, the port
 
 
@@ -158,7 +158,8 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     a job's worker writes to its job's output file)."""
     address = config.scheduler_file and scheduler_file_address(config.scheduler_file)
     address = address or config.scheduler
-    cluster = None if address else _start_cluster(config)
+    queued = not address and uses_job_queue(config)
+    cluster = None if address else _start_cluster(config, queued=queued)
     client = _connect(config, address) if address else Client(cluster)
     # The driver reports a lost scheduler itself, in one line (loop.py): the client's own
     # reconnection tracebacks would only bury it.
@@ -167,7 +168,7 @@ def make_client(config: ClusterSettings, *, worker_log: Path | None = None) -> I
     client_log.setLevel(logging.CRITICAL)
     try:
         client.register_plugin(TorchThreads())
-        if cluster is not None and uses_job_queue(config):
+        if queued:
             wait_for_jobs(client, cluster, config)  # every job's worker, or QueueStalled
         elif cluster is not None and worker_log is not None:
             client.register_plugin(WorkerLogsToFile(str(worker_log.absolute())))
@@ -230,7 +231,7 @@ def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
     Every few seconds the scheduler is asked for its identity; if the client has lost it, or
     it does not answer within --timeout, ClusterLost (a round may take any time; a silent
     scheduler may not); and whether the tasks are stranded or every worker paused for good
-    (stranded.py). Done-callbacks wake the driver the moment the last future finishes
+    (cluster_checks.py). Done-callbacks wake the driver the moment the last future finishes
     (polling would add its interval to every round); `distributed.wait(timeout=...)` leaves
     a reference cycle per timeout that holds the round's futures until a collection.
     """

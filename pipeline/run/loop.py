@@ -1,9 +1,11 @@
-"""The training entry: set a run up, start or reach its cluster, load its shards, run it.
+"""The training entry: a run planned, started, and its rounds run, in that order, once each.
 
-Shards are loaded once per run by tasks pinned to their workers and stay there; only
-weights, sums and metrics move. The rounds, chained on the cluster, are pipelined.py's;
-where the run stands between rounds (checkpoints, the summary) is run_state.py; the driver's
-requests to the cluster, each bounded so that none waits forever, are in cluster.py.
+Plan: the store, the model (built once, on the driver), the strategy (setup/run_setup.py),
+where the run stands (run_state.open_run: fresh, or its checkpoint), the cluster
+(cluster.py) and each shard's worker (shard_memory.place_shards); nothing is written before
+it is complete but the directory itself. Start: config.toml (run_state.begin_run), the shards
+loaded once by tasks pinned to their workers, where they stay; only weights, sums and
+metrics move. Rounds: chained on the cluster, pipelined (pipelined.py).
 """
 
 from __future__ import annotations
@@ -21,22 +23,21 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
+from ..observe.progress import Callbacks, chain  # re-exported: Callbacks, beside the display
+from ..observe.tracking import Trackers, TrackingContext
 from ..round import tasks
-from ..round.aggregate import shard_placement
 from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
 from .checkpoint import CheckpointWriter
-from .cluster import make_client, wait_for, worker_addresses
+from .cluster import make_client, wait_for
 from .errors import ClusterLost, TrainingDiverged, lost_message
 from .metrics import summary
 from .pipelined import run_chained
-from .progress import Callbacks, chain  # Callbacks is defined beside the display; re-exported
 from .run_state import RunState
 from .rundir import RunDir
-from .shard_memory import hold_shards, killed_loading, worker_memory_limit
-from .tracking import Trackers, TrackingContext
+from .shard_memory import killed_loading, place_shards
 
 # A round whose tasks fail because a worker died is run again from the same weights and
 # seeds (so the result is unchanged); after this many failures in one round the run stops.
@@ -63,16 +64,19 @@ def train(
     `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
     `tracking`: what the trackers (tracking.py) need from the caller: the export, the preset.
     """
-    setup = prepare_run(config, model)  # all checks before anything is written
+    # Plan: every check before anything is written.
+    setup = prepare_run(config, model)  # store, model (built once), strategy
     run_dir = RunDir(Path(config.out))
-    trackers = Trackers(config, run_dir, resume=resume, context=tracking or TrackingContext())
+    trackers = Trackers(config, run_dir.root, resume=resume, context=tracking or TrackingContext())
     callbacks = chain(callbacks or Callbacks(), trackers.callbacks())
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
     created = next((folder for folder in folders if not folder.exists()), None)
-    state = run_state.start_run(setup, run_dir, resume=resume)
+    state = run_state.open_run(setup, run_dir, resume=resume)
     try:
-        if state.round < config.rounds:
+        if state.round >= config.rounds:  # a finished run resumed: nothing left to run
+            run_state.begin_run(setup.config, run_dir, state, resume=resume)
+        else:
             # One span for the run: else the idle cluster opens a new default span each round,
             # and workers keep per-span metrics for good (a leak `dane bench soak` measured).
             with (
@@ -81,11 +85,16 @@ def train(
                 else make_client(config, worker_log=run_dir.root / "cluster.log") as active,
                 span("dane-train"),
             ):
-                workers = worker_addresses(active)
-                limits = worker_memory_limit(active.scheduler_info(n_workers=-1))
-                setup = hold_shards(setup, run_dir, limits, callbacks.on_shards, len(workers))
-                data = _load_shards(active, setup, workers)  # a damaged shard raises here
-                callbacks.on_start(active.dashboard_link, len(workers))
+                info = active.scheduler_info(n_workers=-1)
+                placed = place_shards(setup, info, callbacks.on_shards)
+                # Start: config.toml as planned (auto stays auto), the shards loaded.
+                run_state.begin_run(
+                    setup.config, run_dir, state, resume=resume, notes=(placed.note,)
+                )
+                setup = placed.setup
+                data = _load_shards(active, setup, placed.placement)  # a damaged shard raises here
+                callbacks.on_start(active.dashboard_link, len(info["workers"]))
+                # Rounds.
                 _run_rounds(active, setup, run_dir, state, data, callbacks)
     except BaseException:
         trackers.finish(failed=True)
@@ -98,32 +107,32 @@ def train(
     return result
 
 
-def _load_shards(client: Client, setup: RunSetup, workers: list[str]) -> ShardSet:
-    """One pinned load task per shard (aggregate.shard_placement), and beside each its scoring
-    piece (a slice of the test split and the shard's held-out rows: round/scoring.py).
+def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> ShardSet:
+    """One load task per shard pinned to its worker in `placement`, and beside each its
+    scoring piece (a slice of the test split and the shard's held-out rows: round/scoring.py).
 
     The futures are held for the run, so each shard stays on its worker; if a worker dies,
     Dask reruns its loads elsewhere (the store is the source of truth). A shard that fails its
     checks (datasets/store/rows.py) raises its ValueError here, before the first round.
     """
     token = uuid.uuid4().hex[:8]
-    placement = shard_placement(setup.store.num_shards, workers)
 
     def load(key: str, worker: str, args: dict, task: Callable = tasks.load_shard) -> Any:
         return client.submit(task, key=key, workers=[worker], allow_other_workers=True, **args)
 
+    # Each shard, then its scoring piece (a slice of the test split and that shard's
+    # held-out validation rows: round/scoring.py), on its worker.
+    loads = setup.loads()
     shards = [
-        load(f"load_shard-{i}-{token}", w, setup.shard_args(i)) for i, w in enumerate(placement)
+        load(f"load_shard-{i}-{token}", placement[i], args) for i, (args, _) in enumerate(loads)
     ]
-    # Scoring pieces, one per shard on its worker: a slice of the test split and that
-    # shard's held-out validation rows (round/scoring.py).
     test = [
-        load(f"load_test-{i}-{token}", w, setup.piece_args(i), tasks.load_evaluation)
-        for i, w in enumerate(placement)
+        load(f"load_test-{i}-{token}", placement[i], piece, tasks.load_evaluation)
+        for i, (_, piece) in enumerate(loads)
     ]
     try:
         wait_for(client, [*shards, *test], setup.config.timeout)
-    except OSError as err:  # every worker lost at once (stranded.py): not a traceback
+    except OSError as err:  # every worker lost at once (cluster_checks.py): not a traceback
         raise ValueError(killed_loading(-1, err)) from None
     for index, future in enumerate([*shards, *test]):  # from num_shards on: the pieces
         if future.status == "error":

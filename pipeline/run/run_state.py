@@ -21,7 +21,8 @@ from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult
 from ..round.worker_round import RoundStatic, open_round
-from ..setup.run_setup import RunSetup, initial_state
+from ..setup.config import RunConfig
+from ..setup.run_setup import RunSetup
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
 from .metrics import RoundTotals, keep_rounds_up_to, read_metrics, smoothed_noise
@@ -60,8 +61,10 @@ class RunState:
 
     @classmethod
     def fresh(cls, setup: RunSetup) -> RunState:
-        """Round 0: the seeded initial weights and the strategy's initial states."""
-        weights, buffers = initial_state(setup.spec, setup.config.seed)
+        """Round 0: the model's weights as built under the run's seed (RunSetup.weights),
+        and the strategy's initial states."""
+        weights = setup.weights.clone()  # the setup's stay as built (a second fresh start)
+        buffers = {name: buffer.clone() for name, buffer in setup.buffers.items()}
         shard_states = [setup.strategy.init_shard_state(weights) for _ in setup.store.shards]
         return cls(
             round=0,
@@ -179,27 +182,37 @@ def round_static(setup: RunSetup, index: int, placement: list[str]) -> RoundStat
     )
 
 
-def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
-    """A fresh RunState, or the one saved in the run directory's latest checkpoint.
+def open_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
+    """A fresh RunState, or the one saved in the run directory's latest checkpoint: part of
+    the run's plan, so nothing is written yet (begin_run does, once the run starts).
 
-    Writes config.toml, a resume's changes recorded after the round it continues from (known
-    once the checkpoint is read); the metrics file keeps the rounds the state has seen, no
-    more, and the state holds those rows from now on.
+    ValueError where a new run would overwrite one, the directory cannot be written, or the
+    checkpoint does not fit the model as built now.
     """
-    if not resume and run_dir.holds_run():
-        raise ValueError(
-            f"{run_dir.root} already holds a run; pass --resume to continue it or choose "
-            "another --out"
-        )
-    run_dir.check_writable()
-    if resume and run_dir.latest.exists():
-        remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
-        state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
-        check_same_model(state, setup, run_dir)
-        state.weights_round = state.saved_round = state.round
-    else:
-        state = RunState.fresh(setup)
-    run_dir.write_config(setup.config, resumed_after=state.round if resume else 0)
+    run_dir.check_usable(resume=resume)
+    if not (resume and run_dir.latest.exists()):
+        return RunState.fresh(setup)
+    remove_partial_writes(run_dir.latest.parent)  # a checkpoint write cut by a kill
+    state = RunState.from_data(load_checkpoint(run_dir.latest), setup.strategy)
+    check_same_model(state, setup, run_dir)
+    state.weights_round = state.saved_round = state.round
+    return state
+
+
+def begin_run(
+    config: RunConfig,
+    run_dir: RunDir,
+    state: RunState,
+    *,
+    resume: bool,
+    notes: tuple[str, ...] = (),
+) -> None:
+    """The run started in its directory: config.toml written with the planned `config`
+    (RunSetup.config as prepare_run made it: settings as given, so auto resumes as auto),
+    a resume's changes recorded after the round it continues from, and `notes` (what the
+    driver decided that no setting says) as comments; the metrics file keeps the rounds the
+    state has seen, no more, and the state holds those rows from now on."""
+    run_dir.write_config(config, resumed_after=state.round if resume else 0, notes=notes)
     recorded = len(read_metrics(run_dir.metrics)) if resume and run_dir.metrics.exists() else 0
     state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
     if recorded > len(state.rows):  # rows past the checkpoint (--checkpoint-every, a kill)
@@ -209,15 +222,15 @@ def start_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
             f"{'s' if lost > 1 else ''} recorded after it will be re-run",
             file=sys.stderr,
         )
-    return state
 
 
 def check_same_model(state: RunState, setup: RunSetup, run_dir: RunDir) -> None:
     """ValueError on the driver, before any work, when the checkpoint's weights or buffers do
-    not fit the model as it is built now (its file edited since the run was saved)."""
-    weights, buffers = initial_state(setup.spec, setup.config.seed)
+    not fit the model as it is built now (its file edited since the run was saved): the
+    model as prepare_run built it, not built again."""
+    weights = setup.weights
     saved = {k: tuple(v.shape) for k, v in state.buffers.items()}
-    built = {k: tuple(v.shape) for k, v in buffers.items()}
+    built = {k: tuple(v.shape) for k, v in setup.buffers.items()}
     if state.weights.numel() == weights.numel() and saved == built:
         return
     raise ValueError(

@@ -81,6 +81,16 @@ class RunDir:
         missing = {key: value for key, value in before.items() if key not in record.original}
         return dataclasses.replace(record, original={**missing, **record.original})
 
+    def check_usable(self, *, resume: bool) -> None:
+        """ValueError where a new run (not `resume`) would overwrite one that finished a
+        round here, or where the directory cannot be created or written."""
+        if not resume and self.holds_run():
+            raise ValueError(
+                f"{self.root} already holds a run; pass --resume to continue it or choose "
+                "another --out"
+            )
+        self.check_writable()
+
     def check_writable(self) -> None:
         """Create the directory, or say why it cannot be written."""
         try:
@@ -93,20 +103,19 @@ class RunDir:
                 f"cannot write to run directory {self.root} ({err.strerror}); choose another --out"
             ) from None
 
-    def write_config(self, config: RunConfig, *, resumed_after: int = 0) -> None:
+    def write_config(
+        self, config: RunConfig, *, resumed_after: int = 0, notes: tuple[str, ...] = ()
+    ) -> None:
         """config.toml for a run starting with `config`. A resume after round N > 0 keeps the
         file's original settings and adds what it changes as a [[resumed]] table; after no
-        round, no round ran with the old settings, and the file starts afresh."""
+        round, no round ran with the old settings, and the file starts afresh. `notes`:
+        comments after the settings, what the driver decided that no setting says."""
         text = to_toml(config)
         if resumed_after and self.config.exists():
             record = self.record()
             resume = Resume(resumed_after, check_same_run(record.effective, config))
             text = to_toml(record.original, resumed=add_resume(record.resumes, resume))
-        atomic_write_bytes(self.config, lambda h: h.write(text.encode()))
-
-    def note_config(self, line: str) -> None:
-        """A comment appended to config.toml: what the driver decided that no setting says."""
-        text = self.config.read_text() + f"# {line}\n"
+        text += "".join(f"# {line}\n" for line in notes)
         atomic_write_bytes(self.config, lambda h: h.write(text.encode()))
 
     def write_summary(self, summary: dict[str, Any]) -> None:

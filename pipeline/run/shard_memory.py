@@ -1,4 +1,8 @@
-"""Where the workers hold their shards (`--shard-memory`), decided once, on the driver.
+"""Which worker holds each shard, and how (`--shard-memory`): decided once, on the driver.
+
+place_shards is the last step of a run's plan, once its cluster is reached: each shard
+pinned to a worker (round/aggregate.py's placement over the sorted worker addresses) and
+the way every worker holds its shards and its scoring pieces.
 
 auto is resolved here, from the shards' stored bytes and the smallest worker memory limit,
 for the whole run: every shard (and a shard reloaded on another worker after a fault) is
@@ -10,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
 from ...datasets.store import StoreInfo
+from ..round.aggregate import shard_placement
 from ..setup.run_setup import RunSetup
-from .rundir import RunDir
 
 # auto streams when a shard's stored bytes exceed this share of a worker's memory limit: the
 # rest holds the model, its copies, the round's activations and the worker itself.
@@ -138,18 +143,32 @@ def resolve_split_memory(
     )
 
 
+class Placed(NamedTuple):
+    """The shards placed (place_shards): the setup with their memory resolved, each shard's
+    worker address, and the choice's reason, for config.toml (a comment)."""
+
+    setup: RunSetup
+    placement: list[str]
+    note: str
+
+
+def place_shards(setup: RunSetup, scheduler_info: dict, announce: Callable[[str], None]) -> Placed:
+    """The shards placed on the workers of Client.scheduler_info(): each pinned to a worker
+    (sorted addresses: the placement is reproducible) and held as hold_shards resolves."""
+    workers = sorted(scheduler_info["workers"])
+    limit = worker_memory_limit(scheduler_info)
+    setup, note = hold_shards(setup, limit, announce, len(workers))
+    return Placed(setup, shard_placement(setup.store.num_shards, workers), note)
+
+
 def hold_shards(
-    setup: RunSetup,
-    run_dir: RunDir,
-    limit: int | None,
-    announce: Callable[[str], None],
-    workers: int = 1,
-) -> RunSetup:
+    setup: RunSetup, limit: int | None, announce: Callable[[str], None], workers: int = 1
+) -> tuple[RunSetup, str]:
     """`setup` with --shard-memory resolved for `workers` workers of memory limit `limit` (the
     smallest, worker_memory_limit), for the training shards and, on each worker,
-    the test split and the validation rows: the choice and its reason noted in config.toml
-    (a comment: the setting itself stays as given, so auto resumes as auto) and announced as
-    a phrase for the run's first line (Callbacks.on_shards)."""
+    the test split and the validation rows; and the choice with its reason, to note in
+    config.toml (a comment: the setting itself stays as given, so auto resumes as auto),
+    announced as a phrase for the run's first line (Callbacks.on_shards)."""
     config = setup.config
     chosen, why = resolve_shard_memory(config.shard_memory, setup.store, limit, config.dtype)
     held, evaluation = resolve_split_memory(
@@ -159,14 +178,14 @@ def hold_shards(
     )  # fmt: skip
     if chosen == "stream":
         why += "; minibatches from a window of chunks: other draws than a resident run's"
-    run_dir.note_config(f"shard_memory {why}{evaluation}")
     announce(why + evaluation)
-    return replace(
+    held_setup = replace(
         setup,
         config=replace(config, shard_memory=chosen),
         test_memory=held["test"],
         val_memory=held["val"],
     )
+    return held_setup, f"shard_memory {why}{evaluation}"
 
 
 def killed_loading(index: int, err: BaseException) -> str:

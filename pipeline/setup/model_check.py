@@ -1,29 +1,59 @@
-"""A model checked before any work: built on the driver and run on a batch of the store.
+"""The run's model, built once on the driver: checked, initialised, run on a batch of the store.
 
-A user's model is code of theirs: it may fail to import, not be callable, fail when called
-or give outputs of the wrong shape. All of that is found here, as one ValueError naming the
-problem and the fix, before a run directory is written or a cluster is started.
+Its weights and buffers as built are the run's round 0 (RunSetup.weights, RunState.fresh),
+and what a resumed checkpoint is held to (run_state.check_same_model); nothing else on the
+driver builds it. A user's model is code of theirs: it may fail to import, not be callable,
+fail when called or give outputs of the wrong shape. All of that is found here, as one
+ValueError naming the problem and the fix, before a run directory is written or a cluster
+is started.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ...models.registry import ModelSpec, build_model
+from ...models.flat import Buffers, model_state
+from ...models.registry import ModelSpec, checked_model
 from ...models.user import is_import_path
 from ..round.objective import mode_dependent
 
 CHECK_ROWS = 2  # BatchNorm in training mode needs more than one row
 
 
-def check_model_runs(
-    spec: ModelSpec, batch: torch.Tensor, task: str, *, algorithm: str, full_batch: bool
-) -> None:
-    """Build `spec`'s model and run `batch` (rows as the workers hold them) through it.
+def initial_model(
+    spec: ModelSpec,
+    batch: torch.Tensor,
+    task: str,
+    *,
+    seed: int,
+    algorithm: str,
+    full_batch: bool,
+    exact_solver: str | None = None,
+) -> tuple[torch.Tensor, Buffers]:
+    """`spec`'s model checked (models/registry.py: it fits the store, its task, convex for
+    an `exact_solver`), initialised under `seed` and run on `batch` (rows as the workers hold
+    them); its flat weights and buffers as initialised, before the batch ran.
 
     `full_batch`: the algorithm takes no minibatch steps, which running statistics need.
     """
-    model = build_model(spec)  # import and call failures are ValueErrors already
+    torch.manual_seed(seed)  # the weights initial_state(spec, seed) gives, bit for bit
+    model = checked_model(spec, task, exact_solver=exact_solver)  # import and call failures too
+    initial = model_state(model)  # copies, taken before the batch moves any running statistics
+    _check_runs(model, spec, batch, task, algorithm=algorithm, full_batch=full_batch)
+    return initial
+
+
+def _check_runs(
+    model: torch.nn.Module,
+    spec: ModelSpec,
+    batch: torch.Tensor,
+    task: str,
+    *,
+    algorithm: str,
+    full_batch: bool,
+) -> None:
+    """ValueError unless `model` takes `batch` and gives the task's outputs (BatchNorm: with
+    the minibatches it needs)."""
     batch_dependent, _ = mode_dependent(model)
     if batch_dependent and full_batch:
         raise ValueError(

@@ -80,7 +80,7 @@ RESUMABLE_KEYS = frozenset(
         "job_walltime",
         "job_directives",
         "queue_timeout",
-        # Where copies of the metrics go (run/tracking.py): nothing trained depends on them.
+        # Where copies of the metrics go (observe/tracking.py): nothing trained depends on them.
         "tensorboard",
         "mlflow",
     }

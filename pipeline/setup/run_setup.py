@@ -1,14 +1,18 @@
-"""What a run is made of, resolved and checked once: store, model, strategy, shard layout.
+"""What a run is made of, planned and checked once: store, model, strategy, shard layout.
 
-Shared by the Dask driver (loop.py) and the single-process reference (reference.py), so both
-start from identical weights and read identical shards.
+prepare_run opens the store, resolves the settings on it, builds the strategy and builds
+the model once (model_check.py: checked, initialised under the run's seed, run on a batch);
+the RunSetup it returns carries the built model's weights and buffers, so nothing after it
+builds the model again on the driver. Shared by the Dask driver (loop.py) and the
+single-process reference (reference.py), so both start from identical weights and read
+identical shards.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +22,8 @@ from torch import nn
 from ...datasets.partition import PartitionSpec
 from ...datasets.sources import SourceOptions, load_source
 from ...datasets.store import StoreInfo, open_store, write_store
-from ...models.flat import Buffers, flatten_parameters, model_buffers
-from ...models.registry import (
-    ModelSpec,
-    build_model,
-    check_model_fits,
-    check_model_task,
-    is_convex,
-    user_spec_builder,
-)
+from ...models.flat import Buffers, model_state
+from ...models.registry import ModelSpec, build_model, user_spec_builder
 from ...models.user import is_import_path, to_bytes
 from ..algorithms import Strategy
 from ..round.augment import parse_augment
@@ -34,7 +31,7 @@ from ..round.features import StoredRows
 from ..round.shards import ShardData, load_evaluation, load_shard, make_objective
 from .config import RunConfig
 from .epochs import strategy_on_store, with_epochs_resolved
-from .model_check import CHECK_ROWS, check_model_runs
+from .model_check import CHECK_ROWS, initial_model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +40,10 @@ class RunSetup:
     store: StoreInfo
     spec: ModelSpec
     strategy: Strategy
+    # The model as built once on the driver under config.seed (model_check.initial_model):
+    # round 0's flat weights and buffers, and what a resumed checkpoint must fit.
+    weights: torch.Tensor = field(repr=False, compare=False)
+    buffers: Buffers = field(repr=False, compare=False)
     # How a worker holds its part of the test split and of the held-out validation rows
     # (resident | stream), resolved beside the shards' (run/shard_memory.py); None: as the
     # shards are held.
@@ -51,21 +52,22 @@ class RunSetup:
 
     def shard_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_shard for training shard `index`."""
-        start, stop = self.store.shards[index]
-        args = self._load_args(split="train", start=start, stop=stop, index=index)
-        return {**args, **self._holdout("train")}
+        return _shard_args(self.config, self.store, index)
 
     def val_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_shard for training shard `index`'s held-out rows."""
-        args = {**self.shard_args(index), **self._holdout("val")}
+        args = {**self.shard_args(index), "part": "val"}
         return {**args, "shard_memory": self.val_memory or args["shard_memory"]}
 
-    def _holdout(self, part: str) -> dict:
-        return dict(part=part, val_fraction=self.config.val_fraction, seed=self.config.seed)
-
     def test_args(self) -> dict:
-        args = self._load_args(split="test", start=0, stop=self.store.num_test, index=-1)
+        stop = self.store.num_test
+        args = _load_args(self.config, self.store, split="test", start=0, stop=stop, index=-1)
         return {**args, "shard_memory": self.test_memory or args["shard_memory"]}
+
+    def loads(self) -> list[tuple[dict, dict]]:
+        """What the driver loads on the workers, one pair a training shard in shard order:
+        its tasks.load_shard arguments and its scoring piece's (piece_args)."""
+        return [(self.shard_args(i), self.piece_args(i)) for i in range(self.store.num_shards)]
 
     # In-process loading, exactly as the workers load: the reference, evaluation and the
     # benchmarks' single-process baselines read the same normalised rows through these.
@@ -113,21 +115,29 @@ class RunSetup:
         """f_i of every training shard (objective.ShardObjective), in shard order."""
         return [make_objective(self.spec, self.load_train(i)) for i in range(self.store.num_shards)]
 
-    def _load_args(self, **where: object) -> dict:
-        return dict(
-            store=self.store.path,
-            task=self.store.task,
-            num_classes=self.store.num_classes,
-            normalization=self.store.normalization,
-            dtype=self.config.dtype,
-            device=self.config.device,
-            # auto is resolved by the driver from the workers' memory (run/shard_memory.py);
-            # in one process, with no worker's limit to compare with, shards are resident.
-            shard_memory={"auto": "resident"}.get(
-                self.config.shard_memory, self.config.shard_memory
-            ),
-            **where,
-        )
+
+def _load_args(config: RunConfig, store: StoreInfo, **where: object) -> dict:
+    """Keyword arguments of tasks.load_shard for rows of `store` (`where`: which)."""
+    return dict(
+        store=store.path,
+        task=store.task,
+        num_classes=store.num_classes,
+        normalization=store.normalization,
+        dtype=config.dtype,
+        device=config.device,
+        # auto is resolved by the driver from the workers' memory (run/shard_memory.py);
+        # in one process, with no worker's limit to compare with, shards are resident.
+        shard_memory={"auto": "resident"}.get(config.shard_memory, config.shard_memory),
+        **where,
+    )
+
+
+def _shard_args(config: RunConfig, store: StoreInfo, index: int) -> dict:
+    """Keyword arguments of tasks.load_shard for training shard `index` (its held-out rows
+    dropped: round/holdout.py)."""
+    start, stop = store.shards[index]
+    args = _load_args(config, store, split="train", start=start, stop=stop, index=index)
+    return {**args, "part": "train", "val_fraction": config.val_fraction, "seed": config.seed}
 
 
 def default_store_path(config: RunConfig) -> Path:
@@ -174,14 +184,6 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         raise ValueError("no store given; pass a store path or use the embedded default")
     store = open_store(config.store)
     config = with_epochs_resolved(config, store)
-    check_model_fits(config.model, store.sample_shape)
-    check_model_task(config.model, store.task)
-    if config.local_solver != "steps" and not is_convex(config.model):
-        raise ValueError(
-            f"--local-solver {config.local_solver} solves the local problem exactly, which needs a "
-            f"convex model, and {config.model!r} is not; use --model linear or logistic, or "
-            "--local-solver steps"
-        )
     _check_dtype_holds(store, config.dtype)
     if parse_augment(config.augment).active and len(store.sample_shape) != 3:
         raise ValueError(
@@ -200,15 +202,18 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         precision=config.precision,
     )
     strategy = strategy_on_store(config, store)
-    setup = RunSetup(config=config, store=store, spec=spec, strategy=strategy)
-    check_model_runs(
+    weights, buffers = initial_model(
         spec,
-        _first_rows(setup),
+        _first_rows(config, store),
         store.task,
+        seed=config.seed,
         algorithm=config.algorithm,
-        full_batch=getattr(setup.strategy, "full_batch", False),
+        full_batch=getattr(strategy, "full_batch", False),
+        exact_solver=None if config.local_solver == "steps" else config.local_solver,
     )
-    return setup
+    return RunSetup(
+        config=config, store=store, spec=spec, strategy=strategy, weights=weights, buffers=buffers
+    )
 
 
 def _builder_bytes(name: str, builder: Callable[..., nn.Module] | None) -> bytes:
@@ -217,9 +222,9 @@ def _builder_bytes(name: str, builder: Callable[..., nn.Module] | None) -> bytes
     return user_spec_builder(name) if is_import_path(name) else b""
 
 
-def _first_rows(setup: RunSetup) -> torch.Tensor:
+def _first_rows(config: RunConfig, store: StoreInfo) -> torch.Tensor:
     """A few training rows as a worker holds them (normalised, in the run's dtype), on the CPU."""
-    args = setup.shard_args(0)
+    args = _shard_args(config, store, 0)
     args.update(stop=min(args["start"] + CHECK_ROWS, args["stop"]), device="cpu")
     return load_shard(**args).x.dense()
 
@@ -245,5 +250,4 @@ def initial_weights(spec: ModelSpec, seed: int) -> torch.Tensor:
 def initial_state(spec: ModelSpec, seed: int) -> tuple[torch.Tensor, Buffers]:
     """The model's default initialisation under `seed`: flat weights and its buffers."""
     torch.manual_seed(seed)
-    model = build_model(spec)
-    return flatten_parameters(model), model_buffers(model)
+    return model_state(build_model(spec))

@@ -26,7 +26,6 @@ from typing import Any
 
 from ..setup.config import RunConfig, SettingError, flag
 from .progress import Callbacks
-from .rundir import RunDir
 
 INSTALL = "pip install 'dask-dane[track]'"
 AUTO, OFF = "auto", "none"
@@ -91,8 +90,9 @@ class Trackers:
     """The run's trackers as one Callbacks, plus `finish` at the end of the run."""
 
     def __init__(
-        self, config: RunConfig, run_dir: RunDir, *, resume: bool, context: TrackingContext
+        self, config: RunConfig, run_dir: Path, *, resume: bool, context: TrackingContext
     ) -> None:
+        """`run_dir`: the run directory's folder (RunDir.root)."""
         self.config, self.run_dir, self.resume, self.context = config, run_dir, resume, context
         self.tb: Any = None
         self.mlflow: MlflowTracker | None = None
@@ -160,9 +160,9 @@ class MlflowTracker:
         self.Metric, self.owner = Metric, owner
         config, uri = owner.config, owner.config.mlflow
         self.client = MlflowClient(tracking_uri=uri)
-        self.record = owner.run_dir.root / "mlflow.json"
+        self.record = owner.run_dir / "mlflow.json"
         saved = json.loads(self.record.read_text()) if self.record.exists() else {}
-        tags = {"dane.store": str(config.store), "dane.run_dir": str(owner.run_dir.root)}
+        tags = {"dane.store": str(config.store), "dane.run_dir": str(owner.run_dir)}
         if owner.context.preset:
             tags["dane.preset"] = owner.context.preset
         params = {k: str(v)[:6000] for k, v in dataclasses.asdict(config).items()}
@@ -201,6 +201,6 @@ class MlflowTracker:
         export = self.owner.context.export
         if export is not None and not failed:
             with tempfile.TemporaryDirectory() as scratch:
-                written = export(self.owner.run_dir.root, Path(scratch) / "model.pt")
+                written = export(self.owner.run_dir, Path(scratch) / "model.pt")
                 self.client.log_artifact(self.run_id, str(written), "model")
         self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")

@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from ..algorithms import Broadcast
-from ..round import comm, tasks, transport
-from ..round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
-from ..round.shards import ShardData
-from ..round.worker_round import WorkerPhase, phase_total
-from ..setup.run_setup import RunSetup
-from .metrics import round_row
-from .run_state import RunState, round_start
+from .algorithms import Broadcast
+from .round import comm, tasks, transport
+from .round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
+from .round.shards import ShardData
+from .round.worker_round import WorkerPhase, phase_total
+from .run.metrics import round_row
+from .run.run_state import RunState, round_start
+from .setup.run_setup import RunSetup
 
 
 @dataclass

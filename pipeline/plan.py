@@ -5,7 +5,7 @@ so a run described either way resolves the same, in one pass:
     built-in defaults < the saved config.toml (resume) < the TOML file < flags or keywords,
 checked once (RunConfig.validate); then the embedded default store is written if no store
 is named (after the checks, so that bad input writes nothing), and a resume is held to the
-same run (check_same_run: only config.RESUMABLE_KEYS may change; start_run records them).
+same run (check_same_run: only config.RESUMABLE_KEYS may change; begin_run records them).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ..algorithms.parts.setting_error import SettingError, setting
-from ..setup.config import RunConfig, read_toml, resolve_config
-from ..setup.run_setup import ensure_default_store
-from .jobqueue import check_job_queue
-from .rundir import RunDir, check_same_run
-from .tracking import check_tracking
+from .algorithms.parts.setting_error import SettingError, setting
+from .observe.tracking import check_tracking
+from .run.jobqueue import check_job_queue
+from .run.rundir import RunDir, check_same_run
+from .setup.config import RunConfig, read_toml, resolve_config
+from .setup.run_setup import ensure_default_store
 
 
 def plan_run(

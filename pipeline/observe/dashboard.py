@@ -8,7 +8,7 @@ existing /metrics endpoint.
 
 Installed by importing this module before the scheduler starts: `dane train` does for the
 clusters it starts; a scheduler of your own takes one flag,
-`dask scheduler --preload dask_dane.pipeline.run.dashboard`.
+`dask scheduler --preload dask_dane.pipeline.observe.dashboard`.
 """
 
 from __future__ import annotations
@@ -228,4 +228,5 @@ def install() -> None:
         prometheus_client.REGISTRY.register(collector)
 
 
-install()  # on import: `dask scheduler --preload dask_dane.pipeline.run.dashboard` needs no more
+# On import: `dask scheduler --preload dask_dane.pipeline.observe.dashboard` needs no more.
+install()
