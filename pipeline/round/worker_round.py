@@ -69,7 +69,7 @@ class WorkerPhase:
     shard_states: dict[int, Any] | None = None
 
 
-register_dataclasses(WorkerPhase)
+register_dataclasses(RoundStatic, WorkerPhase)
 
 
 def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any]:
