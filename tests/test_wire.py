@@ -203,3 +203,12 @@ def test_tensors_cross_workers_as_frames_and_the_run_equals_the_reference(
     reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
     weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
     assert torch.equal(weights, reference.weights)
+
+
+def test_the_bench_measures_both_forms_on_the_same_object():
+    from dask_dane.bench.scaling.wire import local_rows
+
+    rows = {r["form"]: r for r in local_rows("WorkerPhase", "small-cnn", repeats=1)}
+    assert rows["in-band"]["frames"] < rows["frames"]["frames"]  # the pickle holds them
+    assert rows["frames"]["largest_frame"] == 38_282 * 4  # the weights' sum, its own frame
+    assert wire._STATE["frames"]  # the in-band form was selected for its measure only
