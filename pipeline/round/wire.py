@@ -72,7 +72,7 @@ def _tensor_from_frame(
         if data.readonly:
             data = memoryview(bytearray(data))
         raw = torch.frombuffer(data, dtype=torch.uint8)
-        if raw.data_ptr() % torch.empty((), dtype=kind).element_size():
+        if raw.data_ptr() % kind.itemsize:
             raw = raw.clone()  # a fresh allocation is aligned for any dtype
         tensor = raw.view(kind).reshape(shape)
     if device != "cpu":
