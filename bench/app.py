@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "scaling",
         "Worker memory and images/s with shards held converted (float), resident (as stored)",
     ),
+    "wire": (
+        "scaling",
+        "A round's tensors sent in-band or as Dask frames, at ResNet-18 and small-cnn size.",
+    ),
     "ddp": (
         "ddp",
         "PyTorch DDP, one process and dask-dane's methods on the same shards, side by side.",

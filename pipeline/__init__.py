@@ -56,6 +56,11 @@ SURFACE: dict[str, tuple[str, str]] = {
     "round_static": ("run.run_state", "round_static"),
     "load_shard": ("round.shards", "load_shard"),
     "activation_bytes_per_row": ("round.objective", "activation_bytes_per_row"),
+    # what bench/scaling/wire.py sends between workers, and the in-band form it compares
+    "RoundResult": ("round.tasks", "RoundResult"),
+    "WorkerPhase": ("round.worker_round", "WorkerPhase"),
+    "Partial": ("round.aggregate", "Partial"),
+    "use_frames": ("round.wire", "use_frames"),
 }
 __all__ = sorted(SURFACE)
 

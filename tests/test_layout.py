@@ -25,6 +25,9 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/run/pipelined.py",  # the driver of chained rounds
     "pipeline/run/fetch.py",  # what the driver takes from the cluster each round
     "pipeline/observe/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
+    # Registers how our dataclasses cross a comm (their tensors as frames) with distributed's
+    # serialization, in every process that imports the worker tasks.
+    "pipeline/round/wire.py",
 }
 TYPER_IMPORTERS = {
     "cli/commands.py", "cli/options.py", "cli/lazy.py", "cli/advise.py", "bench/common/options.py"

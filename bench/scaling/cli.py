@@ -112,4 +112,26 @@ def memory(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) 
     )
 
 
-COMMANDS = {"scaling": scaling, "time-to-accuracy": time_to_accuracy, "memory": memory}
+def wire(
+    repeats: Annotated[
+        int, typer.Option(help="Repeats of each measure (the median is reported).")
+    ] = 7,
+    json_out: JsonOut = None,
+) -> None:
+    """A round's tensors sent in-band or as Dask frames, at ResNet-18 and small-cnn size.
+
+    A RoundResult and a WorkerPhase: dumps and loads as a comm does, and worker A to worker
+    B on a 2-worker LocalCluster, both forms in the same run."""
+    from .wire import markdown_table, run_wire
+
+    if repeats < 1:
+        raise ValueError(f"--repeats must be at least 1 (got {repeats})")
+    save_result(run_wire(repeats, log=typer.echo), json_out, table=markdown_table)
+
+
+COMMANDS = {
+    "scaling": scaling,
+    "time-to-accuracy": time_to_accuracy,
+    "memory": memory,
+    "wire": wire,
+}

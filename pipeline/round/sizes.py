@@ -5,7 +5,8 @@ few dozen for a dataclass holding megabytes of tensors. Its memory accounting (t
 dashboard's worker memory, spilling decisions) and its transfer logs (which the scaling
 benchmark compares with the pipeline's comm_bytes) would then be off by orders of
 magnitude. Importing this module registers the true sizes; tasks.py imports it, so every
-process that runs or submits pipeline tasks has them.
+process that runs or submits pipeline tasks has them. register_dataclasses also registers the
+dataclasses' wire form (wire.py: their tensors as out-of-band frames), in the same processes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..algorithms.base import LocalOutput
 from .aggregate import Partial, ShardReport
 from .features import StoredRows
 from .streamed import StreamedRows
+from .wire import register_frames
 
 
 @sizeof.register(torch.Tensor)
@@ -43,9 +45,11 @@ def _dataclass_size(obj: object) -> int:
 
 
 def register_dataclasses(*classes: type) -> None:
-    """Size instances of these dataclasses as the sum of their fields."""
+    """Size instances of these dataclasses as the sum of their fields, and send their tensors
+    as out-of-band frames (wire.py)."""
     for cls in classes:
         sizeof.register(cls)(_dataclass_size)
+    register_frames(*classes)
 
 
 register_dataclasses(Partial, ShardReport, LocalOutput)

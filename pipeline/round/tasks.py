@@ -92,7 +92,7 @@ class RoundResult:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, combined
 
 
-register_dataclasses(ShardData, PhaseEnd, RoundResult, Broadcast)
+register_dataclasses(ShardData, RoundInput, PhaseEnd, RoundResult, Broadcast)
 
 
 def shard_seed(seed: int, round_index: int, shard_index: int) -> int:

@@ -74,7 +74,7 @@ class WorkerPhase:
     shard_states: dict[int, Any] | None = None
 
 
-register_dataclasses(WorkerPhase)
+register_dataclasses(RoundStatic, WorkerPhase)
 
 # What a round the driver does not take the weights of holds in their place.
 NO_WEIGHTS = torch.empty(0)

@@ -1,0 +1,112 @@
+"""How our dataclasses cross a Dask comm: each tensor in them as its own out-of-band frame.
+
+Pickled whole, a frozen dataclass holding tensors (a RoundResult, a WorkerPhase, a Partial)
+carries them in-band: torch pickles each tensor's storage with torch.save into a bytes
+object inside the pickle (a copy, with zip overhead), and distributed's own torch
+serializer only applies to a tensor at the top level of a task's result or in a plain list
+or dict. Registered here with distributed's "dask" serialization family, such a dataclass
+is pickled (cloudpickle, as distributed's fallback would) with every tensor anywhere inside
+it, in nested dataclasses, dicts, lists, tuples or a strategy's state, replaced by a
+reference to an out-of-band pickle-5 buffer: the tensor's own bytes, with no copy where the
+tensor is a contiguous CPU one. Those buffers are the comm's frames; on arrival the tensor
+is a view of its frame (copied only where the frame is read-only or misaligned).
+
+A tensor arrives on the CPU, contiguous, with its dtype (bfloat16 included: its bytes travel
+as bytes) and shape; a non-contiguous one sends its elements, not its whole storage. A CUDA
+tensor is copied to the host for its frame and moved back to the same device name on
+arrival, as torch's own pickling restores it. Nothing registered here touches torch.Tensor
+itself: torch.save checkpoints and plain pickle are unchanged.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+import cloudpickle
+import torch
+from distributed.protocol import dask_deserialize, dask_serialize
+
+# Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
+# the in-band pickle on the same objects; the engine never changes it.
+_STATE = {"frames": True}
+
+
+def use_frames(on: bool) -> bool:
+    """Send the registered dataclasses' tensors as frames (True) or in-band as torch pickles
+    them (False, the form before frames), in this process; returns the previous setting."""
+    previous = _STATE["frames"]
+    _STATE["frames"] = bool(on)
+    return previous
+
+
+def _sendable(tensor: torch.Tensor) -> bool:
+    return (
+        type(tensor) is torch.Tensor
+        and tensor.layout == torch.strided
+        and not tensor.is_quantized
+        and tensor.device.type != "meta"
+    )
+
+
+def _tensor_reduce(tensor: torch.Tensor) -> tuple[Any, tuple[Any, ...]]:
+    """The tensor as a rebuild call on its bytes, which pickle 5 sends out-of-band."""
+    flat = tensor.detach().resolve_conj().resolve_neg()
+    flat = flat.to("cpu").contiguous().reshape(-1)  # each a no-op for a contiguous CPU tensor
+    raw = flat.view(torch.uint8).numpy()  # the bytes, shared with the tensor (bfloat16 too)
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    args = (pickle.PickleBuffer(raw), dtype, tuple(tensor.shape), str(tensor.device))
+    return _tensor_from_frame, (*args, tensor.requires_grad)
+
+
+def _tensor_from_frame(
+    frame: Any, dtype: str, shape: tuple[int, ...], device: str, requires_grad: bool
+) -> torch.Tensor:
+    """A tensor on its frame's bytes: a view of them where they are writable and aligned."""
+    kind = getattr(torch, dtype)
+    data = memoryview(frame).cast("B")
+    if data.nbytes == 0:
+        tensor = torch.empty(shape, dtype=kind)
+    else:
+        if data.readonly:
+            data = memoryview(bytearray(data))
+        raw = torch.frombuffer(data, dtype=torch.uint8)
+        if raw.data_ptr() % kind.itemsize:
+            raw = raw.clone()  # a fresh allocation is aligned for any dtype
+        tensor = raw.view(kind).reshape(shape)
+    if device != "cpu":
+        tensor = tensor.to(device)
+    return tensor.requires_grad_(True) if requires_grad else tensor
+
+
+class _FramePickler(cloudpickle.Pickler):
+    """cloudpickle, with every plain strided tensor sent as an out-of-band buffer."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor) and _sendable(obj):
+            return _tensor_reduce(obj)
+        return super().reducer_override(obj)
+
+
+def to_frames(obj: object) -> tuple[dict[str, Any], list[memoryview | bytes]]:
+    """`obj` pickled, and each tensor in it as its own frame after the pickle's."""
+    if not _STATE["frames"]:
+        raise NotImplementedError  # distributed falls back to its pickle family
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    _FramePickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+    frames: list[memoryview | bytes] = [stream.getvalue(), *(b.raw() for b in buffers)]
+    return {"tensor-frames": len(buffers)}, frames
+
+
+def from_frames(header: dict[str, Any], frames: list[Any]) -> Any:
+    """to_frames' inverse."""
+    return pickle.loads(frames[0], buffers=frames[1:])
+
+
+def register_frames(*classes: type) -> None:
+    """Send instances of these classes (and their subclasses) with to_frames."""
+    for cls in classes:
+        dask_serialize.register(cls)(to_frames)
+        dask_deserialize.register(cls)(from_frames)

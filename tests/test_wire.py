@@ -1,0 +1,214 @@
+"""Our dataclasses cross Dask comms with each tensor as its own out-of-band frame (wire.py)."""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+
+import pytest
+import torch
+from distributed.protocol import (
+    dask_serialize,
+    deserialize,
+    dumps,
+    loads,
+    serialize,
+    to_serialize,
+)
+
+from dask_dane.models.registry import ModelSpec
+from dask_dane.pipeline.algorithms import Broadcast, LocalOutput, make_strategy
+from dask_dane.pipeline.round import comm, wire
+from dask_dane.pipeline.round.aggregate import Partial, ShardReport
+from dask_dane.pipeline.round.tasks import PhaseEnd, RoundInput, RoundResult
+from dask_dane.pipeline.round.worker_round import RoundStatic, WorkerPhase, nodes_of
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.run.reference import run_reference
+from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import prepare_run
+
+
+def _tensors() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    wide = torch.randn(6, 10, dtype=torch.float64, generator=generator)
+    return {
+        "float32": torch.randn(3, 5, generator=generator),
+        "float64": wide,
+        "bfloat16": torch.randn(17, generator=generator).to(torch.bfloat16),
+        "int64": torch.arange(-4, 9),
+        "strided": wide.t()[::2],  # non-contiguous, a view into a bigger storage
+        "empty": torch.empty(0, 4),
+        "scalar": torch.tensor(2.5),
+    }
+
+
+def _partial(tensors: dict[str, torch.Tensor]) -> Partial:
+    return Partial(
+        tensor_sums=tensors, metric_sums={"loss": 1.0}, num_samples=3, num_shards=1,
+        compute_by_worker={"a": 0.5}, rows=3, diagnostics={0: {"x": 1.0}},
+        buffer_sums={"bn": tensors["float32"]},
+    )  # fmt: skip
+
+
+def _report(tensors: dict[str, torch.Tensor]) -> ShardReport:
+    output = LocalOutput(tensors=tensors, kept=dict(tensors), shard_state={"v": tensors})
+    return ShardReport(output=output, num_samples=3, compute_s=0.1, worker="a", shard=0,
+                       buffers=tensors)  # fmt: skip
+
+
+def _instances(tensors: dict[str, torch.Tensor]) -> dict[str, object]:
+    """One of each dataclass that travels, its tensors nested in dicts, lists and dataclasses."""
+    broadcast = Broadcast(tensors=tensors, decision=[tensors["bfloat16"]])
+    layout = comm.layout(["a", "b"])
+    strategy = make_strategy("dane", {})
+    spec = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
+    return {
+        "RoundInput": RoundInput(strategy=strategy, spec=spec, seed=1, index=1, layout=layout,
+                                 round_data=(tensors["int64"],), buffers=tensors),
+        "RoundStatic": RoundStatic(strategy=strategy, spec=spec, seed=1, index=1,
+                                   layout=layout, num_shards=2),
+        "PhaseEnd": PhaseEnd(broadcast=broadcast, metrics={}, comm_bytes=8, communicated=True,
+                             compute_by_worker={}, rows=1, buffers=tensors),
+        "RoundResult": RoundResult(weights=tensors["float32"].flatten(), state=[broadcast],
+                                   shard_states=[tensors], buffers=tensors),
+        "WorkerPhase": WorkerPhase(nodes={(0, 0): _partial(tensors), (1, 0): _partial(tensors)},
+                                   reports={0: _report(tensors)}, shard_states={0: tensors}),
+        "Partial": _partial(tensors),
+        "ShardReport": _report(tensors),
+        "LocalOutput": _report(tensors).output,
+        "Broadcast": broadcast,
+    }  # fmt: skip
+
+
+def _walk(a: object, b: object) -> int:
+    """Assert `b` equals `a` exactly (tensors by value, dtype and shape); count the tensors."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and b.dtype == a.dtype and b.shape == a.shape
+        assert torch.equal(a, b) and b.is_contiguous() and b.device == a.device
+        return 1
+    if isinstance(a, dict):
+        assert list(a) == list(b)  # type: ignore[arg-type]
+        return sum(_walk(a[k], b[k]) for k in a)  # type: ignore[index]
+    if isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)  # type: ignore[arg-type]
+        return sum(_walk(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[call-overload]
+    if hasattr(a, "__dataclass_fields__"):
+        assert type(a) is type(b)
+        return sum(_walk(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+    assert a == b
+    return 0
+
+
+@pytest.mark.parametrize("name", list(_instances(_tensors())))
+def test_each_dataclass_round_trips_through_serialize_and_the_comms_dumps(name):
+    obj = _instances(_tensors())[name]
+    header, frames = serialize(obj)
+    assert header["serializer"] == "dask"
+    _walk(obj, deserialize(header, frames))
+    _walk(obj, loads(dumps({"data": to_serialize(obj)}))["data"])
+
+
+def test_each_tensor_is_one_out_of_band_frame_of_its_own_bytes():
+    tensors = _tensors()
+    header, frames = serialize(RoundResult(weights=tensors["float32"], state=None,
+                                           buffers=tensors))  # fmt: skip
+    sizes = [memoryview(f).nbytes for f in frames]
+    # The pickle, then one frame a tensor (the weights are the buffers' float32: sent once).
+    assert header["sub-header"]["tensor-frames"] == len(tensors) == len(frames) - 1
+    assert sorted(sizes[1:]) == sorted(t.numel() * t.element_size() for t in tensors.values())
+    assert sizes[0] < 1500  # the pickle holds no tensor's bytes
+    weights = tensors["float32"]
+    assert frames[1].obj is not None  # zero copy: the frame is the tensor's own memory
+    assert torch.frombuffer(frames[1], dtype=torch.uint8).data_ptr() == weights.data_ptr()
+
+
+def test_at_model_size_the_frames_are_the_tensors_and_in_band_is_one_pickle():
+    weights = torch.randn(1_000_000)
+    result = RoundResult(weights=weights, state=None)
+    _, frames = serialize(result)
+    assert [memoryview(f).nbytes for f in frames][1:] == [4_000_000]
+    previous = wire.use_frames(False)
+    try:
+        header, inband = serialize(result)
+    finally:
+        wire.use_frames(previous)
+    assert header["serializer"] == "pickle" and len(inband) == 1  # torch.save's bytes inside
+    assert memoryview(inband[0]).nbytes > 4_000_000
+    assert torch.equal(deserialize(header, inband).weights, weights)
+
+
+def test_a_read_only_or_misaligned_frame_is_copied_into_a_tensor_of_its_own():
+    tensor = torch.arange(10, dtype=torch.float32)
+    raw = tensor.view(torch.uint8).numpy().tobytes()
+    read_only = wire._tensor_from_frame(memoryview(raw), "float32", (10,), "cpu", False)
+    shifted = memoryview(bytearray(b"x" + raw))[1:]
+    misaligned = wire._tensor_from_frame(shifted, "float32", (2, 5), "cpu", False)
+    assert torch.equal(read_only, tensor) and torch.equal(misaligned, tensor.reshape(2, 5))
+    assert misaligned.data_ptr() % 4 == 0
+    read_only += 1  # writable: its own memory
+
+
+def test_requires_grad_is_kept_and_plain_torch_pickling_is_untouched():
+    tensor = torch.randn(4, requires_grad=True)
+    back = deserialize(*serialize(Broadcast(tensors={"t": tensor})))
+    assert back.tensors["t"].requires_grad and torch.equal(back.tensors["t"], tensor)
+    # No global reducer for tensors: torch.save and pickle go through torch's own reduction.
+    assert torch.Tensor not in copyreg.dispatch_table
+    result = RoundResult(weights=torch.randn(5).bfloat16(), state=None)
+    stream = io.BytesIO()
+    torch.save({"result": result}, stream)
+    assert b"_tensor_from_frame" not in stream.getvalue()
+    assert b"_tensor_from_frame" not in pickle.dumps(result)
+    stream.seek(0)
+    assert torch.equal(torch.load(stream, weights_only=False)["result"].weights, result.weights)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_tensor_travels_through_the_host_and_returns_to_its_device():
+    tensor = torch.randn(8, device="cuda")
+    back = deserialize(*serialize(Broadcast(tensors={"t": tensor})))
+    assert back.tensors["t"].device == tensor.device and torch.equal(back.tensors["t"], tensor)
+
+
+@pytest.mark.cluster
+def test_tensors_cross_workers_as_frames_and_the_run_equals_the_reference(
+    digits_stores, cluster_client, tmp_path
+):
+    a, b = sorted(cluster_client.scheduler_info()["workers"])
+    phase = _instances(_tensors())["WorkerPhase"]
+    made = cluster_client.submit(WorkerPhase, **vars(phase), workers=[a], pure=False)
+    # Made on worker a, taken by a task on worker b, then by the driver: two comms.
+    taken = cluster_client.submit(nodes_of, made, workers=[b]).result()
+    assert _walk(phase.nodes, taken.nodes) == 2 * (len(_tensors()) + 1)
+
+    def registered() -> bool:  # in a worker process, by value
+        from distributed.protocol import dask_serialize
+
+        from dask_dane.pipeline.round import wire, worker_round
+
+        return dask_serialize.dispatch(worker_round.WorkerPhase) is wire.to_frames
+
+    assert list(cluster_client.run(registered).values()) == [True, True]
+    assert dask_serialize.dispatch(WorkerPhase) is wire.to_frames
+    # bfloat16 sums between the workers: the run equals the single-process one to the bit.
+    config = RunConfig(
+        store=str(digits_stores[4]), out=str(tmp_path / "run"), algorithm="dane",
+        model="small-cnn", rounds=2, seed=7, mu=0.1, local_steps=5, batch_size=16,
+        transport="bfloat16",
+    ).validate()  # fmt: skip
+    train(config, client=cluster_client)
+    reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
+    weights = load_checkpoint(RunDir(tmp_path / "run").latest)["weights"]
+    assert torch.equal(weights, reference.weights)
+
+
+def test_the_bench_measures_both_forms_on_the_same_object():
+    from dask_dane.bench.scaling.wire import local_rows
+
+    rows = {r["form"]: r for r in local_rows("WorkerPhase", "small-cnn", repeats=1)}
+    assert rows["in-band"]["frames"] < rows["frames"]["frames"]  # the pickle holds them
+    assert rows["frames"]["largest_frame"] == 38_282 * 4  # the weights' sum, its own frame
+    assert wire._STATE["frames"]  # the in-band form was selected for its measure only
