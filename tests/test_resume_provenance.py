@@ -15,14 +15,8 @@ import dask_dane
 from dask_dane.pipeline.report import load_run, run_label
 from dask_dane.pipeline.run.metrics import scheduled
 from dask_dane.pipeline.run.rundir import RunDir, check_same_run
-from dask_dane.pipeline.setup.config import (
-    RESUMABLE_KEYS,
-    RunConfig,
-    read_record,
-    read_toml,
-    to_toml,
-)
-from dask_dane.pipeline.setup.resumed import Resume, add_resume
+from dask_dane.pipeline.setup.config import RunConfig, read_record, read_toml, to_toml
+from dask_dane.pipeline.setup.resumed import RESUMABLE_KEYS, Resume, add_resume
 
 # The smallest real run: an MLP on the 2-shard digits store, 2 local steps a round.
 TINY = ("--model", "mlp", "--local-steps", "2", "--batch-size", "16", "--algorithm", "fedavg")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..setup.config import ClusterSettings, scheduler_file_address
+from ..setup.settings import ClusterSettings, scheduler_file_address
 from .cluster_checks import checked_start
 from .cluster_logs import LOG_FORMAT, route_cluster_logs
 from .dashboard import EVENT_TOPIC  # importing it adds /dane to the dashboards started here

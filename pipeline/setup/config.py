@@ -33,17 +33,8 @@ from typing import Any
 from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
-from .resumed import (  # IDENTITY_KEYS and RESUMABLE_KEYS re-exported: callers read them here
-    IDENTITY_KEYS,
-    RESUMABLE_KEYS,
-    RESUMED,
-    Resume,
-    RunRecord,
-    parse_resumes,
-)
+from .resumed import RESUMED, Resume, RunRecord, parse_resumes
 from .settings import (
-    DEVICES,
-    DTYPES,
     GENERATED,
     AlgorithmSettings,
     ClusterSettings,
@@ -52,33 +43,7 @@ from .settings import (
     RunSettings,
     ServerSettings,
     SolverSettings,
-    scheduler_file_address,
 )
-
-__all__ = [  # the sections and their helpers are re-exported: callers import them from here
-    "DEVICES",
-    "DTYPES",
-    "IDENTITY_KEYS",
-    "RESUMABLE_KEYS",
-    "SECTIONS",
-    "AlgorithmSettings",
-    "ClusterSettings",
-    "DataSettings",
-    "ModelSettings",
-    "RunConfig",
-    "RunSettings",
-    "ServerSettings",
-    "SolverSettings",
-    "check_settings",
-    "flag",
-    "in_flags",
-    "read_record",
-    "read_toml",
-    "resolve_config",
-    "scheduler_file_address",
-    "section_of",
-    "to_toml",
-]
 
 # The sections in the order config.toml lists them; their fields are RunConfig's.
 SECTIONS: dict[str, type] = {
@@ -144,11 +109,6 @@ def in_flags(err: BaseException) -> str:
     return err.worded(flag) if isinstance(err, SettingError) else str(err)
 
 
-def section_of(key: str) -> str:
-    """The section a RunConfig field belongs to."""
-    return _HOME[key]
-
-
 # `dane train --help` groups its options in these panels, in this order: one per section.
 _SECTION_PANELS = {"data": "Data", "model": "Model", **GENERATED}
 _SECTION_PANELS |= {"run": "Run and output", "cluster": "Cluster"}
@@ -157,7 +117,7 @@ PANELS = tuple(_SECTION_PANELS.values())
 
 def panel_of(key: str) -> str:
     """The --help panel of a RunConfig field (one of PANELS)."""
-    return _SECTION_PANELS[section_of(key)]
+    return _SECTION_PANELS[_HOME[key]]
 
 
 def _toml_types(f: dataclasses.Field) -> tuple[type, ...]:
