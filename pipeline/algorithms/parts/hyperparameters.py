@@ -11,7 +11,7 @@ declarations of one name, so a restated default cannot creep back in.
 A class may take a *part* (a local solver, the server step) as a field whose metadata is
 `part(*types)`: the classes it may build, whose hyperparameters are the algorithm's too (and
 the function that builds it from a run's settings, where it is not `build`). Besides its
-declared fields a class takes only the run's seed and rounds (RUN_SETTINGS), by name.
+declared fields a class takes only the run's seed, rounds and shards (RUN_SETTINGS).
 """
 
 from __future__ import annotations
@@ -121,9 +121,10 @@ def gather(classes: Iterable[type]) -> dict[str, Gathered]:
     return found
 
 
-# The run's own settings a class may take besides its declared ones, each by its name: the
-# seed its samples draw with, the rounds its schedules span. No other field is filled.
-RUN_SETTINGS = ("seed", "rounds")
+# The run's own values a class may take besides its declared settings, each by its name: the
+# seed its samples draw with, the rounds its schedules span, the shards the store holds (the
+# set-up adds them, epochs.py). No other field is filled from the settings.
+RUN_SETTINGS = ("seed", "rounds", "shards")
 
 
 def build(cls: type, settings: Mapping[str, Any], **given: Any) -> Any:
