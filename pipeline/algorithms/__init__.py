@@ -1,10 +1,10 @@
 """One file per algorithm behind the Strategy protocol (base.py); a registry picks one.
 
 `make_strategy(name, settings)` builds the algorithm's frozen dataclass from a run's
-settings by field name: fields are named like the run's settings (eta, mu, local_lr, ...),
-and a part (its local solver, its server step) is built from those settings too
-(parts/hyperparameters.py). Each class checks its own hyperparameters, so a bad value is a
-SettingError naming the field.
+settings: its declared fields are named like the run's settings (eta, mu, local_lr, ...), the
+run's seed, rounds and shards reach the fields of those names (RUN_SETTINGS), and a part (its
+local solver, its server step) is built from the same settings (parts/hyperparameters.py).
+Each class checks its own hyperparameters, so a bad value is a SettingError naming the field.
 
 A new algorithm is one file and one line: its class in ALGORITHMS below, or, from another
 package, an entry point in the group `dask_dane.algorithms` (`toy = my_package.toy:Toy`).
@@ -116,7 +116,7 @@ __all__ = [
 
 
 def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
-    """The Strategy `algorithm`, its hyperparameters taken from `settings` by field name.
+    """The Strategy `algorithm`, its hyperparameters taken from `settings` (`build`).
 
     Every setting is checked first (check_settings), so a bad value is refused even where
     the chosen algorithm would not use it.
