@@ -37,6 +37,9 @@ ROUNDS_FROM_EPOCHS = {
     "lr_warmup_epochs": "lr_warmup",
     "server_momentum_delay_epochs": "server_momentum_delay",
 }
+# Every epochs setting -> the count it sets: K and the post-local phase in steps, the rest above.
+COUNT_OF_EPOCHS = {"local_epochs": "local_steps", "sync_epochs": "sync_rounds"}
+COUNT_OF_EPOCHS |= ROUNDS_FROM_EPOCHS
 
 
 def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
