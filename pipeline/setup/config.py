@@ -145,7 +145,8 @@ def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
         if key not in _TYPES:
             known = ", ".join(sorted(_TYPES))
             raise ValueError(f"{origin}: unknown key {raw_key!r}; known keys: {known}")
-        if table and not _takes(table, _HOME[key]):
+        # [algorithm] takes its parts' keys too: config.toml files older than [solver], [server]
+        if table and table != _HOME[key] and not (table == "algorithm" and _HOME[key] in GENERATED):
             raise ValueError(f"{origin}: key {raw_key!r} belongs in [{_HOME[key]}], not [{table}]")
         if key in given:
             twice = place if given[key] == place else f"{given[key]} and {place}"
@@ -173,12 +174,6 @@ def _entries(settings: dict[str, Any], origin: str) -> Iterator[tuple[str, Any, 
             raise ValueError(f"{origin}: {name!r} must be a table ([{name}]) of settings")
         else:
             yield from ((key, setting, name) for key, setting in value.items())
-
-
-def _takes(table: str, home: str) -> bool:
-    """Whether section `table` may hold a key of section `home`: its own, and [algorithm]
-    the keys of its parts' sections (config.toml files older than [solver] and [server])."""
-    return table == home or (table == "algorithm" and home in GENERATED)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -245,9 +240,7 @@ def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] 
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"  # TOML's spelling, not Python's
-    return _toml_string(value) if isinstance(value, str) else repr(value)
-
-
-def _toml_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    return repr(value)
