@@ -89,7 +89,7 @@ def setting_names(cls: type) -> set[str]:
 @dataclass(frozen=True, kw_only=True)
 class Gathered:
     """A setting as the run settings hold it: name, type, declaration, and the class that
-    declared it first (its PANEL, where it has one, heads the setting's group in --help)."""
+    declared it first (its SECTION, where it has one, is the setting's: [solver], [server])."""
 
     name: str
     type: Any

@@ -154,7 +154,7 @@ class ServerStep:
     fedavg, fedprox, feddyn, scaffold) take (SERVER_PART); its default is the plain average,
     w' = mean_i v_i."""
 
-    PANEL: ClassVar[str] = "Server step"  # where its settings stand in `dane train --help`
+    SECTION: ClassVar[str] = "server"  # its settings' section ([server], and its --help panel)
 
     server_momentum: float = declare(
         0.0, momentum_range, help="Local methods: momentum on the averaged step (SlowMo's beta)."

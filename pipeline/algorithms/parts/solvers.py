@@ -21,7 +21,7 @@ LOCAL_SOLVERS = ("steps", *EXACT_METHODS)
 class SolverChoice:
     """Which solver a run asks for: the setting that picks between the solvers' types."""
 
-    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
+    SECTION: ClassVar[str] = "solver"  # its settings' section ([solver], and its --help panel)
 
     local_solver: str = declare(
         "steps",
