@@ -76,7 +76,7 @@ class RunConfig(
         of a section or an algorithm (which names the field) is worded so here.
         """
         try:
-            self.strategy()  # the algorithm checks its own hyperparameters
+            _ = self.strategy  # built here, once: the algorithm checks its own hyperparameters
             self.check_model()
             self.check_cluster()
             self.check_run()
@@ -85,15 +85,12 @@ class RunConfig(
         return self
 
     @functools.cached_property
-    def built_strategy(self) -> Strategy:
+    def strategy(self) -> Strategy:
+        """The algorithm with its hyperparameters (algorithms/ registry)."""
         # Built once per config, by validate(): the strategy is a frozen function of the
         # fields, so the set-up (run_setup.py) takes this one rather than building another.
         # cached_property writes the instance's __dict__, which a frozen dataclass allows.
         return make_strategy(self.algorithm, self.as_dict())
-
-    def strategy(self) -> Strategy:
-        """The algorithm with its hyperparameters (algorithms/ registry)."""
-        return self.built_strategy
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -76,5 +76,5 @@ def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
 def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:
     """The run's strategy, told the store's m shards (--local-lr-scaling reads them)."""
     if config.lr_scaling == "none":
-        return config.strategy()  # the one validate() built
+        return config.strategy  # the one validate() built
     return make_strategy(config.algorithm, {**config.as_dict(), "shards": store.num_shards})
