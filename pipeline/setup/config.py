@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tomllib
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,15 +118,13 @@ def panel_of(key: str) -> str:
     return _SECTION_PANELS[_HOME[key]]
 
 
-def _toml_types(f: dataclasses.Field) -> tuple[type, ...]:
-    """Accepted TOML value types of a field (ints are accepted where floats are)."""
-    text = str(f.type)
-    if f.type is bool or text == "bool":
-        return (bool,)
-    return (int, float) if "float" in text else (int,) if "int" in text else (str,)
+def _toml_types(hint: Any) -> tuple[type, ...]:
+    """Accepted TOML value types of a field's type (ints are accepted where floats are)."""
+    kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+    return (int, float) if kind is float else (kind,)
 
 
-_TYPES = {f.name: _toml_types(f) for f in dataclasses.fields(RunConfig)}
+_TYPES = {name: _toml_types(hint) for name, hint in typing.get_type_hints(RunConfig).items()}
 _HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
