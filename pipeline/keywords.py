@@ -12,7 +12,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from .algorithms.parts.setting_error import SettingError, field_name, flag
+from .algorithms.parts.setting_error import SettingError, field_name
 from .setup.config import SECTIONS, RunConfig
 
 # Flags that take no value on the command line: as keywords they read `name=True`.
@@ -44,17 +44,8 @@ def check_keywords(
 
 def in_keywords(err: BaseException) -> str:
     """`err`'s message with the settings it names worded as the API's keywords."""
-    original = err.__context__
-    if (
-        isinstance(original, SettingError)
-        and err.__suppress_context__
-        and str(err) == original.worded(flag)
-    ):  # RunConfig.validate re-raises a SettingError worded in flags; its original names fields
-        text = original.worded(field_name)
-    elif isinstance(err, SettingError):
-        text = err.worded(field_name)
-    else:
-        text = str(err)
+    # A SettingError is worded from its marks (RunConfig's, which str() words in flags, too).
+    text = err.worded(field_name) if isinstance(err, SettingError) else str(err)
     return _flags_as_keywords(text)
 
 

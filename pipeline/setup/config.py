@@ -74,7 +74,8 @@ class RunConfig(
         """Return self, or raise ValueError naming the first bad setting and its fix.
 
         A RunConfig's fields are the flags, and its errors name them as flags: the SettingError
-        of a section or an algorithm (which names the field) is worded so here.
+        of a section or an algorithm (which names the field) is worded so here (`as_flags`; the
+        API words it with the fields again, keywords.py).
         """
         try:
             _ = self.strategy  # built here, once: the algorithm checks its own hyperparameters
@@ -82,7 +83,7 @@ class RunConfig(
             self.check_cluster()
             self.check_run()
         except SettingError as err:
-            raise SettingError(in_flags(err)) from None
+            raise err.as_flags() from None
         return self
 
     @functools.cached_property
