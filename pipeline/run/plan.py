@@ -5,7 +5,7 @@ so a run described either way resolves the same, in one pass:
     built-in defaults < the saved config.toml (resume) < the TOML file < flags or keywords,
 checked once (RunConfig.validate); then the embedded default store is written if no store
 is named (after the checks, so that bad input writes nothing), and a resume is held to the
-same run (check_same_run: only config.RESUMABLE_KEYS may change; start_run records them).
+same run (check_same_run: only resumed.RESUMABLE_KEYS may change; start_run records them).
 """
 
 from __future__ import annotations
