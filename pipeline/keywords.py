@@ -7,13 +7,12 @@ sentence with them (`pass resume=True`, `local_lr must be ...`). The CLI never c
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 from collections.abc import Iterable
 
 from .algorithms.parts.setting_error import SettingError, field_name
-from .setup.config import SECTIONS, RunConfig
+from .setup.config import SECTIONS, VALUE_TYPES
 
 # Flags that take no value on the command line: as keywords they read `name=True`.
 _SWITCHES = {"resume", "force", "skip_bad"}
@@ -26,7 +25,7 @@ _FLAG = re.compile(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ([^\s,;)`]+
 
 def settings_keywords() -> set[str]:
     """The names `**settings` may hold: RunConfig's fields and its section tables."""
-    return {f.name for f in dataclasses.fields(RunConfig)} | set(SECTIONS)
+    return set(VALUE_TYPES) | set(SECTIONS)
 
 
 def check_keywords(
@@ -65,7 +64,7 @@ def _flags_as_keywords(text: str) -> str:
 
 def _keyword(match: re.Match[str]) -> str:
     name, value = match.group(1).replace("-", "_"), match.group(2)
-    if name in _SWITCHES or name in _bool_fields():
+    if name in _SWITCHES or VALUE_TYPES.get(name) is bool:
         return f"{name}=True" + (f" {value}" if value else "")
     before = match.string[: match.start()].split()
     if value and (_is_number(value) or (before and before[-1] in _VERBS and value not in _PROSE)):
@@ -79,7 +78,3 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _bool_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}

@@ -119,13 +119,16 @@ def panel_of(key: str) -> str:
     return _SECTION_PANELS[_HOME[key]]
 
 
-def _toml_types(hint: Any) -> tuple[type, ...]:
-    """Accepted TOML value types of a field's type (ints are accepted where floats are)."""
-    kind = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
-    return (int, float) if kind is float else (kind,)
+def _value_type(hint: Any) -> type:
+    """The type of a field's values, unset left out (`str | None` -> str)."""
+    return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
 
-_TYPES = {name: _toml_types(hint) for name, hint in typing.get_type_hints(RunConfig).items()}
+# Each field's value type: its flag's type (cli/options.py), its API keyword's, its TOML key's.
+_HINTS = typing.get_type_hints(RunConfig)
+VALUE_TYPES = {f.name: _value_type(_HINTS[f.name]) for f in dataclasses.fields(RunConfig)}
+# Accepted TOML value types of each key (ints are accepted where floats are).
+_TYPES = {name: (int, float) if t is float else (t,) for name, t in VALUE_TYPES.items()}
 _HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
