@@ -5,7 +5,7 @@
   (a strategy mutated on one worker would train a different algorithm there), and fields
   are named, never positional, so that the registry builds them from settings by name.
 - A field's default is the run settings' default for the same name (pipeline/setup/settings.py):
-  `check_settings` refuses an exclusive field of another algorithm set to anything but its
+  `make_strategy` refuses an exclusive field of another algorithm set to anything but its
   default, so a default that differs from the settings' would refuse every plain run.
 - Each registered name is the class's own `name`, and each strategy lists its phases.
 

@@ -108,7 +108,6 @@ __all__ = [
     "RoundUpdate",
     "SettingError",
     "Strategy",
-    "check_settings",
     "make_strategy",
     "state_from_data",
     "state_to_data",
@@ -118,18 +117,9 @@ __all__ = [
 def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
     """The Strategy `algorithm`, its hyperparameters taken from `settings` (`build`).
 
-    Every setting is checked first (check_settings), so a bad value is refused even where
-    the chosen algorithm would not use it.
-    """
-    check_settings(algorithm, settings)
-    return build(ALGORITHMS[algorithm], settings)
-
-
-def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
-    """SettingError naming the first setting that breaks its declared rule.
-
-    A setting that only other algorithms use (an exclusive declaration), set to anything but
-    its default, is an error too: it would be silently ignored.
+    Every setting is checked first against its declared rule, so a bad value is refused even
+    where the chosen algorithm would not use it; so is a setting that only other algorithms
+    use (an exclusive declaration) set to anything but its default: it would be ignored.
     """
     if algorithm not in ALGORITHMS:
         raise SettingError(
@@ -150,3 +140,4 @@ def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
                 f"{setting(name, value)} applies to {setting('algorithm')} "
                 f"{' or '.join(users)} only; drop it or use {setting('algorithm', users[0])}"
             )
+    return build(ALGORITHMS[algorithm], settings)

@@ -2,7 +2,7 @@
 
 A field's rule lives in its declaration: `eta: float = declare(1.0, positive, help=...)`. A
 class checks its own fields when it is built (`validate`), and the registry checks a run's
-settings against every declared rule (algorithms.check_settings), so a bad value is refused
+settings against every declared rule (algorithms.make_strategy), so a bad value is refused
 even when the chosen algorithm would not use it. Each rule raises a SettingError naming the
 field (its flag beside it) and the fix.
 """
