@@ -21,11 +21,8 @@ _VERBS = {"pass", "use", "needs", "or"}
 # Words that follow a flag in prose and are not its value (`pass --out to ...`).
 _PROSE = {"to", "or", "and", "a", "the", "of", "is", "in", "with", "for", "must", "not"}
 _FLAG = re.compile(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ([^\s,;)`]+))?")
-
-
-def settings_keywords() -> set[str]:
-    """The names `**settings` may hold: RunConfig's fields and its section tables."""
-    return set(VALUE_TYPES) | set(SECTIONS)
+# The names `**settings` may hold: RunConfig's fields and its section tables.
+SETTINGS_KEYWORDS = {*VALUE_TYPES, *SECTIONS}
 
 
 def check_keywords(
