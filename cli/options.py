@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -79,9 +78,8 @@ def run_config_parameters() -> list[inspect.Parameter]:
     # `dane --help` (and every command but train) need not wait for (cli/lazy.py).
     from ..pipeline.algorithms.parts.hyperparameters import with_default
     from ..pipeline.algorithms.parts.setting_error import RENAMED_FLAGS, flag, former_flag
-    from ..pipeline.setup.config import SECTIONS, RunConfig, panel_of
+    from ..pipeline.setup.config import SECTIONS, VALUE_TYPES, panel_of
 
-    types = typing.get_type_hints(RunConfig)
     parameters = []
     for cls in SECTIONS.values():
         for f in dataclasses.fields(cls):
@@ -90,7 +88,7 @@ def run_config_parameters() -> list[inspect.Parameter]:
                 info = typer.Argument(help=text)
             else:
                 info = typer.Option(flag(f.name), help=text, rich_help_panel=panel_of(f.name))
-            kind = _without_none(types[f.name]) | None
+            kind = VALUE_TYPES[f.name] | None
             parameters.append(_keyword(f.name, Annotated[kind, info]))
             if f.name in RENAMED_FLAGS:  # the former spelling still parses, hidden from --help
                 hidden = typer.Option(former_flag(f.name), hidden=True)
@@ -197,11 +195,6 @@ def _mounted(mount: Callable[[typer.Typer], object]) -> click.Command:
     mount(parent)
     group = typer.main.get_command(parent)
     return next(iter(group.commands.values()))  # type: ignore[attr-defined]
-
-
-def _without_none(annotation: Any) -> type:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    return args[0] if args else annotation
 
 
 # `dane prepare`: defaults from the partition's and the sources' dataclasses.

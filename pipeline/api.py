@@ -21,7 +21,7 @@ from torch import nn
 
 from ..models.user import callable_name
 from .api_prepare import prepare
-from .keywords import check_keywords, reword, settings_keywords
+from .keywords import SETTINGS_KEYWORDS, check_keywords, reword
 from .observe.progress import Callbacks, ProgressLines, chain
 from .observe.tracking import TrackingContext
 from .plan import plan_run
@@ -162,7 +162,7 @@ def train(
         written then.
     """
     refuse_in_spawned_import()  # a worker re-running a script without a main guard
-    check_keywords(settings, settings_keywords() - _OWN, "dask_dane.train", named=_OWN)
+    check_keywords(settings, SETTINGS_KEYWORDS - _OWN, "dask_dane.train", named=_OWN)
     builder = None if isinstance(model, str) else model
     settings = {**settings, "algorithm": algorithm, "workers": workers}
     lines = ProgressLines() if progress else None

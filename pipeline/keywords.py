@@ -7,13 +7,12 @@ sentence with them (`pass resume=True`, `local_lr must be ...`). The CLI never c
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 from collections.abc import Iterable
 
-from .algorithms.parts.setting_error import SettingError, field_name, flag
-from .setup.config import SECTIONS, RunConfig
+from .algorithms.parts.setting_error import SettingError, field_name
+from .setup.config import SECTIONS, VALUE_TYPES
 
 # Flags that take no value on the command line: as keywords they read `name=True`.
 _SWITCHES = {"resume", "force", "skip_bad"}
@@ -22,11 +21,8 @@ _VERBS = {"pass", "use", "needs", "or"}
 # Words that follow a flag in prose and are not its value (`pass --out to ...`).
 _PROSE = {"to", "or", "and", "a", "the", "of", "is", "in", "with", "for", "must", "not"}
 _FLAG = re.compile(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ([^\s,;)`]+))?")
-
-
-def settings_keywords() -> set[str]:
-    """The names `**settings` may hold: RunConfig's fields and its section tables."""
-    return {f.name for f in dataclasses.fields(RunConfig)} | set(SECTIONS)
+# The names `**settings` may hold: RunConfig's fields and its section tables.
+SETTINGS_KEYWORDS = {*VALUE_TYPES, *SECTIONS}
 
 
 def check_keywords(
@@ -44,17 +40,8 @@ def check_keywords(
 
 def in_keywords(err: BaseException) -> str:
     """`err`'s message with the settings it names worded as the API's keywords."""
-    original = err.__context__
-    if (
-        isinstance(original, SettingError)
-        and err.__suppress_context__
-        and str(err) == original.worded(flag)
-    ):  # RunConfig.validate re-raises a SettingError worded in flags; its original names fields
-        text = original.worded(field_name)
-    elif isinstance(err, SettingError):
-        text = err.worded(field_name)
-    else:
-        text = str(err)
+    # A SettingError is worded from its marks (RunConfig's, which str() words in flags, too).
+    text = err.worded(field_name) if isinstance(err, SettingError) else str(err)
     return _flags_as_keywords(text)
 
 
@@ -74,7 +61,7 @@ def _flags_as_keywords(text: str) -> str:
 
 def _keyword(match: re.Match[str]) -> str:
     name, value = match.group(1).replace("-", "_"), match.group(2)
-    if name in _SWITCHES or name in _bool_fields():
+    if name in _SWITCHES or VALUE_TYPES.get(name) is bool:
         return f"{name}=True" + (f" {value}" if value else "")
     before = match.string[: match.start()].split()
     if value and (_is_number(value) or (before and before[-1] in _VERBS and value not in _PROSE)):
@@ -88,7 +75,3 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _bool_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}

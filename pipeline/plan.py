@@ -5,7 +5,7 @@ so a run described either way resolves the same, in one pass:
     built-in defaults < the saved config.toml (resume) < the TOML file < flags or keywords,
 checked once (RunConfig.validate); then the embedded default store is written if no store
 is named (after the checks, so that bad input writes nothing), and a resume is held to the
-same run (check_same_run: only config.RESUMABLE_KEYS may change; begin_run records them).
+same run (check_same_run: only resumed.RESUMABLE_KEYS may change; begin_run records them).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .observe.tracking import check_tracking
 from .run.jobqueue import check_job_queue
 from .run.rundir import RunDir, check_same_run
 from .setup.config import RunConfig, read_toml, resolve_config
+from .setup.epochs import COUNT_OF_EPOCHS
 from .setup.run_setup import ensure_default_store
 
 
@@ -27,14 +28,14 @@ def plan_run(
 ) -> RunConfig:
     """The checked RunConfig of `settings` (None: not given), `file` and, with `resume`, the
     run directory's saved settings."""
+    filed = read_toml(file) if file else {}
     base: dict[str, Any] = {}
     if resume:
-        out = settings.get("out") or (read_toml(file) if file else {}).get("out") or RunConfig.out
+        out = settings.get("out") or filed.get("out") or RunConfig.out
         base = RunDir(Path(out)).saved_config()
     config = resolve_config(file=file, flags=settings, base=base)
-    filed = read_toml(file) if file else {}
-    for pair in ONE_OF_EACH:
-        config = _one_source(config, settings, filed, *pair)
+    for epochs, count in COUNT_OF_EPOCHS.items():  # setup/epochs.py
+        config = _one_source(config, settings, filed, count, epochs)
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
     check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
     if config.store is None:
@@ -42,15 +43,6 @@ def plan_run(
     if resume:
         check_same_run(base, config)
     return config
-
-
-# A count and the same count in epochs (setup/epochs.py): (in rounds or steps, in epochs).
-ONE_OF_EACH = (
-    ("local_steps", "local_epochs"),
-    ("sync_rounds", "sync_epochs"),
-    ("lr_warmup", "lr_warmup_epochs"),
-    ("server_momentum_delay", "server_momentum_delay_epochs"),
-)
 
 
 def _one_source(

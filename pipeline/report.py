@@ -98,7 +98,7 @@ def _key(word: str) -> str:
 
 def _label(settings: dict[str, Any]) -> str:
     config = RunConfig(**settings)
-    label = config.strategy().label()
+    label = config.strategy.label()
     if config.augment:  # the objective's own setting: runs differing only by it must differ
         label += f" augment={config.augment}"
     if config.precision != "fp32":

@@ -5,7 +5,7 @@
   (a strategy mutated on one worker would train a different algorithm there), and fields
   are named, never positional, so that the registry builds them from settings by name.
 - A field's default is the run settings' default for the same name (pipeline/setup/settings.py):
-  `check_settings` refuses an exclusive field of another algorithm set to anything but its
+  `make_strategy` refuses an exclusive field of another algorithm set to anything but its
   default, so a default that differs from the settings' would refuse every plain run.
 - Each registered name is the class's own `name`, and each strategy lists its phases.
 
@@ -188,7 +188,7 @@ def _exclusive_fields() -> dict[str, list[tuple[type, dataclasses.Field]]]:
 
 def test_every_owner_of_a_setting_agrees_whether_it_is_exclusive():
     for name, owners in _exclusive_fields().items():
-        flags = {bool(f.metadata.get("exclusive")) for _cls, f in owners}
+        flags = {f.metadata["declaration"].exclusive for _cls, f in owners}
         assert len(flags) == 1, f"{name}: exclusive on some of {owners} only"
 
 
@@ -202,7 +202,7 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
               "server_momentum_delay_epochs": 1.0, "diagnostics_every": 1}  # fmt: skip
     exclusive = {
         name for name, owners in _exclusive_fields().items()
-        if owners[0][1].metadata.get("exclusive")
+        if owners[0][1].metadata["declaration"].exclusive
     }  # fmt: skip
     assert exclusive == set(values), exclusive
     for name, owners in _exclusive_fields().items():

@@ -24,7 +24,8 @@ from dask_dane.cli.commands import app
 from dask_dane.cli.options import bench_group
 from dask_dane.pipeline.round.augment import Augmentation, parse_augment
 from dask_dane.pipeline.run import cluster_checks
-from dask_dane.pipeline.setup.config import ClusterSettings, RunConfig
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.settings import ClusterSettings
 
 # `dane ARGS --help` in a fresh interpreter; prints the torch modules it imported.
 HELP_WITHOUT_TORCH = """

@@ -9,15 +9,8 @@ import tomllib
 
 import pytest
 
-from dask_dane.pipeline.setup.config import (
-    SECTIONS,
-    RunConfig,
-    ServerSettings,
-    SolverSettings,
-    check_settings,
-    read_toml,
-    to_toml,
-)
+from dask_dane.pipeline.setup.config import SECTIONS, RunConfig, check_settings, read_toml, to_toml
+from dask_dane.pipeline.setup.settings import ServerSettings, SolverSettings
 
 SECTIONED = """
 [model]

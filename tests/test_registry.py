@@ -65,8 +65,9 @@ def test_a_flag_has_the_same_rule_in_every_class_that_takes_it():
     rules: dict[str, set] = {}
     for owner in (*ALGORITHMS.values(), LocalSolver, ExactSolver):
         for f in dataclasses.fields(owner):
-            if f.metadata.get("rule") is not None and f.name in RunConfig.__dataclass_fields__:
-                rules.setdefault(f.name, set()).add(f.metadata["rule"].__qualname__)
+            rule = getattr(f.metadata.get("declaration"), "rule", None)
+            if rule is not None and f.name in RunConfig.__dataclass_fields__:
+                rules.setdefault(f.name, set()).add(rule.__qualname__)
     assert rules and all(len(r) == 1 for r in rules.values()), rules
 
 

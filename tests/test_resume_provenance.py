@@ -15,14 +15,8 @@ import dask_dane
 from dask_dane.pipeline.report import load_run, run_label
 from dask_dane.pipeline.run.metrics import scheduled
 from dask_dane.pipeline.run.rundir import RunDir, check_same_run
-from dask_dane.pipeline.setup.config import (
-    RESUMABLE_KEYS,
-    RunConfig,
-    read_record,
-    read_toml,
-    to_toml,
-)
-from dask_dane.pipeline.setup.resumed import Resume, add_resume
+from dask_dane.pipeline.setup.config import RunConfig, read_record, read_toml, to_toml
+from dask_dane.pipeline.setup.resumed import RESUMABLE_KEYS, Resume, add_resume
 
 # The smallest real run: an MLP on the 2-shard digits store, 2 local steps a round.
 TINY = ("--model", "mlp", "--local-steps", "2", "--batch-size", "16", "--algorithm", "fedavg")
@@ -91,8 +85,8 @@ def test_a_resume_that_ran_no_round_is_folded_into_the_last_one():
 def test_the_row_rate_is_the_schedules_after_warm_up():
     strategy = RunConfig(
         algorithm="fedavg", local_lr=0.2, lr_schedule="cosine", lr_warmup=3, rounds=8
-    ).strategy()
-    sgd = RunConfig(algorithm="sgd", local_lr=0.2, lr_schedule="cosine", rounds=8).strategy()
+    ).strategy
+    sgd = RunConfig(algorithm="sgd", local_lr=0.2, lr_schedule="cosine", rounds=8).strategy
 
     rates = [scheduled(strategy, t)["local_lr"] for t in range(1, 9)]
     sgd_rates = [scheduled(sgd, t)["local_lr"] for t in range(1, 9)]
@@ -104,7 +98,7 @@ def test_the_row_rate_is_the_schedules_after_warm_up():
 def test_the_row_holds_k_of_the_local_steps_schedule():
     post_local = RunConfig(
         algorithm="fedavg", local_steps=5, local_steps_schedule="post-local", sync_rounds=2
-    ).strategy()
+    ).strategy
 
     steps = [scheduled(post_local, t)["scheduled_local_steps"] for t in range(1, 5)]
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from dask_dane.cli.commands import app
 from dask_dane.pipeline.algorithms import SettingError, make_strategy
 from dask_dane.pipeline.algorithms.parts.hyperparameters import shown_default
-from dask_dane.pipeline.setup.config import RunConfig, in_flags, scheduler_file_address
+from dask_dane.pipeline.setup.config import RunConfig, in_flags
+from dask_dane.pipeline.setup.settings import scheduler_file_address
 
 
 def _train_params() -> dict[str, object]:

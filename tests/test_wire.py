@@ -19,13 +19,13 @@ from distributed.protocol import (
 
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.algorithms import Broadcast, LocalOutput, make_strategy
+from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round import comm, wire
 from dask_dane.pipeline.round.aggregate import Partial, ShardReport
 from dask_dane.pipeline.round.tasks import PhaseEnd, RoundInput, RoundResult
 from dask_dane.pipeline.round.worker_round import RoundStatic, WorkerPhase, nodes_of
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.reference import run_reference
 from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
@@ -75,7 +75,7 @@ def _instances(tensors: dict[str, torch.Tensor]) -> dict[str, object]:
         "RoundResult": RoundResult(weights=tensors["float32"].flatten(), state=[broadcast],
                                    shard_states=[tensors], buffers=tensors),
         "WorkerPhase": WorkerPhase(nodes={(0, 0): _partial(tensors), (1, 0): _partial(tensors)},
-                                   reports={0: _report(tensors)}, shard_states={0: tensors}),
+                                   shard_states={0: tensors}),
         "Partial": _partial(tensors),
         "ShardReport": _report(tensors),
         "LocalOutput": _report(tensors).output,

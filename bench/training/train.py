@@ -57,7 +57,7 @@ def read_runs(
             settings |= cluster
         config = RunConfig(**settings).validate()
         if comm_rounds is not None:
-            per_round = len(config.strategy().phases)
+            per_round = len(config.strategy.phases)
             if comm_rounds < per_round:
                 raise ValueError(
                     f"--comm-rounds {comm_rounds} is less than one round of run {name!r} "

@@ -1,10 +1,10 @@
 """One file per algorithm behind the Strategy protocol (base.py); a registry picks one.
 
 `make_strategy(name, settings)` builds the algorithm's frozen dataclass from a run's
-settings by field name: fields are named like the run's settings (eta, mu, local_lr, ...),
-and a part (its local solver, its server step) is built from those settings too
-(parts/hyperparameters.py). Each class checks its own hyperparameters, so a bad value is a
-SettingError naming the field.
+settings: its declared fields are named like the run's settings (eta, mu, local_lr, ...), the
+run's seed, rounds and shards reach the fields of those names (RUN_SETTINGS), and a part (its
+local solver, its server step) is built from the same settings (parts/hyperparameters.py).
+Each class checks its own hyperparameters, so a bad value is a SettingError naming the field.
 
 A new algorithm is one file and one line: its class in ALGORITHMS below, or, from another
 package, an entry point in the group `dask_dane.algorithms` (`toy = my_package.toy:Toy`).
@@ -108,7 +108,6 @@ __all__ = [
     "RoundUpdate",
     "SettingError",
     "Strategy",
-    "check_settings",
     "make_strategy",
     "state_from_data",
     "state_to_data",
@@ -116,20 +115,11 @@ __all__ = [
 
 
 def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
-    """The Strategy `algorithm`, its hyperparameters taken from `settings` by field name.
+    """The Strategy `algorithm`, its hyperparameters taken from `settings` (`build`).
 
-    Every setting is checked first (check_settings), so a bad value is refused even where
-    the chosen algorithm would not use it.
-    """
-    check_settings(algorithm, settings)
-    return build(ALGORITHMS[algorithm], settings)
-
-
-def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
-    """SettingError naming the first setting that breaks its declared rule.
-
-    A setting that only other algorithms use (an exclusive declaration), set to anything but
-    its default, is an error too: it would be silently ignored.
+    Every setting is checked first against its declared rule, so a bad value is refused even
+    where the chosen algorithm would not use it; so is a setting that only other algorithms
+    use (an exclusive declaration) set to anything but its default: it would be ignored.
     """
     if algorithm not in ALGORITHMS:
         raise SettingError(
@@ -150,3 +140,4 @@ def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
                 f"{setting(name, value)} applies to {setting('algorithm')} "
                 f"{' or '.join(users)} only; drop it or use {setting('algorithm', users[0])}"
             )
+    return build(ALGORITHMS[algorithm], settings)

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..setup.config import RunConfig, SettingError, flag
+from ..algorithms.parts.setting_error import SettingError, flag
+from ..setup.config import RunConfig
 from .progress import Callbacks
 
 INSTALL = "pip install 'dask-dane[track]'"

@@ -30,7 +30,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 # Importing the dashboard module adds /dane to the dashboards started here.
 from ..observe.dashboard import EVENT_TOPIC
-from ..setup.config import ClusterSettings, scheduler_file_address
+from ..setup.settings import ClusterSettings, scheduler_file_address
 from .cluster_checks import LOG_FORMAT, Stuck, checked_start, route_cluster_logs
 from .errors import ClusterLost, reporting_unguarded_main
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs

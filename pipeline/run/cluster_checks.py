@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..algorithms.parts.setting_error import SettingError, setting
-from ..setup.config import ClusterSettings
+from ..setup.settings import ClusterSettings
 
 # distributed/node.py warns so when the dashboard's port is taken (then it takes another).
 PORT_TAKEN = r"Port \d+ is already in use"

@@ -22,8 +22,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..algorithms.parts.setting_error import SettingError, setting
-from ..setup.config import ClusterSettings
 from ..setup.job_settings import LOCAL
+from ..setup.settings import ClusterSettings
 from .errors import QueueStalled
 
 if TYPE_CHECKING:

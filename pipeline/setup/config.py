@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tomllib
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,17 +34,8 @@ from typing import Any
 from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
-from .resumed import (  # IDENTITY_KEYS and RESUMABLE_KEYS re-exported: callers read them here
-    IDENTITY_KEYS,
-    RESUMABLE_KEYS,
-    RESUMED,
-    Resume,
-    RunRecord,
-    parse_resumes,
-)
+from .resumed import RESUMED, Resume, RunRecord, parse_resumes
 from .settings import (
-    DEVICES,
-    DTYPES,
     GENERATED,
     AlgorithmSettings,
     ClusterSettings,
@@ -52,33 +44,7 @@ from .settings import (
     RunSettings,
     ServerSettings,
     SolverSettings,
-    scheduler_file_address,
 )
-
-__all__ = [  # the sections and their helpers are re-exported: callers import them from here
-    "DEVICES",
-    "DTYPES",
-    "IDENTITY_KEYS",
-    "RESUMABLE_KEYS",
-    "SECTIONS",
-    "AlgorithmSettings",
-    "ClusterSettings",
-    "DataSettings",
-    "ModelSettings",
-    "RunConfig",
-    "RunSettings",
-    "ServerSettings",
-    "SolverSettings",
-    "check_settings",
-    "flag",
-    "in_flags",
-    "read_record",
-    "read_toml",
-    "resolve_config",
-    "scheduler_file_address",
-    "section_of",
-    "to_toml",
-]
 
 # The sections in the order config.toml lists them; their fields are RunConfig's.
 SECTIONS: dict[str, type] = {
@@ -108,27 +74,25 @@ class RunConfig(
         """Return self, or raise ValueError naming the first bad setting and its fix.
 
         A RunConfig's fields are the flags, and its errors name them as flags: the SettingError
-        of a section or an algorithm (which names the field) is worded so here.
+        of a section or an algorithm (which names the field) is worded so here (`as_flags`; the
+        API words it with the fields again, keywords.py).
         """
         try:
-            self.strategy()  # the algorithm checks its own hyperparameters
+            _ = self.strategy  # built here, once: the algorithm checks its own hyperparameters
             self.check_model()
             self.check_cluster()
             self.check_run()
         except SettingError as err:
-            raise SettingError(in_flags(err)) from None
+            raise err.as_flags() from None
         return self
 
     @functools.cached_property
-    def built_strategy(self) -> Strategy:
+    def strategy(self) -> Strategy:
+        """The algorithm with its hyperparameters (algorithms/ registry)."""
         # Built once per config, by validate(): the strategy is a frozen function of the
         # fields, so the set-up (run_setup.py) takes this one rather than building another.
         # cached_property writes the instance's __dict__, which a frozen dataclass allows.
         return make_strategy(self.algorithm, self.as_dict())
-
-    def strategy(self) -> Strategy:
-        """The algorithm with its hyperparameters (algorithms/ registry)."""
-        return self.built_strategy
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -144,11 +108,6 @@ def in_flags(err: BaseException) -> str:
     return err.worded(flag) if isinstance(err, SettingError) else str(err)
 
 
-def section_of(key: str) -> str:
-    """The section a RunConfig field belongs to."""
-    return _HOME[key]
-
-
 # `dane train --help` groups its options in these panels, in this order: one per section.
 _SECTION_PANELS = {"data": "Data", "model": "Model", **GENERATED}
 _SECTION_PANELS |= {"run": "Run and output", "cluster": "Cluster"}
@@ -157,18 +116,19 @@ PANELS = tuple(_SECTION_PANELS.values())
 
 def panel_of(key: str) -> str:
     """The --help panel of a RunConfig field (one of PANELS)."""
-    return _SECTION_PANELS[section_of(key)]
+    return _SECTION_PANELS[_HOME[key]]
 
 
-def _toml_types(f: dataclasses.Field) -> tuple[type, ...]:
-    """Accepted TOML value types of a field (ints are accepted where floats are)."""
-    text = str(f.type)
-    if f.type is bool or text == "bool":
-        return (bool,)
-    return (int, float) if "float" in text else (int,) if "int" in text else (str,)
+def _value_type(hint: Any) -> type:
+    """The type of a field's values, unset left out (`str | None` -> str)."""
+    return next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
 
 
-_TYPES = {f.name: _toml_types(f) for f in dataclasses.fields(RunConfig)}
+# Each field's value type: its flag's type (cli/options.py), its API keyword's, its TOML key's.
+_HINTS = typing.get_type_hints(RunConfig)
+VALUE_TYPES = {f.name: _value_type(_HINTS[f.name]) for f in dataclasses.fields(RunConfig)}
+# Accepted TOML value types of each key (ints are accepted where floats are).
+_TYPES = {name: (int, float) if t is float else (t,) for name, t in VALUE_TYPES.items()}
 _HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
@@ -185,7 +145,8 @@ def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
         if key not in _TYPES:
             known = ", ".join(sorted(_TYPES))
             raise ValueError(f"{origin}: unknown key {raw_key!r}; known keys: {known}")
-        if table and not _takes(table, _HOME[key]):
+        # [algorithm] takes its parts' keys too: config.toml files older than [solver], [server]
+        if table and table != _HOME[key] and not (table == "algorithm" and _HOME[key] in GENERATED):
             raise ValueError(f"{origin}: key {raw_key!r} belongs in [{_HOME[key]}], not [{table}]")
         if key in given:
             twice = place if given[key] == place else f"{given[key]} and {place}"
@@ -213,12 +174,6 @@ def _entries(settings: dict[str, Any], origin: str) -> Iterator[tuple[str, Any, 
             raise ValueError(f"{origin}: {name!r} must be a table ([{name}]) of settings")
         else:
             yield from ((key, setting, name) for key, setting in value.items())
-
-
-def _takes(table: str, home: str) -> bool:
-    """Whether section `table` may hold a key of section `home`: its own, and [algorithm]
-    the keys of its parts' sections (config.toml files older than [solver] and [server])."""
-    return table == home or (table == "algorithm" and home in GENERATED)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -285,9 +240,7 @@ def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] 
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"  # TOML's spelling, not Python's
-    return _toml_string(value) if isinstance(value, str) else repr(value)
-
-
-def _toml_string(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    return repr(value)

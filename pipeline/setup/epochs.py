@@ -37,6 +37,9 @@ ROUNDS_FROM_EPOCHS = {
     "lr_warmup_epochs": "lr_warmup",
     "server_momentum_delay_epochs": "server_momentum_delay",
 }
+# Every epochs setting -> the count it sets: K and the post-local phase in steps, the rest above.
+COUNT_OF_EPOCHS = {"local_epochs": "local_steps", "sync_epochs": "sync_rounds"}
+COUNT_OF_EPOCHS |= ROUNDS_FROM_EPOCHS
 
 
 def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
@@ -73,5 +76,5 @@ def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
 def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:
     """The run's strategy, told the store's m shards (--local-lr-scaling reads them)."""
     if config.lr_scaling == "none":
-        return config.strategy()  # the one validate() built
+        return config.strategy  # the one validate() built
     return make_strategy(config.algorithm, {**config.as_dict(), "shards": store.num_shards})

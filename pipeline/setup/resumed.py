@@ -10,8 +10,8 @@ adds one table, the round it resumed after and what it changed, old and new:
 A side is left out where the setting was unset (TOML has no null). The settings a resumed run
 trains with are the original ones with every table's new values applied in order (`effective`).
 
-Which settings a resume may change at all is declared here too (RESUMABLE_KEYS; config.py
-re-exports it): every other one would splice two different runs into one.
+Which settings a resume may change at all is declared here too (RESUMABLE_KEYS): every other
+one would splice two different runs into one.
 """
 
 from __future__ import annotations

@@ -82,30 +82,29 @@ class ModelSettings:
             non_negative("l2", self.l2)
 
 
-# The algorithm's settings in three sections, each the settings of the classes whose PANEL
-# (their group in --help) it names: a local solver's, the server step's, and the rest (the
-# algorithms and their other parts). A setting a new part declares lands in its section.
+# The algorithm's settings in three sections (and their --help panels): a local solver's, the
+# server step's, and the rest. Each holds the settings of the classes whose SECTION names it
+# (the algorithms and their other parts name none), so a new part's settings land in its own.
 GENERATED = {"algorithm": "Algorithm", "solver": "Local solver", "server": "Server step"}
 
 
 def _generated(section: str) -> type:
     """A generated section: a fresh field of each declaration there (the default, rule and
     help are that declaration's); the algorithm section leads with `algorithm` itself."""
-    panel = GENERATED[section]
     fields = []
     if section == "algorithm":
         fields.append(("algorithm", str, declare("dane", help=" | ".join(ALGORITHMS) + ".")))
     fields += [
         (name, gathered.type, gathered.declaration.field())
         for name, gathered in SETTINGS.items()
-        if getattr(gathered.owner, "PANEL", "Algorithm") == panel
+        if getattr(gathered.owner, "SECTION", "algorithm") == section
     ]
     return dataclasses.make_dataclass(
         f"{section.title()}Settings",
         fields,
         frozen=True,
         kw_only=True,
-        namespace={"__module__": __name__, "__doc__": f"The {panel.lower()} settings."},
+        namespace={"__module__": __name__, "__doc__": f"The [{section}] settings."},
     )
 
 

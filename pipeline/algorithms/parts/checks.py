@@ -1,10 +1,10 @@
 """Rules for hyperparameters, the checks their declarations name (hyperparameters.py).
 
-A field's rule lives in its metadata: `eta: float = declare(1.0, positive, help=...)`. A
+A field's rule lives in its declaration: `eta: float = declare(1.0, positive, help=...)`. A
 class checks its own fields when it is built (`validate`), and the registry checks a run's
-settings against every declared rule (`check_value`), so a bad value is refused even when
-the chosen algorithm would not use it. Each rule raises a SettingError naming the field
-(its flag beside it) and the fix.
+settings against every declared rule (algorithms.make_strategy), so a bad value is refused
+even when the chosen algorithm would not use it. Each rule raises a SettingError naming the
+field (its flag beside it) and the fix.
 """
 
 from __future__ import annotations
@@ -20,15 +20,11 @@ Rule = Callable[[str, Any], None]
 
 
 def validate(instance: Any) -> None:
-    """Apply every field's rule to an instance's values."""
+    """Apply every declared field's rule to an instance's values."""
     for f in dataclasses.fields(instance):
-        check_value(f, getattr(instance, f.name))
-
-
-def check_value(f: dataclasses.Field, value: Any) -> None:
-    rule = f.metadata.get("rule")
-    if rule is not None:
-        rule(f.name, value)
+        rule = getattr(f.metadata.get("declaration"), "rule", None)
+        if rule is not None:
+            rule(f.name, getattr(instance, f.name))
 
 
 def _bad(name: str, problem: str) -> SettingError:

@@ -32,7 +32,7 @@ EXACT_METHODS = ("lbfgs", "cg")
 class ExactSolver:
     """--local-solver lbfgs | cg, to --local-tol: an exact (to a tolerance) local solve."""
 
-    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
+    SECTION: ClassVar[str] = "solver"  # its settings' section ([solver], and its --help panel)
 
     local_solver: str  # lbfgs | cg (the run's choice of solver: solvers.make_solver)
     local_tol: float = declare(

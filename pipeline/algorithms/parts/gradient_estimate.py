@@ -25,7 +25,7 @@ from ..base import LocalContext, LocalOutput
 from . import correction as cr
 from . import noise_scale as ns
 from .checks import at_least, non_negative, one_of, validate
-from .hyperparameters import declare, part_of
+from .hyperparameters import declare, part
 from .setting_error import SettingError, setting
 
 if TYPE_CHECKING:
@@ -132,4 +132,4 @@ class GradientEstimate:
 
 
 # The metadata of the field DANE takes its gradient estimate in (built from the settings).
-GRADIENT_PART = part_of(GradientEstimate)
+GRADIENT_PART = part(GradientEstimate)

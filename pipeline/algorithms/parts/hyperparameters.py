@@ -9,13 +9,15 @@ holds it as a `Declaration` and each class takes `DECLARATION.field()`; `gather`
 declarations of one name, so a restated default cannot creep back in.
 
 A class may take a *part* (a local solver, the server step) as a field whose metadata is
-`part(builder, *types)`: the function that builds it from a run's settings and the classes
-it may build, whose hyperparameters are the algorithm's too.
+`part(*types)`: the classes it may build, whose hyperparameters are the algorithm's too (and
+the function that builds it from a run's settings, where it is not `build`). Besides its
+declared fields a class takes only the run's seed, rounds and shards (RUN_SETTINGS).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -37,8 +39,7 @@ class Declaration:
 
     def field(self) -> Any:
         """A fresh dataclass field of this declaration (one per class that takes it)."""
-        metadata = {"declaration": self, "rule": self.rule, "exclusive": self.exclusive}
-        return dataclasses.field(default=self.default, metadata=metadata)
+        return dataclasses.field(default=self.default, metadata={"declaration": self})
 
 
 def declare(default: Any, rule: Rule | None = None, *, help: str, exclusive: bool = False) -> Any:
@@ -61,15 +62,14 @@ def with_default(text: str, default: object) -> str:
     return text if shown is None else f"{text.removesuffix('.')} [{shown}]."
 
 
-def part(builder: Callable[[Mapping[str, Any]], Any], *types: type) -> Mapping[str, Any]:
-    """The metadata of a field the registry fills with `builder(settings)`; `types`: the
-    classes it may build. `solver: Solver = field(metadata=SOLVER_PART)`."""
-    return MappingProxyType({"part": builder, "part_types": types})
-
-
-def part_of(cls: type) -> Mapping[str, Any]:
-    """`part` for a part built from the settings by name (`build`), as most parts are."""
-    return part(lambda settings: build(cls, settings), cls)
+def part(
+    *types: type, builder: Callable[[Mapping[str, Any]], Any] | None = None
+) -> Mapping[str, Any]:
+    """The metadata of a field the registry fills with a part: `builder(settings)`, or the
+    first of `types` built from the settings (`build`), as most parts are; `types`: the
+    classes it may build. `server: ServerStep = field(metadata=part(ServerStep), ...)`."""
+    made = builder or functools.partial(build, types[0])
+    return MappingProxyType({"part": made, "part_types": types})
 
 
 def declared_fields(cls: type) -> Iterable[tuple[dataclasses.Field, type]]:
@@ -89,7 +89,7 @@ def setting_names(cls: type) -> set[str]:
 @dataclass(frozen=True, kw_only=True)
 class Gathered:
     """A setting as the run settings hold it: name, type, declaration, and the class that
-    declared it first (its PANEL, where it has one, heads the setting's group in --help)."""
+    declared it first (its SECTION, where it has one, is the setting's: [solver], [server])."""
 
     name: str
     type: Any
@@ -121,13 +121,19 @@ def gather(classes: Iterable[type]) -> dict[str, Gathered]:
     return found
 
 
-def build(cls: type, settings: Mapping[str, Any]) -> Any:
-    """`cls` with its fields taken from a run's `settings` by name (its hyperparameters, the
-    run's seed and rounds where it has them) and its parts built from them."""
-    values: dict[str, Any] = {}
+# The run's own values a class may take besides its declared settings, each by its name: the
+# seed its samples draw with, the rounds its schedules span, the shards the store holds (the
+# set-up adds them, epochs.py). No other field is filled from the settings.
+RUN_SETTINGS = ("seed", "rounds", "shards")
+
+
+def build(cls: type, settings: Mapping[str, Any], **given: Any) -> Any:
+    """`cls` with its declared fields and RUN_SETTINGS taken from a run's `settings`, its
+    parts built from them, and `given` (what the caller chose) as passed."""
+    values = dict(given)
     for f in dataclasses.fields(cls):
         if "part" in f.metadata:
             values[f.name] = f.metadata["part"](settings)
-        elif f.name in settings:
-            values[f.name] = settings[f.name]
+        elif f.name in settings and ("declaration" in f.metadata or f.name in RUN_SETTINGS):
+            values.setdefault(f.name, settings[f.name])
     return cls(**values)

@@ -66,7 +66,7 @@ LR_SCHEDULE = Declaration(
 class LocalSolver:
     """At most K minibatch steps (--local-steps) of --local-optimizer at --local-lr."""
 
-    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
+    SECTION: ClassVar[str] = "solver"  # its settings' section ([solver], and its --help panel)
 
     local_steps: int = declare(30, at_least_one, help="Local solver steps K.")
     # K as passes over a shard, resolved against the store when the run is set up

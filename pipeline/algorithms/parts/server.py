@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .checks import momentum_range, non_negative, one_of, optional, positive, validate
-from .hyperparameters import declare, part_of
+from .hyperparameters import declare, part
 from .setting_error import SettingError, setting
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class ServerStep:
     fedavg, fedprox, feddyn, scaffold) take (SERVER_PART); its default is the plain average,
     w' = mean_i v_i."""
 
-    PANEL: ClassVar[str] = "Server step"  # where its settings stand in `dane train --help`
+    SECTION: ClassVar[str] = "server"  # its settings' section ([server], and its --help panel)
 
     server_momentum: float = declare(
         0.0, momentum_range, help="Local methods: momentum on the averaged step (SlowMo's beta)."
@@ -247,4 +247,4 @@ class ServerStep:
 
 # The metadata of the field an algorithm takes its server step in, built from the run's
 # settings: `server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)`.
-SERVER_PART = part_of(ServerStep)
+SERVER_PART = part(ServerStep)

@@ -21,7 +21,7 @@ LOCAL_SOLVERS = ("steps", *EXACT_METHODS)
 class SolverChoice:
     """Which solver a run asks for: the setting that picks between the solvers' types."""
 
-    PANEL: ClassVar[str] = "Local solver"  # where its settings stand in `dane train --help`
+    SECTION: ClassVar[str] = "solver"  # its settings' section ([solver], and its --help panel)
 
     local_solver: str = declare(
         "steps",
@@ -40,9 +40,11 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
             f"{kind} solves the local problem exactly: drop {setting('local_clip')} or use "
             f"{setting('local_solver', 'steps')}"
         )
-    return build(LocalSolver if kind == "steps" else ExactSolver, settings)
+    if kind == "steps":
+        return build(LocalSolver, settings)
+    return build(ExactSolver, settings, local_solver=kind)
 
 
 # The metadata of the field an algorithm takes its local solver in:
 # `solver: Solver = field(metadata=SOLVER_PART)`.
-SOLVER_PART = part(make_solver, SolverChoice, LocalSolver, ExactSolver)
+SOLVER_PART = part(SolverChoice, LocalSolver, ExactSolver, builder=make_solver)

@@ -22,7 +22,7 @@ from ..base import Broadcast, LocalOutput, RoundEnd, RoundUpdate
 from . import line_search as ls
 from . import safeguard as sg
 from .checks import count_or_off, one_of, validate
-from .hyperparameters import declare, part_of
+from .hyperparameters import declare, part
 from .server import SERVER_PART, ServerStep
 from .setting_error import SettingError, setting
 
@@ -153,7 +153,7 @@ class UpdateRule:
 
 
 # The metadata of the field DANE takes its update rule in (built from the settings).
-UPDATE_PART = part_of(UpdateRule)
+UPDATE_PART = part(UpdateRule)
 
 
 def proposal_broadcast(mean: LocalOutput) -> Broadcast:
