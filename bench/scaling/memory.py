@@ -189,7 +189,7 @@ def check(
     dask_held: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within;
-    `dask_held`: what Dask itself counted on each worker in the last round (a cross-check of the
+    `dask_held`: what Dask itself counted on each worker after the rounds (a cross-check of the
     data bytes, which are computed from the store)."""
     from ...pipeline import activation_bytes_per_row, architecture
 

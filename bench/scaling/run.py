@@ -149,7 +149,7 @@ def run_workers(
             roundlog.transfers.append(_transfers_between(client, last[1], wall_now))
             roundlog.rows.append(row)
             if row["round"] == config.rounds:  # the last round (left out of the medians)
-                roundlog.held.update(client.run(_held_bytes))
+                roundlog.held.update(_held_after_rounds(client))
             last[:] = [time.perf_counter(), time.time()]
 
         def on_start(dashboard: str, count: int) -> None:
@@ -191,6 +191,23 @@ def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
     from ...pipeline import make_client
 
     return make_client(config)
+
+
+def _held_after_rounds(client: Any, timeout_s: float = 10.0) -> dict[str, int]:
+    """Each worker's held bytes once the scheduler has let go of every round's keys (they
+    leave a moment after the last round is recorded): the run's data alone, the shards and
+    the test split, which the run holds until it returns."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        keys = client.run_on_scheduler(_task_keys)
+        if all(key.startswith("load_") for key in keys):
+            break
+        time.sleep(0.02)
+    return client.run(_held_bytes)
+
+
+def _task_keys(dask_scheduler: Any = None) -> list[str]:
+    return [str(key) for key in dask_scheduler.tasks]
 
 
 def _held_bytes(dask_worker: Any = None) -> int:

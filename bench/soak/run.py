@@ -67,12 +67,20 @@ def _round_of(key: str) -> int | None:
 
 
 def census(keys: list[str], recorded: int) -> dict[str, int]:
-    """Keys held after round `recorded`: the rest (data), those of rounds already recorded
-    (stale: a leak), and how many later rounds are in flight."""
+    """Keys held after round `recorded`: the rest (data), the recorded round's updates (the
+    carry: the round after the one in flight makes its own start from them, inline), those
+    of rounds already recorded otherwise (stale: a leak), and how many later rounds are in
+    flight."""
     rounds = [_round_of(key) for key in keys]
+    carry = [
+        r == recorded and key.startswith("update-") for key, r in zip(keys, rounds, strict=True)
+    ]
     return {
         "other": sum(r is None for r in rounds),
-        "stale": sum(r is not None and r <= recorded for r in rounds),
+        "carry": sum(carry),
+        "stale": sum(
+            r is not None and r <= recorded and not c for r, c in zip(rounds, carry, strict=True)
+        ),
         "ahead": len({r for r in rounds if r is not None and r > recorded}),
     }
 
@@ -147,6 +155,7 @@ def run_soak(spec: SoakSpec, log: Callable[[str], None] = print) -> dict[str, An
                     "worker_rss": _workers_rss(pids),
                     "scheduler_tasks": tasks["other"],
                     "stale_tasks": tasks["stale"],
+                    "carry_tasks": tasks["carry"],
                     "rounds_ahead": tasks["ahead"],
                     "client_futures": futures["other"],
                     "stale_futures": futures["stale"],

@@ -263,6 +263,9 @@ def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chai
         wanted = keys.held()
         futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
         chain.link = keys.link(futures)
+        # The link alone takes the update's task on: kept with the round, its carry (round
+        # t - 1's update) would outlive the next round's start while the round is recorded.
+        keys = replace(keys, update_tasks=None)
         chain.in_flight.append(
             _Submitted(index=t, keys=keys, futures=futures, submit_s=time.perf_counter() - started)
         )
