@@ -70,10 +70,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("flags", nargs="*", help="more `dane train` flags, after --")
     args = parser.parse_args(argv)
     shutil.rmtree(args.out, ignore_errors=True)
-    command = ["dane", "train", "--out", str(args.out), *args.flags]
+    # `dane train` as this interpreter runs it (python -m dask_dane is the `dane` command).
+    command = [sys.executable, "-m", "dask_dane", "train", "--out", str(args.out), *args.flags]
     arrivals, whole = row_arrivals(command, args.out / "metrics.jsonl")
     rows = [json.loads(line) for line in (args.out / "metrics.jsonl").read_text().splitlines()]
-    figures = {"command": " ".join(command), "whole_s": whole, **engine_share(rows, arrivals)}
+    figures = {
+        "command": " ".join(["dane", *command[3:]]),
+        "whole_s": whole,
+        **engine_share(rows, arrivals),
+    }
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
     summary = {k: v for k, v in figures.items() if k != "rounds"}
