@@ -9,7 +9,7 @@ This module imports neither torch nor Dask: `dask_dane.Callbacks` is cheap to re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,24 +28,8 @@ BATCH_OVER_NOISE = 4.0
 WARN_FROM_ROUND = 2
 
 
-def _on_start(dashboard: str, workers: int) -> None:
-    """The default: nothing."""
-
-
-def _on_round(row: dict[str, Any]) -> None:
-    """The default: nothing."""
-
-
-def _on_shards(held: str) -> None:
-    """The default: nothing."""
-
-
-def _on_weights(round_index: int, weights: torch.Tensor) -> None:
-    """The default: nothing."""
-
-
-def _on_timings(round_index: int, timings: dict[str, float]) -> None:
-    """The default: nothing."""
+def _nothing(*args: Any) -> None:
+    """The default of every callback: nothing."""
 
 
 @dataclass(frozen=True)
@@ -79,43 +63,24 @@ class Callbacks:
         (waiting for its result) and ``gather_s`` (fetching it). What the benchmarks time.
     """
 
-    on_start: Callable[[str, int], None] = _on_start
-    on_round: Callable[[dict[str, Any]], None] = _on_round
-    on_weights: Callable[[int, torch.Tensor], None] = _on_weights
-    on_shards: Callable[[str], None] = _on_shards
-    on_timings: Callable[[int, dict[str, float]], None] = _on_timings
+    on_start: Callable[[str, int], None] = _nothing
+    on_round: Callable[[dict[str, Any]], None] = _nothing
+    on_weights: Callable[[int, torch.Tensor], None] = _nothing
+    on_shards: Callable[[str], None] = _nothing
+    on_timings: Callable[[int, dict[str, float]], None] = _nothing
 
 
 def chain(*callbacks: Callbacks) -> Callbacks:
     """One Callbacks calling each given one in turn (the progress lines, then the user's)."""
 
-    def on_start(dashboard: str, workers: int) -> None:
-        for each in callbacks:
-            each.on_start(dashboard, workers)
+    def in_turn(name: str) -> Callable[..., None]:
+        def call(*args: Any) -> None:
+            for each in callbacks:
+                getattr(each, name)(*args)
 
-    def on_round(row: dict[str, Any]) -> None:
-        for each in callbacks:
-            each.on_round(row)
+        return call
 
-    def on_weights(round_index: int, weights: torch.Tensor) -> None:
-        for each in callbacks:
-            each.on_weights(round_index, weights)
-
-    def on_shards(held: str) -> None:
-        for each in callbacks:
-            each.on_shards(held)
-
-    def on_timings(round_index: int, timings: dict[str, float]) -> None:
-        for each in callbacks:
-            each.on_timings(round_index, timings)
-
-    return Callbacks(
-        on_start=on_start,
-        on_round=on_round,
-        on_weights=on_weights,
-        on_shards=on_shards,
-        on_timings=on_timings,
-    )
+    return Callbacks(**{field.name: in_turn(field.name) for field in fields(Callbacks)})
 
 
 def noise_warning(row: dict[str, Any], batch_size: int) -> str | None:
