@@ -181,9 +181,8 @@ def evaluate(
     best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
 ) -> None:
     """Print loss and accuracy of a run's checkpoint on its store's test split."""
-    from ..pipeline.evaluation import evaluate_checkpoint
     from ..pipeline.setup.config import RunConfig
-    from ..pipeline.trained import run_dir_of
+    from ..pipeline.trained import evaluate_checkpoint, run_dir_of
 
     run = run_dir_of(run_dir, config=True)
     config = RunConfig(**run.saved_config()).validate()

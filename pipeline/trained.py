@@ -1,5 +1,6 @@
-"""A trained model out of a run directory: as an nn.Module (dask_dane.load) or as a file that
-plain PyTorch loads without dask-dane (dane export).
+"""A trained model out of a run directory: as an nn.Module (dask_dane.load), as a file that
+plain PyTorch loads without dask-dane (dane export), or scored on its store's test split in
+this process, no cluster needed (dane evaluate).
 
 A checkpoint holds the flat weights, the buffers, the run's configuration and what feeding
 the model needs (run_state.model_info: sample shape, classes, the store's normalisation), so
@@ -18,8 +19,11 @@ from torch import nn
 from ..models.flat import load_state
 from ..models.registry import ModelSpec, build_model
 from ..models.user import is_import_path, to_bytes
+from .round import tasks
 from .run.checkpoint import atomic_write_bytes, load_checkpoint
 from .run.rundir import RunDir
+from .setup.config import RunConfig
+from .setup.run_setup import initial_weights, prepare_run
 
 FORMATS = ("program", "state-dict")
 
@@ -84,6 +88,18 @@ def _build(saved: dict[str, Any], run_dir: str | Path, model: Callable | None) -
     if sum(p.numel() for p in network.parameters()) != saved["weights"].numel():
         raise ValueError(f"the checkpoint in {run_dir} does not fit model {name!r}")
     return load_state(network, saved["weights"], saved.get("buffers") or {}).eval()
+
+
+def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[str, float]]:
+    """(round, {loss, accuracy}) of the weights in `checkpoint`."""
+    setup = prepare_run(config)
+    saved = load_checkpoint(checkpoint)
+    weights = saved["weights"].to(getattr(torch, config.dtype))
+    if weights.numel() != initial_weights(setup.spec, 0).numel():
+        raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
+    test = setup.load_test()
+    buffers = saved.get("buffers") or {}
+    return int(saved["round"]), tasks.evaluate(setup.spec, test, weights, buffers)
 
 
 class NormalizedModel(nn.Module):
