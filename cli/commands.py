@@ -90,32 +90,18 @@ def prepare(
     force: opt.Force = False,
 ) -> None:
     """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
-    from ..datasets import location
-    from ..datasets.images import image_source_options
-    from ..datasets.partition import PartitionSpec, validate_partition
-    from ..datasets.sources import SourceOptions, load_source, parse_source_name
+    from ..datasets.partition import PartitionSpec
     from ..datasets.store import write_store
+    from ..pipeline.api_prepare import load_checked_source
 
-    kind, _ = parse_source_name(source)  # an unknown source fails before any work
-    image_options = image_source_options(kind, image_size=image_size, channels=channels)
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"--test-fraction must be between 0 and 1 (got {test_fraction})")
-    if samples is not None and samples < 2:
-        raise ValueError(f"--samples must be at least 2 (got {samples})")
-    if location.exists(location.resolve(out)) and not force:  # before any data is loaded
-        raise ValueError(
-            f"{out} already exists; pass --force to replace it or choose another --out"
-        )
     spec = PartitionSpec(
         kind=partition, num_shards=shards, seed=seed, classes_per_shard=classes_per_shard,
         alpha=alpha,
     )  # fmt: skip
-    validate_partition(spec, num_samples=max(shards, 1), num_classes=10)
-    options = SourceOptions(
-        seed=seed, samples=samples, test_fraction=test_fraction, skip_bad=skip_bad, path=path,
-        **image_options,
+    raw = load_checked_source(
+        source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
+        image_size=image_size, channels=channels, seed=seed, skip_bad=skip_bad, path=path,
     )  # fmt: skip
-    raw = load_source(source, options)
     if "skipped_files" in raw.attrs:
         typer.echo(f"skipped {raw.attrs['skipped_files']} file(s) Pillow cannot read", err=True)
     info = write_store(raw, spec, out, force=force)

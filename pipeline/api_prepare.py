@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -98,12 +99,16 @@ def prepare(
         if source is not None and (train is not None or test is not None):
             raise TypeError("prepare() takes a source or train= and test= arrays, not both")
         if source is not None:
-            options = _source_options(
-                source, seed=seed, test_fraction=test_fraction, samples=samples,
-                image_size=image_size, channels=channels, path=path, skip_bad=skip_bad,
-                num_classes=num_classes,
+            raw = load_checked_source(
+                source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
+                image_size=None if image_size is None else str(image_size), channels=channels,
+                seed=seed, skip_bad=skip_bad, path=None if path is None else str(path),
+                **({"num_classes": num_classes} if num_classes is not None else {}),
             )  # fmt: skip
-            raw = _from_source(source, options, spec, out, force=force)
+            if "skipped_files" in raw.attrs:
+                warnings.warn(
+                    f"skipped {raw.attrs['skipped_files']} unreadable file(s)", stacklevel=2
+                )
         elif train is not None and test is not None:
             raw = _from_arrays(train, test, num_classes)
         else:
@@ -114,43 +119,36 @@ def prepare(
         raise
 
 
-def _from_source(
-    source: str, options: SourceOptions, spec: PartitionSpec, out: str | Path, *, force: bool
-) -> RawDataset:
-    """The source's data, loaded once its options, the partition and `out` are checked."""
-    if location.exists(location.resolve(out)) and not force:  # before any data is loaded
-        raise ValueError(f"{out} already exists; pass force=True to replace it")
-    validate_partition(spec, num_samples=max(spec.num_shards, 1), num_classes=10)
-    raw = load_source(source, options)
-    if "skipped_files" in raw.attrs:
-        warnings.warn(f"skipped {raw.attrs['skipped_files']} unreadable file(s)", stacklevel=3)
-    return raw
-
-
-def _source_options(
+def load_checked_source(
     source: str,
+    out: str | Path,
+    spec: PartitionSpec,
     *,
-    image_size: str | int | None,
-    channels: int | None,
-    path: str | Path | None,
+    force: bool,
     test_fraction: float,
     samples: int | None,
-    num_classes: int | None,
-    **rest: object,
-) -> SourceOptions:
-    """The source's options, checked as `dane prepare` checks its flags (cli/commands.py)."""
+    image_size: str | None,
+    channels: int | None,
+    **options: Any,
+) -> RawDataset:
+    """SOURCE's data for a store at `out`, as `dane prepare` and `prepare` load it: its options,
+    `out` and the partition checked before any data is loaded. `options` are SourceOptions'
+    other fields; the errors name the CLI's flags (the API rewords them)."""
     kind, _ = parse_source_name(source)  # an unknown source fails before any work
-    size = None if image_size is None else str(image_size)
-    image_options = image_source_options(kind, image_size=size, channels=channels)
+    image_options = image_source_options(kind, image_size=image_size, channels=channels)
     if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be between 0 and 1 (got {test_fraction})")
+        raise ValueError(f"--test-fraction must be between 0 and 1 (got {test_fraction})")
     if samples is not None and samples < 2:
-        raise ValueError(f"samples must be at least 2 (got {samples})")
-    given = {"num_classes": num_classes} if num_classes is not None else {}
-    return SourceOptions(
-        samples=samples, test_fraction=test_fraction, path=None if path is None else str(path),
-        **image_options, **given, **rest,
-    )  # fmt: skip
+        raise ValueError(f"--samples must be at least 2 (got {samples})")
+    if location.exists(location.resolve(out)) and not force:  # before any data is loaded
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    validate_partition(spec, num_samples=max(spec.num_shards, 1), num_classes=10)
+    return load_source(
+        source,
+        SourceOptions(samples=samples, test_fraction=test_fraction, **image_options, **options),
+    )
 
 
 def _from_arrays(train: Arrays, test: Arrays, num_classes: int | None) -> RawDataset:
