@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,29 +23,14 @@ from .run.run_state import RunState, round_start
 from .setup.run_setup import RunSetup
 
 
-@dataclass
-class ReferenceRun:
-    """Where the reference run ended, and its metrics rows (as metrics.jsonl would hold)."""
-
-    run: RunState
+class ReferenceRun(RunState):
+    """Where the reference run ended: the RunState it advanced (weights, driver state, shard
+    states), with its metrics rows (as metrics.jsonl would hold them) as `history` too."""
 
     @property
     def history(self) -> list[dict[str, Any]]:
         """The rounds' metrics rows, the run's own (RunState.rows)."""
-        return self.run.rows
-
-    @property
-    def weights(self) -> torch.Tensor:
-        return self.run.weights
-
-    @property
-    def state(self) -> Any:
-        """The strategy's driver state."""
-        return self.run.state
-
-    @property
-    def shard_states(self) -> list[Any] | None:
-        return self.run.shard_states
+        return self.rows
 
 
 def run_reference(
@@ -63,10 +47,9 @@ def run_reference(
     pieces = setup.load_pieces()  # the scoring pieces the workers score, the same sums
     # Only for the communication count: where the Dask run would place the shards.
     placement = shard_placement(len(shards), [f"worker-{k}" for k in range(num_workers)])
-    reference = ReferenceRun(run=RunState.fresh(setup))
+    state = ReferenceRun.fresh(setup)
     for t in range(1, rounds + 1):
         started = time.perf_counter()
-        state = reference.run
         round_input, opening = round_start(setup, state, placement)
         result = _round(round_input, shards, state, opening, placement)
         evaluation = None
@@ -85,7 +68,7 @@ def run_reference(
         state.rows.append(row)
         if on_round is not None:
             on_round(state)
-    return reference
+    return state
 
 
 def _round(

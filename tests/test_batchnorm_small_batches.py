@@ -133,7 +133,7 @@ def test_dane_trains_a_batchnorm1d_model_at_batch_size_2_on_odd_dirichlet_shards
     assert [row["round"] for row in run.history] == [1, 2]
     assert all(np.isfinite(row["train_loss"]) for row in run.history)
     assert (run.weights - start).abs().max() > 1e-3  # the rounds moved the weights
-    assert run.run.buffers["1.num_batches_tracked"].item() == 6  # 2 rounds of 3 steps
+    assert run.buffers["1.num_batches_tracked"].item() == 6  # 2 rounds of 3 steps
 
 
 @pytest.mark.cluster

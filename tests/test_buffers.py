@@ -96,10 +96,10 @@ def test_one_round_of_statistics_matches_plain_torch_per_shard(unequal_digits):
     run = run_reference(setup, rounds=1, num_workers=2)
 
     for name, value in expected.items():
-        torch.testing.assert_close(run.run.buffers[name], value, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(run.buffers[name], value, rtol=1e-5, atol=1e-6)
         # The premise: a plain mean misses by far more than the tolerance.
         assert (plain[name] - value).abs().max() > 20 * (1e-6 + 1e-5 * value.abs().max())
-    assert run.run.buffers["1.num_batches_tracked"].item() == 1
+    assert run.buffers["1.num_batches_tracked"].item() == 1
 
 
 def test_a_server_step_extrapolates_the_weights_and_never_the_buffers(unequal_digits):
@@ -113,7 +113,7 @@ def test_a_server_step_extrapolates_the_weights_and_never_the_buffers(unequal_di
     run = run_reference(setup, rounds=1, num_workers=2)
 
     for name, value in expected.items():
-        torch.testing.assert_close(run.run.buffers[name], value, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(run.buffers[name], value, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(run.weights, w0 + 2.5 * (plain_run.weights - w0))
     assert (run.weights - plain_run.weights).abs().max() > 1e-3
 
@@ -150,10 +150,10 @@ def test_server_momentum_moves_the_weights_and_never_the_buffers(digits_stores):
 
     run = run_reference(setup, rounds=3, num_workers=2)
 
-    assert all(bool((v > 0).all()) for k, v in run.run.buffers.items() if "running_var" in k)
+    assert all(bool((v > 0).all()) for k, v in run.buffers.items() if "running_var" in k)
     last = run.history[-1]
     assert last["test_accuracy"] > 0.2
-    assert run.run.buffers["1.num_batches_tracked"].item() == 9
+    assert run.buffers["1.num_batches_tracked"].item() == 9
 
 
 def test_evaluation_is_eval_mode_with_the_combined_statistics(digits_stores):
@@ -161,7 +161,7 @@ def test_evaluation_is_eval_mode_with_the_combined_statistics(digits_stores):
     run = run_reference(setup, rounds=2, num_workers=2)
     test = tasks.load_shard(**setup.test_args())
 
-    model = load_state(build_model(setup.spec), run.weights, run.run.buffers).eval()
+    model = load_state(build_model(setup.spec), run.weights, run.buffers).eval()
     with torch.no_grad():
         accuracy = (model(test.x.dense()).argmax(1) == test.y).double().mean().item()
 

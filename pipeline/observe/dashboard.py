@@ -39,6 +39,16 @@ COLUMNS = (
     "noise_scale",
     "noise_scale_ema",
 )
+# (row field, dane_* gauge, its help): the last round's value for the fields EVERY_ROUND has,
+# else the value at the run's last evaluation (rounds between evaluations have none).
+GAUGES = (
+    ("round", "dane_round", "Rounds the run has finished"),
+    ("test_accuracy", "dane_test_accuracy", "Test accuracy at the last evaluation"),
+    ("val_accuracy", "dane_val_accuracy", "Validation accuracy at the last evaluation"),
+    ("train_loss", "dane_train_loss", "Training loss of the last round"),
+    ("noise_scale_ema", "dane_noise_scale", "Gradient noise scale, smoothed (rows)"),
+)
+EVERY_ROUND = ("round", "train_loss")
 
 
 def runs_from_events(events: Any) -> dict[str, list[dict[str, Any]]]:
@@ -170,32 +180,15 @@ class DaneCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         labels = ["run", "run_dir"]
-        gauges = {
-            "round": GaugeMetricFamily("dane_round", "Rounds the run has finished", labels=labels),
-            "test_accuracy": GaugeMetricFamily(
-                "dane_test_accuracy", "Test accuracy at the last evaluation", labels=labels
-            ),
-            "val_accuracy": GaugeMetricFamily(
-                "dane_val_accuracy", "Validation accuracy at the last evaluation", labels=labels
-            ),
-            "train_loss": GaugeMetricFamily(
-                "dane_train_loss", "Training loss of the last round", labels=labels
-            ),
-            "noise_scale_ema": GaugeMetricFamily(
-                "dane_noise_scale", "Gradient noise scale, smoothed (rows)", labels=labels
-            ),
-        }
+        gauges = {key: GaugeMetricFamily(*named, labels=labels) for key, *named in GAUGES}
         sent = CounterMetricFamily("dane_comm_bytes", "Bytes the run's rounds moved", labels=labels)
         for rows in runs_from_events(self.server.get_events(EVENT_TOPIC)).values():
             last = rows[-1]
             tags = [str(last["run"]), str(last.get("run_dir", ""))]
-            values = {"round": last["round"], "train_loss": last.get("train_loss"),
-                      "test_accuracy": _last(rows, "test_accuracy"),
-                      "val_accuracy": _last(rows, "val_accuracy"),
-                      "noise_scale_ema": _last(rows, "noise_scale_ema")}  # fmt: skip
-            for name, value in values.items():
+            for key, gauge in gauges.items():
+                value = last.get(key) if key in EVERY_ROUND else _last(rows, key)
                 if value is not None:
-                    gauges[name].add_metric(tags, float(value))
+                    gauge.add_metric(tags, float(value))
             sent.add_metric(tags, float(last.get("cum_comm_bytes", 0)))
         yield from gauges.values()
         yield sent
