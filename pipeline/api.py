@@ -9,6 +9,7 @@ Errors name the keywords, not the flags (keywords.py); an unknown keyword is a T
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from collections.abc import Callable
@@ -27,26 +28,13 @@ from .observe.tracking import TrackingContext
 from .plan import plan_run
 from .run import loop
 from .run.errors import refuse_in_spawned_import
-from .run.metrics import read_metrics
 from .run.rundir import RunDir
 from .setup.config import RunConfig, check_settings
-from .trained import export_model, export_module, load_model, read_trained
+from .trained import build_trained, export_model, export_module, read_trained
 
 __all__ = ["Callbacks", "TrainResult", "load", "prepare", "train"]
 
 ModelArg = str | Callable[..., nn.Module]
-# train's own parameters; every other keyword is a `dane train` setting.
-_OWN = {
-    "store",
-    "model",
-    "algorithm",
-    "client",
-    "workers",
-    "out",
-    "resume",
-    "progress",
-    "callbacks",
-}
 
 
 @dataclass(frozen=True, repr=False)
@@ -188,11 +176,15 @@ def train(
     if lines is not None:
         lines.end(summary, run_dir.root)
     return TrainResult(
-        model=load_model(run_dir.root, model=builder),
-        history=read_metrics(run_dir.metrics),
+        model=load(run_dir.root, model=builder),
+        history=run_dir.rows(),
         summary=summary,
         run_dir=run_dir.root,
     )
+
+
+# train's own parameters; every other keyword is a `dane train` setting.
+_OWN = set(inspect.signature(train).parameters) - {"settings"}
 
 
 def _train_config(
@@ -207,14 +199,11 @@ def _train_config(
     flags, then planned as the CLI plans them (plan_run: resume, the default store)."""
     flags = check_settings(settings, "dask_dane.train")
     flags["model"] = model if isinstance(model, str) else callable_name(model)
-    flags["out"] = str(out) if out is not None else _fresh_run_dir(settings["algorithm"])
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    fresh = Path("runs") / f"{settings['algorithm']}-{stamp}-{uuid.uuid4().hex[:6]}"
+    flags["out"] = str(out if out is not None else fresh)
     flags["store"] = None if store is None else str(store)
     return plan_run(flags, resume=resume)
-
-
-def _fresh_run_dir(algorithm: str) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return str(Path("runs") / f"{algorithm}-{stamp}-{uuid.uuid4().hex[:6]}")
 
 
 def load(
@@ -244,7 +233,7 @@ def load(
         If `run_dir` holds no run, or the model cannot be rebuilt without `model`.
     """
     try:
-        return load_model(run_dir, best=best, model=model)
+        return build_trained(read_trained(run_dir, best=best), run_dir, model)
     except ValueError as err:
         reword(err)
         raise

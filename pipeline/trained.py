@@ -53,22 +53,12 @@ def read_trained(run_dir: str | Path, *, best: bool = False) -> dict[str, Any]:
     return saved
 
 
-def load_model(
-    run_dir: str | Path,
-    *,
-    best: bool = False,
-    model: Callable[..., nn.Module] | None = None,
+def build_trained(
+    saved: dict[str, Any], run_dir: str | Path, model: Callable[..., nn.Module] | None
 ) -> nn.Module:
-    """The run's model with its trained weights and buffers, in eval mode, on the CPU.
-
-    `model` is needed only for a run trained from a Python callable (dask_dane.train(model=fn)),
-    whose builder no import path can rebuild.
-    """
-    return _build(read_trained(run_dir, best=best), run_dir, model)
-
-
-def _build(saved: dict[str, Any], run_dir: str | Path, model: Callable | None) -> nn.Module:
-    """The trained module from a checkpoint read by read_trained."""
+    """The run's model with the trained weights and buffers of `saved`, a checkpoint read by
+    read_trained, in eval mode, on the CPU. `model` is needed only for a run trained from a
+    Python callable (dask_dane.train(model=fn)), whose builder no import path can rebuild."""
     info, config = saved["model"], saved["config"]
     name = info["name"]
     if model is None and is_import_path(name) and name.split(":")[0] == "__main__":
@@ -134,7 +124,7 @@ def export_model(
     """Write the run's model to `out`: a torch.export program or a state dict; returns `out`."""
     check_export_target(out, form)
     saved = read_trained(run_dir, best=best)  # read once: the module and its record
-    return export_module(_build(saved, run_dir, model), saved["model"], out, form=form)
+    return export_module(build_trained(saved, run_dir, model), saved["model"], out, form=form)
 
 
 def check_export_target(out: str | Path, form: str) -> None:
