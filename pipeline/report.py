@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from .run.metrics import read_metrics
 from .run.rundir import RunDir
 from .setup.config import RunConfig
 from .setup.resumed import Resume, RunRecord
@@ -37,7 +37,6 @@ AXES = ("round", "communication rounds", "communication (MB)", "wall time (s)")
 class RunCurves:
     """One run as the report sees it: its label and its metrics rows."""
 
-    path: Path
     label: str
     rows: list[dict[str, Any]]
 
@@ -50,11 +49,11 @@ def load_run(path: str | Path) -> RunCurves:
             f"{run.root} is not a run directory (it needs config.toml and metrics.jsonl); pass "
             "the --out folder of a `dane train` run"
         )
-    rows = read_metrics(run.metrics)
+    rows = run.rows()
     if not rows:
         raise ValueError(f"{run.root} has no completed round yet; train it first")
     record = run.record()
-    return RunCurves(path=run.root, label=run_label(record.original, record.resumes), rows=rows)
+    return RunCurves(label=run_label(record.original, record.resumes), rows=rows)
 
 
 def run_label(settings: dict[str, Any], resumes: Sequence[Resume] = ()) -> str:
@@ -109,15 +108,11 @@ def _label(settings: dict[str, Any]) -> str:
 
 
 def _x_values(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
-    wall, elapsed = [], 0.0
-    for row in rows:
-        elapsed += row["wall_s"]
-        wall.append(elapsed)
     return {
         "round": [row["round"] for row in rows],
         "communication rounds": [row["comm_rounds"] for row in rows],
         "communication (MB)": [row["cum_comm_bytes"] / 1e6 for row in rows],
-        "wall time (s)": wall,
+        "wall time (s)": list(accumulate(row["wall_s"] for row in rows)),
     }
 
 
