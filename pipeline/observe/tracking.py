@@ -34,15 +34,6 @@ AUTO, OFF = "auto", "none"
 # (MLflow's default, ./mlruns, would scatter artifacts wherever a run is started from).
 ARTIFACTS = "mlartifacts"
 
-__all__ = [
-    "INSTALL",
-    "Trackers",
-    "TrackingContext",
-    "check_tracking",
-    "preset_of",
-    "tensorboard_dir",
-]
-
 
 @dataclass(frozen=True)
 class TrackingContext:
@@ -64,11 +55,10 @@ def installed(module: str) -> bool:
 
 def check_tracking(config: RunConfig) -> None:
     """SettingError if a tracker asked for by name is not installed (auto is never refused)."""
-    wanted = [("mlflow", "mlflow", config.mlflow)]
-    wanted.append(("tensorboard", "tensorboard", config.tensorboard not in (AUTO, OFF)))
-    for name, module, asked in wanted:
-        if asked and not installed(module):
-            raise SettingError(f"{flag(name)} needs {module}, not installed here; {INSTALL}")
+    wanted = {"mlflow": config.mlflow, "tensorboard": config.tensorboard not in (AUTO, OFF)}
+    for name, asked in wanted.items():  # each setting is named after the module it needs
+        if asked and not installed(name):
+            raise SettingError(f"{flag(name)} needs {name}, not installed here; {INSTALL}")
 
 
 def tensorboard_dir(config: RunConfig) -> Path | None:
