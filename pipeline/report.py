@@ -98,12 +98,11 @@ def _key(word: str) -> str:
 def _label(settings: dict[str, Any]) -> str:
     config = RunConfig(**settings)
     label = config.strategy.label()
-    if config.augment:  # the objective's own setting: runs differing only by it must differ
-        label += f" augment={config.augment}"
-    if config.precision != "fp32":
-        label += f" precision={config.precision}"
-    if config.transport != "float32":
-        label += f" transport={config.transport}"
+    # Settings the strategy's label leaves out (augment: the objective's own), shown away from
+    # their defaults: runs differing only by one of them must differ.
+    for key in ("augment", "precision", "transport"):
+        if getattr(config, key) != getattr(RunConfig, key):
+            label += f" {key}={getattr(config, key)}"
     return f"{label} [{Path(config.store).stem}]" if config.store else label
 
 
