@@ -91,9 +91,9 @@ def test_a_checkpoint_scored_in_this_process_gives_the_runs_own_figures(adam_run
     # The same scoring as `dane evaluate`, in the test process (so coverage sees it): the
     # saved weights of rounds 5 and the best one, on the test split, equal what the run
     # measured with them on its cluster.
-    from dask_dane.pipeline.trained import evaluate_checkpoint
     from dask_dane.pipeline.run.rundir import RunDir
     from dask_dane.pipeline.setup.config import RunConfig
+    from dask_dane.pipeline.trained import evaluate_checkpoint
 
     run = RunDir(adam_run)
     config = RunConfig(**run.saved_config()).validate()
