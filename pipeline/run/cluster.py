@@ -291,10 +291,18 @@ def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row
     apart. Bounded like every request of the driver's (a frozen scheduler raises OSError).
     """
     event = {"run": token, "run_dir": str(run_dir), **row}
-    try:
+    with scheduler_checked(client, timeout):
         client.sync(
             client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout
         )
-    except OSError:  # a scheduler killed mid-request closes the comm (CommClosedError)
-        check_scheduler(client, timeout)  # ClusterLost where the scheduler is gone
+
+
+@contextmanager
+def scheduler_checked(client: Client, timeout: float) -> Iterator[None]:
+    """Around the driver's requests: an OSError (a scheduler killed mid-request closes the
+    comm, CommClosedError) is ClusterLost where the scheduler is gone, else raised as is."""
+    try:
+        yield
+    except OSError:
+        check_scheduler(client, timeout)
         raise
