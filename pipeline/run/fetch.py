@@ -21,7 +21,7 @@ from ..round.graph import RoundKeys
 from ..round.scoring import combine_scores
 from ..round.tasks import RoundResult
 from ..round.worker_round import weights_finite
-from .cluster import bounded, wait_for
+from .cluster_checks import bounded, wait_for
 
 
 def checkpointed(every: int, rounds: int, t: int) -> bool:

@@ -31,7 +31,8 @@ from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
 from .checkpoint import CheckpointWriter
-from .cluster import make_client, wait_for
+from .cluster import make_client
+from .cluster_checks import wait_for
 from .errors import ClusterLost, TrainingDiverged, lost_message
 from .metrics import summary
 from .pipelined import run_chained

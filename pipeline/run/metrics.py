@@ -178,12 +178,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def keep_rounds_up_to(path: Path, last_round: int) -> list[dict[str, Any]]:
-    """Drop lines after `last_round` (written after the last checkpoint before a crash)."""
-    rows = [row for row in read_metrics(path) if row["round"] <= last_round]
-    text = "".join(json.dumps(row) + "\n" for row in rows)
+def keep_rounds_up_to(path: Path, last_round: int) -> tuple[list[dict[str, Any]], int]:
+    """Drop lines after `last_round` (written after the last checkpoint before a crash);
+    the rows kept, and how many were dropped."""
+    rows = read_metrics(path)
+    kept = [row for row in rows if row["round"] <= last_round]
+    text = "".join(json.dumps(row) + "\n" for row in kept)
     atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
-    return rows
+    return kept, len(rows) - len(kept)
 
 
 def append_metrics(path: Path, row: dict[str, Any]) -> None:

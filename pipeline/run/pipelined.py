@@ -33,7 +33,8 @@ from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
 from . import fetch, run_state
 from .checkpoint import CheckpointWriter
-from .cluster import bounded, check_scheduler, publish_round, scheduler_checked, wait_for
+from .cluster import publish_round
+from .cluster_checks import bounded, check_scheduler, scheduler_checked, wait_for
 from .errors import give_up_after
 from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early

@@ -25,7 +25,7 @@ from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
-from .metrics import keep_rounds_up_to, read_metrics
+from .metrics import keep_rounds_up_to
 from .rundir import RunDir
 
 
@@ -212,10 +212,8 @@ def begin_run(
     driver decided that no setting says) as comments; the metrics file keeps the rounds the
     state has seen, no more, and the state holds those rows from now on."""
     run_dir.write_config(config, resumed_after=state.round if resume else 0, notes=notes)
-    recorded = len(read_metrics(run_dir.metrics)) if resume and run_dir.metrics.exists() else 0
-    state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
-    if recorded > len(state.rows):  # rows past the checkpoint (--checkpoint-every, a kill)
-        lost = recorded - len(state.rows)
+    state.rows, lost = keep_rounds_up_to(run_dir.metrics, state.round)
+    if lost:  # rows past the checkpoint (--checkpoint-every, a kill)
         print(
             f"resuming after round {state.round}, the last checkpoint: {lost} round"
             f"{'s' if lost > 1 else ''} recorded after it will be re-run",
