@@ -6,6 +6,7 @@ the round's graph (`figures`, worker_round.stripped beside the update) sends the
 round's figures and whether the weights are finite, so divergence is still caught in the
 round it happens. The scores of an evaluated round come one per worker; the driver adds them
 (scoring.combine_scores), so no task on the cluster waits for the slowest worker's.
+After a lost worker, the driver asks where the shards are now (current_placement).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any
 from distributed import Client, Future
 
 from ..round import comm
-from ..round.graph import RoundKeys
+from ..round.graph import RoundKeys, ShardSet
 from ..round.scoring import combine_scores
 from ..round.tasks import RoundResult
 from ..round.worker_round import weights_finite
-from .cluster_checks import bounded, wait_for
+from .cluster_checks import bounded, scheduler_checked, wait_for
 
 
 def checkpointed(every: int, rounds: int, t: int) -> bool:
@@ -103,3 +104,20 @@ def take_held(
     full, _ = _take_update(client, keys, futures, timeout)
     state.weights, state.buffers, state.state = full.weights, full.buffers, full.state
     state.weights_round = state.round
+
+
+def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
+    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
+
+    A shard stays with its previous worker while that worker still holds it; otherwise it is
+    placed on a worker that does, so that local tasks never fetch a shard over the network.
+    """
+    with scheduler_checked(client, timeout):  # ClusterLost if it is the scheduler that went
+        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
+        keys = [future.key for future in data.shards]
+        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
+    placement = []
+    for future, previous in zip(data.shards, data.placement, strict=True):
+        where = sorted(holders.get(future.key, ()))
+        placement.append(previous if previous in where or not where else where[0])
+    return placement

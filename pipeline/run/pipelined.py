@@ -26,6 +26,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from distributed import Client, Future
+from distributed.client import FutureCancelledError
+from distributed.comm.core import CommClosedError
+from distributed.scheduler import KilledWorker
 
 from ..round import comm
 from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
@@ -34,8 +37,8 @@ from ..setup.run_setup import RunSetup
 from . import fetch, run_state
 from .checkpoint import CheckpointWriter
 from .cluster import publish_round
-from .cluster_checks import bounded, check_scheduler, scheduler_checked, wait_for
-from .errors import give_up_after
+from .cluster_checks import bounded, check_scheduler
+from .errors import ClusterLost, give_up_after, lost_message
 from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
@@ -43,6 +46,11 @@ from .rundir import RunDir
 
 # Rounds submitted ahead of the one recorded: 2 hides the driver's work of one round.
 ROUNDS_IN_FLIGHT = 2
+# A round whose tasks fail because a worker died is run again from the same weights and
+# seeds (so the result is unchanged); after this many failures in one round the run stops.
+MAX_ROUND_ATTEMPTS = 3
+# How a lost worker shows in a round: its tasks killed or cancelled, or a connection lost.
+WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
 
 
 @dataclass
@@ -93,14 +101,25 @@ def run_chained(
     state: RunState,
     data: ShardSet,
     callbacks: Any,
-    lost: tuple[type[BaseException], ...],
-    max_attempts: int,
-    writer: CheckpointWriter,
 ) -> None:
     """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
-    checkpointed by `writer`; ClusterLost if the scheduler goes or a round fails too often."""
+    their checkpoints written in the background; a lost cluster's error (ClusterLost: the
+    scheduler went, or a round failed too often) names what was saved (the last write
+    finished first)."""
+    try:
+        with CheckpointWriter() as writer:
+            _run(_Driver(client, setup, run_dir, writer, state, data, callbacks))
+    except ClusterLost as err:
+        t = state.round + 1  # the first round not recorded
+        saved = state.saved_round
+        raise ClusterLost(lost_message(setup.config, run_dir.root, t, str(err), saved)) from None
+
+
+def _run(driver: _Driver) -> None:
+    """The rounds, each recorded once its figures are on the driver, the next ones already
+    submitted; a round whose workers were lost runs again, up to MAX_ROUND_ATTEMPTS times."""
+    client, setup, run_dir, state = driver.client, driver.setup, driver.run_dir, driver.state
     config = setup.config
-    driver = _Driver(client, setup, run_dir, writer, state, data, callbacks)
     failures: dict[int, int] = {}
     last_row_at = time.perf_counter()
     while state.round < config.rounds:
@@ -109,10 +128,10 @@ def run_chained(
             _fill(driver)
             head = driver.in_flight[0]
             taken = fetch.take_round(client, state, head.keys, head.futures, config.timeout)
-        except lost as err:
+        except WORKER_LOST as err:
             failures[t] = failures.get(t, 1) + 1
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
-            give_up_after(max_attempts, t, failures[t], err)
+            give_up_after(MAX_ROUND_ATTEMPTS, t, failures[t], err)
             _restart(driver)
             continue
         # Round t's results are on the driver: release its keys (the next round keeps what it
@@ -131,9 +150,9 @@ def run_chained(
         row = _record(driver, taken, failures.get(t, 1), now - last_row_at)
         # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
         timings = {"scatter_s": driver.scatter_s, "submit_s": head.submit_s, **taken.waited}
-        callbacks.on_timings(t, timings)
+        driver.callbacks.on_timings(t, timings)
         last_row_at, driver.scatter_s, driver.scatter_bytes, driver.reloaded = now, 0.0, 0, 0
-        callbacks.on_round(row)
+        driver.callbacks.on_round(row)
         if _ends(driver, row):
             break
     driver.drop()
@@ -159,23 +178,6 @@ def _take_held(driver: _Driver) -> None:
     assert held is not None, "a round without its weights on the driver is held"
     fetch.take_held(driver.client, driver.state, held.keys, held.futures, driver.timeout)
     driver.held = None
-
-
-def _current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
-    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
-
-    A shard stays with its previous worker while that worker still holds it; otherwise it is
-    placed on a worker that does, so that local tasks never fetch a shard over the network.
-    """
-    with scheduler_checked(client, timeout):  # ClusterLost if it is the scheduler that went
-        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
-        keys = [future.key for future in data.shards]
-        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
-    placement = []
-    for future, previous in zip(data.shards, data.placement, strict=True):
-        where = sorted(holders.get(future.key, ()))
-        placement.append(previous if previous in where or not where else where[0])
-    return placement
 
 
 def _record(driver: _Driver, taken: Taken, attempts: int, wall_s: float) -> dict[str, Any]:
@@ -217,7 +219,7 @@ def _restart(driver: _Driver) -> None:
     state) and take where the shards live now, counting the shards that moved."""
     driver.drop()
     data = driver.data
-    placement = _current_placement(driver.client, data, driver.timeout)
+    placement = fetch.current_placement(driver.client, data, driver.timeout)
     driver.reloaded += sum(a != b for a, b in zip(data.placement, placement, strict=True))
     driver.data = replace(data, placement=placement)
 
