@@ -77,11 +77,6 @@ def gpus_available() -> bool:
     return True
 
 
-def uses_cuda_cluster(config: ClusterSettings) -> bool:
-    """A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu."""
-    return config.device != "cpu" and gpus_available()
-
-
 # For the clusters started here:
 # - Work stealing moves a queued task to an idle worker: for a shard's task that means
 #   fetching the shard over the network, exactly what pinning avoids (and the transfers
@@ -116,7 +111,8 @@ def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     address = config.dashboard_address
     common = dict(host=config.host, dashboard_address=address, silence_logs=logging.ERROR)
     limit = {} if config.memory_limit is None else {"memory_limit": config.memory_limit}
-    if uses_cuda_cluster(config):
+    # A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu.
+    if config.device != "cpu" and gpus_available():
         import torch
         from dask_cuda import LocalCUDACluster
 
