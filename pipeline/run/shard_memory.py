@@ -90,18 +90,6 @@ def _size(count: int) -> str:
     return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
 
 
-def split_bytes(
-    store: StoreInfo, val_fraction: float, converted_to: str | None = None, share: float = 1.0
-) -> dict:
-    """Bytes of features of the test split and of every shard's held-out validation rows, as
-    stored (or converted, as shard_bytes), times `share`: a worker scores the pieces of its
-    shards (round/scoring.py), their share of each."""
-    row = row_bytes(store, converted_to)
-    num_train = sum(stop - start for start, stop in store.shards)
-    whole = {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
-    return {split: round(size * share) for split, size in whole.items()}
-
-
 def resolve_split_memory(
     mode: str, store: StoreInfo, limit: int | None, *, train: str, shards_on_worker: int,
     val_fraction: float, dtype: str = "float32",
@@ -116,8 +104,14 @@ def resolve_split_memory(
     its own resident shards, the validation rows first (scored with every evaluation, as
     the test split is, but smaller), and streams the rest.
     """
+    # Bytes of features of the test split and of every shard's held-out validation rows, as
+    # stored (or converted, as shard_bytes), times the worker's share: a worker scores the
+    # pieces of its shards (round/scoring.py), their share of each.
+    row = row_bytes(store, dtype if mode == "converted" else None)
     share = min(shards_on_worker / store.num_shards, 1.0)
-    sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None, share)
+    num_train = sum(stop - start for start, stop in store.shards)
+    whole = {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
+    sizes = {split: round(size * share) for split, size in whole.items()}
     holds = mode in ("resident", "converted")
     if holds and limit is not None and sizes["test"] > RESIDENT_FITS_SHARE * limit:
         raise ValueError(
