@@ -25,12 +25,6 @@ from ..round.worker_round import weights_finite
 from .cluster_checks import bounded, scheduler_checked, wait_for
 
 
-def checkpointed(every: int, rounds: int, t: int) -> bool:
-    """Whether round t's weights come to the driver and are saved: every `every` rounds
-    (--checkpoint-every), and the run's last round."""
-    return t % every == 0 or t == rounds
-
-
 @dataclass
 class Taken:
     """A round on the driver (take_round): its result (with its shards' states, if any) and
@@ -74,13 +68,13 @@ def take_round(
     evaluation = combine_scores(*values[1 : 1 + len(scores)]) if scores else None
     weights = not keys.figures  # the round built its figures where the driver takes no weights
     if not weights and state.would_select(evaluation):
-        full, more = _take_update(client, keys, futures, timeout)
+        full, more = take_update(client, keys, futures, timeout)
         result = replace(result, weights=full.weights, buffers=full.buffers, state=full.state)
         fetched, weights = fetched + more, True
     return Taken(result, evaluation, fetched, waited, finite, weights)
 
 
-def _take_update(
+def take_update(
     client: Client, keys: RoundKeys, futures: dict[str, Future], timeout: float
 ) -> tuple[RoundResult, int]:
     """The round's update, with its weights, buffers and state, fetched from a copy on a live
@@ -94,16 +88,6 @@ def _take_update(
         raise OSError("the round's weights were lost with their worker before being fetched")
     (full,) = bounded(client, timeout, client.gather, [live[0]])
     return full, comm.payload_bytes([full.weights, full.buffers, full.state])
-
-
-def take_held(
-    client: Client, state: Any, keys: RoundKeys, futures: dict[str, Future], timeout: float
-) -> None:
-    """Into the RunState `state`: the weights of its last round, left on the cluster in the
-    round's keys and futures (a restart of the chain and an early end need them)."""
-    full, _ = _take_update(client, keys, futures, timeout)
-    state.weights, state.buffers, state.state = full.weights, full.buffers, full.state
-    state.weights_round = state.round
 
 
 def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:

@@ -15,7 +15,7 @@ rounds of work thrown away, never a round recorded twice or out of order:
   task, on every worker, so they pipeline as the rest of the round does.
 A lost worker drops the rounds in flight and restarts the chain from the last recorded
 round's state, its weights from a surviving copy of its update where the driver left them
-there (fetch.take_held): the same weights and seeds, so the same results.
+there (_take_held): the same weights and seeds, so the same results.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _run(driver: _Driver) -> None:
     submitted; a round whose workers were lost runs again, up to MAX_ROUND_ATTEMPTS times."""
     client, setup, run_dir, state = driver.client, driver.setup, driver.run_dir, driver.state
     config = setup.config
-    failures: dict[int, int] = {}
+    attempts = 1  # of the round waited for: each failure leaves it for the next attempt
     last_row_at = time.perf_counter()
     while state.round < config.rounds:
         t = state.round + 1
@@ -129,9 +129,9 @@ def _run(driver: _Driver) -> None:
             head = driver.in_flight[0]
             taken = fetch.take_round(client, state, head.keys, head.futures, config.timeout)
         except WORKER_LOST as err:
-            failures[t] = failures.get(t, 1) + 1
+            attempts += 1
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
-            give_up_after(MAX_ROUND_ATTEMPTS, t, failures[t], err)
+            give_up_after(MAX_ROUND_ATTEMPTS, t, attempts, err)
             _restart(driver)
             continue
         # Round t's results are on the driver: release its keys (the next round keeps what it
@@ -143,15 +143,19 @@ def _run(driver: _Driver) -> None:
         if t == config.rounds:
             driver.drop()  # nothing follows: the carry need not outlive the run's last round
         run_state.check_finite(taken.result, t, run_dir, state.saved_round, taken.finite)
-        if _workers_changed(driver, taken.result.compute_by_worker):
+        seen = frozenset(taken.result.compute_by_worker)  # the worker processes it ran on
+        if driver.workers_seen is None:
+            driver.workers_seen = seen
+        elif seen != driver.workers_seen:  # others than the chain's first round's
             # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
             _restart(driver)
         now = time.perf_counter()
-        row = _record(driver, taken, failures.get(t, 1), now - last_row_at)
+        row = _record(driver, taken, attempts, now - last_row_at)
         # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
         timings = {"scatter_s": driver.scatter_s, "submit_s": head.submit_s, **taken.waited}
         driver.callbacks.on_timings(t, timings)
-        last_row_at, driver.scatter_s, driver.scatter_bytes, driver.reloaded = now, 0.0, 0, 0
+        last_row_at, attempts = now, 1
+        driver.scatter_s, driver.scatter_bytes, driver.reloaded = 0.0, 0, 0
         driver.callbacks.on_round(row)
         if _ends(driver, row):
             break
@@ -173,10 +177,13 @@ def _ends(driver: _Driver, row: dict[str, Any]) -> bool:
 
 
 def _take_held(driver: _Driver) -> None:
-    """The weights of the last recorded round, left on the cluster, into the state."""
-    held = driver.held
+    """The weights of the last recorded round, left on the cluster, into the state (a restart
+    of the chain and an early end need them)."""
+    held, state = driver.held, driver.state
     assert held is not None, "a round without its weights on the driver is held"
-    fetch.take_held(driver.client, driver.state, held.keys, held.futures, driver.timeout)
+    full, _ = fetch.take_update(driver.client, held.keys, held.futures, driver.timeout)
+    state.weights, state.buffers, state.state = full.weights, full.buffers, full.state
+    state.weights_round = state.round
     driver.held = None
 
 
@@ -224,15 +231,6 @@ def _restart(driver: _Driver) -> None:
     driver.data = replace(data, placement=placement)
 
 
-def _workers_changed(driver: _Driver, compute_by_worker: dict[str, float]) -> bool:
-    """Whether a round ran on other worker processes than the chain's first round did."""
-    seen = frozenset(compute_by_worker)
-    if driver.workers_seen is None:
-        driver.workers_seen = seen
-        return False
-    return seen != driver.workers_seen
-
-
 def _fill(driver: _Driver) -> None:
     """Submit rounds until ROUNDS_IN_FLIGHT are on the cluster (or the run's last round)."""
     config, data = driver.setup.config, driver.data
@@ -250,7 +248,9 @@ def _fill(driver: _Driver) -> None:
             link=driver.link,
             token=f"{data.token}a{driver.attempt}",
             evaluate=data.test if evaluate else None,
-            light=not fetch.checkpointed(config.checkpoint_every, config.rounds, t),
+            # Round t's weights come to the driver and are saved every --checkpoint-every
+            # rounds, and at the run's last round; otherwise its figures alone.
+            light=t % config.checkpoint_every != 0 and t != config.rounds,
         )
         wanted = keys.held()
         futures = dict(zip(wanted, driver.client.get(graph, wanted, sync=False), strict=True))
