@@ -163,17 +163,6 @@ def stranded(dask_scheduler: Any, keys: list[str]) -> list[str]:
     return found
 
 
-def check_stranded(client: Any, futures: list[Any]) -> None:
-    """OSError naming the stranded tasks if a pending future depends on one."""
-    keys = [future.key for future in futures if not future.done()]
-    found = client.run_on_scheduler(stranded, keys=keys) if keys else []
-    if found:
-        raise OSError(
-            f"tasks wait for workers that are gone ({', '.join(found[:3])}): every worker was "
-            "lost at once (their memory limits exceeded?)"
-        )
-
-
 def _paused(dask_scheduler: Any) -> dict[str, int]:
     """Memory limit of each paused worker, if every worker is paused; runs on the scheduler."""
     workers = dask_scheduler.workers.values()
@@ -182,15 +171,21 @@ def _paused(dask_scheduler: Any) -> dict[str, int]:
 
 
 class Stuck:
-    """What the driver's wait checks every few seconds: stranded tasks (check_stranded), and
-    every worker paused for PAUSED_GIVE_UP_S (a ValueError in one line: more memory is the
-    fix, so the round is not rerun)."""
+    """What the driver's wait checks every few seconds: stranded tasks (an OSError naming them
+    if a pending future depends on one), and every worker paused for PAUSED_GIVE_UP_S (a
+    ValueError in one line: more memory is the fix, so the round is not rerun)."""
 
     def __init__(self) -> None:
         self.paused_since: float | None = None
 
     def check(self, client: Any, futures: list[Any]) -> None:
-        check_stranded(client, futures)
+        keys = [future.key for future in futures if not future.done()]
+        found = client.run_on_scheduler(stranded, keys=keys) if keys else []
+        if found:  # the round fails as one whose workers were lost
+            raise OSError(
+                f"tasks wait for workers that are gone ({', '.join(found[:3])}): every worker "
+                "was lost at once (their memory limits exceeded?)"
+            )
         paused = client.run_on_scheduler(_paused)
         now = time.monotonic()
         if not paused or self.paused_since is None:

@@ -105,9 +105,7 @@ def round_row(
     row.update({k: v for k, v in metrics.items() if k not in row and not k.startswith("_")})
     if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
-    # The round is the one selected so far: its validation metric beat every earlier round's
-    # (RunState.advance), or, without a validation split, it is the last evaluated round.
-    row["is_best"] = totals.is_best
+    row["is_best"] = totals.is_best  # the round selected so far (RunState.is_best)
     row.update(driver or {})
     return row
 

@@ -98,7 +98,9 @@ class RunState:
 
     @property
     def is_best(self) -> bool:
-        """Whether the round advanced to last is the selected model (_select)."""
+        """Whether the round advanced to last is the one selected so far (_select): its
+        validation metric beat every earlier round's, or, without a validation split, it is
+        the last evaluated round."""
         return self.best_round == self.round
 
     def _select(self, evaluation: dict[str, float] | None) -> None:
