@@ -30,14 +30,13 @@ from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
 from .cluster import make_client
 from .cluster_checks import wait_for
-from .errors import ClusterLost, TrainingDiverged
+from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained
-from .run_state import RunState
 from .rundir import RunDir
 from .shard_memory import killed_loading, place_shards
 
-__all__ = ["Callbacks", "ClusterLost", "RunState", "TrainingDiverged", "train"]
+__all__ = ["Callbacks", "TrainingDiverged", "train"]
 
 
 def train(
