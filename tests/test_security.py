@@ -23,12 +23,17 @@ import zarr
 from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.store import open_store
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.cluster import make_client, worker_addresses
+from dask_dane.pipeline.run.cluster import make_client
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.setup.config import RunConfig, to_toml
 
 pytestmark = pytest.mark.cluster
 LOOPBACK = {"127.0.0.1", "::1"}
+
+
+def _workers(client) -> list[str]:
+    """The cluster's worker addresses, sorted."""
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
 
 
 def _listening(pids: list[int]) -> list[tuple[int, str, int]]:
@@ -50,7 +55,7 @@ def test_started_cluster_listens_on_loopback_only(tmp_path):
         sockets = _listening(pids)
         scheduler_port = int(client.scheduler.address.rsplit(":", 1)[1])
         dashboard_port = int(client.dashboard_link.split(":")[2].split("/")[0])
-        worker = worker_addresses(client)[0]
+        worker = _workers(client)[0]
 
     ports = {port for _, _, port in sockets}
     assert {scheduler_port, dashboard_port, int(worker.rsplit(":", 1)[1])} <= ports
@@ -175,7 +180,7 @@ def test_training_on_a_tls_only_scheduler_uses_the_given_certificates(
         "distributed.comm.tls.client.key": certs["key"],
     }
     with dask.config.set(tls_config), make_client(RunConfig(scheduler=address)) as client:
-        assert len(worker_addresses(client)) == 1
+        assert len(_workers(client)) == 1
     # ...and without certificates: a clean ValueError that says what to pass.
     with (
         pytest.raises(ValueError, match="speaks TLS and no certificates are set"),

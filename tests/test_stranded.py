@@ -13,8 +13,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_dane.pipeline.run.cluster import wait_for
-from dask_dane.pipeline.run.cluster_checks import stranded
+from dask_dane.pipeline.run.cluster_checks import stranded, wait_for
 
 pytestmark = pytest.mark.cluster
 

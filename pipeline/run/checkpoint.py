@@ -31,24 +31,18 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
     # The rename is durable only once the directory entry is on disk.
-    fd = os.open(directory, os.O_RDONLY)
+    fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def remove_partial_writes(folder: Path) -> list[Path]:
-    """Delete temporary files that a killed writer left in `folder`; return what was removed."""
-    partial = sorted(folder.glob(".*.tmp-*")) if folder.is_dir() else []
-    for path in partial:
+def remove_partial_writes(folder: Path) -> None:
+    """Delete temporary files that a killed writer left in `folder` (if it exists)."""
+    for path in folder.glob(".*.tmp-*"):
         path.unlink(missing_ok=True)
-    return partial
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:

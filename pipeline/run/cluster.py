@@ -9,9 +9,8 @@ asks for another `--host` / `--dashboard-address`; a job queue's scheduler where
 config says (its workers run on other nodes). A remote scheduler is reached with TLS when
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 
-Also the driver's requests that must not hang on a frozen scheduler (`wait_for`,
-`check_scheduler`, `bounded`: ClusterLost past `--timeout`); a missing main guard said in
-one line (errors.py).
+Also the round's row published as a Dask event, bounded like every request of the driver's
+(cluster_checks.py); a missing main guard said in one line (errors.py).
 """
 
 from __future__ import annotations
@@ -19,11 +18,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -31,8 +29,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 # Importing the dashboard module adds /dane to the dashboards started here.
 from ..observe.dashboard import EVENT_TOPIC
 from ..setup.settings import ClusterSettings, scheduler_file_address
-from .cluster_checks import LOG_FORMAT, Stuck, checked_start, route_cluster_logs
-from .errors import ClusterLost, reporting_unguarded_main
+from .cluster_checks import LOG_FORMAT, checked_start, route_cluster_logs, scheduler_checked
+from .errors import reporting_unguarded_main
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
 
 if TYPE_CHECKING:
@@ -79,11 +77,6 @@ def gpus_available() -> bool:
     return True
 
 
-def uses_cuda_cluster(config: ClusterSettings) -> bool:
-    """A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu."""
-    return config.device != "cpu" and gpus_available()
-
-
 # For the clusters started here:
 # - Work stealing moves a queued task to an idle worker: for a shard's task that means
 #   fetching the shard over the network, exactly what pinning avoids (and the transfers
@@ -118,7 +111,8 @@ def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     address = config.dashboard_address
     common = dict(host=config.host, dashboard_address=address, silence_logs=logging.ERROR)
     limit = {} if config.memory_limit is None else {"memory_limit": config.memory_limit}
-    if uses_cuda_cluster(config):
+    # A started cluster is LocalCUDACluster (one worker per GPU) unless --device cpu.
+    if config.device != "cpu" and gpus_available():
         import torch
         from dask_cuda import LocalCUDACluster
 
@@ -215,75 +209,6 @@ def _security(config: ClusterSettings):  # type: ignore[no-untyped-def]
     )
 
 
-def worker_addresses(client: Client) -> list[str]:
-    """Addresses of the cluster's workers, sorted so shard placement is reproducible."""
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
-
-
-# The driver's requests to the cluster, none of which may wait forever: a frozen scheduler
-# (stopped, or its event loop blocked) keeps its sockets open, so no connection ever fails.
-# Every wait here has a bound (--timeout) or checks that the scheduler still answers.
-
-
-def wait_for(client: Client, futures: list[Any], timeout: float) -> None:
-    """Wait for futures, however long they take, while the scheduler answers.
-
-    Every few seconds the scheduler is asked for its identity; if the client has lost it, or
-    it does not answer within --timeout, ClusterLost (a round may take any time; a silent
-    scheduler may not); and whether the tasks are stranded or every worker paused for good
-    (cluster_checks.py). Done-callbacks wake the driver the moment the last future finishes
-    (polling would add its interval to every round); `distributed.wait(timeout=...)` leaves
-    a reference cycle per timeout that holds the round's futures until a collection.
-    """
-    pending = [future for future in futures if not future.done()]
-    if not pending:
-        return
-    all_done = threading.Event()
-    remaining = [len(pending)]
-    lock = threading.Lock()
-
-    def one_done(_future: Any) -> None:
-        with lock:
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                all_done.set()
-
-    for future in pending:
-        future.add_done_callback(one_done)
-    poll, stuck = min(5.0, timeout), Stuck()
-    while not all_done.wait(poll):
-        check_scheduler(client, timeout)
-        stuck.check(client, pending)  # workers lost or paused for good: Dask would wait
-
-
-def check_scheduler(client: Client, timeout: float) -> None:
-    """ClusterLost unless the scheduler answers within --timeout."""
-    reason = None
-    if client.status != "running":
-        reason = f"the client lost the scheduler (client status {client.status})"
-    else:
-        try:
-            client.sync(client.scheduler.identity, callback_timeout=timeout)
-        except (OSError, TimeoutError) as err:
-            reason = f"the scheduler did not answer within {timeout:g} s ({type(err).__name__})"
-    if reason:
-        raise ClusterLost(reason)
-
-
-def bounded(client: Client, timeout: float, method: Callable, *args: Any, **kwargs: Any) -> Any:
-    """client.method(*args, **kwargs), given at most --timeout seconds to answer.
-
-    A frozen scheduler (stopped, or its event loop blocked) keeps its sockets open, so no
-    connection ever fails and a plain scatter or gather waits for it forever. The
-    TimeoutError is an OSError: callers check the scheduler and raise ClusterLost.
-    """
-
-    async def run() -> Any:
-        return await method(*args, asynchronous=True, **kwargs)
-
-    return client.sync(run, callback_timeout=timeout)
-
-
 def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row: dict) -> None:
     """The round's metrics row as a Dask event, for any client, the scheduler and its pages.
 
@@ -291,10 +216,7 @@ def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row
     apart. Bounded like every request of the driver's (a frozen scheduler raises OSError).
     """
     event = {"run": token, "run_dir": str(run_dir), **row}
-    try:
+    with scheduler_checked(client, timeout):
         client.sync(
             client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout
         )
-    except OSError:  # a scheduler killed mid-request closes the comm (CommClosedError)
-        check_scheduler(client, timeout)  # ClusterLost where the scheduler is gone
-        raise

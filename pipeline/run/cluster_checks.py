@@ -16,12 +16,15 @@ The driver's own words for what Dask would say at length or not at all (cluster.
   and the scheduler does not decide again. The driver's wait (cluster.wait_for) asks the
   scheduler every few seconds whether a pending future depends on such a task; if so, the
   round fails as one whose workers were lost (an OSError), and the driver runs it again from
-  its own state, or stops in one line after its attempts.
+  its own state, or stops in one line after its attempts;
+- the driver's requests that must not hang on a frozen scheduler (`wait_for`,
+  `check_scheduler`, `bounded`, `scheduler_checked`: ClusterLost past `--timeout`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -31,6 +34,7 @@ from urllib.parse import urlsplit
 
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.settings import ClusterSettings
+from .errors import ClusterLost
 
 # distributed/node.py warns so when the dashboard's port is taken (then it takes another).
 PORT_TAKEN = r"Port \d+ is already in use"
@@ -159,17 +163,6 @@ def stranded(dask_scheduler: Any, keys: list[str]) -> list[str]:
     return found
 
 
-def check_stranded(client: Any, futures: list[Any]) -> None:
-    """OSError naming the stranded tasks if a pending future depends on one."""
-    keys = [future.key for future in futures if not future.done()]
-    found = client.run_on_scheduler(stranded, keys=keys) if keys else []
-    if found:
-        raise OSError(
-            f"tasks wait for workers that are gone ({', '.join(found[:3])}): every worker was "
-            "lost at once (their memory limits exceeded?)"
-        )
-
-
 def _paused(dask_scheduler: Any) -> dict[str, int]:
     """Memory limit of each paused worker, if every worker is paused; runs on the scheduler."""
     workers = dask_scheduler.workers.values()
@@ -178,15 +171,21 @@ def _paused(dask_scheduler: Any) -> dict[str, int]:
 
 
 class Stuck:
-    """What the driver's wait checks every few seconds: stranded tasks (check_stranded), and
-    every worker paused for PAUSED_GIVE_UP_S (a ValueError in one line: more memory is the
-    fix, so the round is not rerun)."""
+    """What the driver's wait checks every few seconds: stranded tasks (an OSError naming them
+    if a pending future depends on one), and every worker paused for PAUSED_GIVE_UP_S (a
+    ValueError in one line: more memory is the fix, so the round is not rerun)."""
 
     def __init__(self) -> None:
         self.paused_since: float | None = None
 
     def check(self, client: Any, futures: list[Any]) -> None:
-        check_stranded(client, futures)
+        keys = [future.key for future in futures if not future.done()]
+        found = client.run_on_scheduler(stranded, keys=keys) if keys else []
+        if found:  # the round fails as one whose workers were lost
+            raise OSError(
+                f"tasks wait for workers that are gone ({', '.join(found[:3])}): every worker "
+                "was lost at once (their memory limits exceeded?)"
+            )
         paused = client.run_on_scheduler(_paused)
         now = time.monotonic()
         if not paused or self.paused_since is None:
@@ -199,3 +198,78 @@ class Stuck:
                 "MiB memory limit), so no task can run: give the workers more memory (a "
                 "worker holds about 400 MiB of Python, Dask and torch before any data)"
             )
+
+
+# The driver's requests to the cluster, none of which may wait forever: a frozen scheduler
+# (stopped, or its event loop blocked) keeps its sockets open, so no connection ever fails.
+# Every wait here has a bound (--timeout) or checks that the scheduler still answers.
+
+
+def wait_for(client: Any, futures: list[Any], timeout: float) -> None:
+    """Wait for futures, however long they take, while the scheduler answers.
+
+    Every few seconds the scheduler is asked for its identity; if the client has lost it, or
+    it does not answer within --timeout, ClusterLost (a round may take any time; a silent
+    scheduler may not); and whether the tasks are stranded or every worker paused for good
+    (Stuck, above). Done-callbacks wake the driver the moment the last future finishes
+    (polling would add its interval to every round); `distributed.wait(timeout=...)` leaves
+    a reference cycle per timeout that holds the round's futures until a collection.
+    """
+    pending = [future for future in futures if not future.done()]
+    if not pending:
+        return
+    all_done = threading.Event()
+    remaining = [len(pending)]
+    lock = threading.Lock()
+
+    def one_done(_future: Any) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                all_done.set()
+
+    for future in pending:
+        future.add_done_callback(one_done)
+    poll, stuck = min(5.0, timeout), Stuck()
+    while not all_done.wait(poll):
+        check_scheduler(client, timeout)
+        stuck.check(client, pending)  # workers lost or paused for good: Dask would wait
+
+
+def check_scheduler(client: Any, timeout: float) -> None:
+    """ClusterLost unless the scheduler answers within --timeout."""
+    reason = None
+    if client.status != "running":
+        reason = f"the client lost the scheduler (client status {client.status})"
+    else:
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=timeout)
+        except (OSError, TimeoutError) as err:
+            reason = f"the scheduler did not answer within {timeout:g} s ({type(err).__name__})"
+    if reason:
+        raise ClusterLost(reason)
+
+
+def bounded(client: Any, timeout: float, method: Callable, *args: Any, **kwargs: Any) -> Any:
+    """client.method(*args, **kwargs), given at most --timeout seconds to answer.
+
+    A frozen scheduler (stopped, or its event loop blocked) keeps its sockets open, so no
+    connection ever fails and a plain scatter or gather waits for it forever. The
+    TimeoutError is an OSError: callers check the scheduler and raise ClusterLost.
+    """
+
+    async def run() -> Any:
+        return await method(*args, asynchronous=True, **kwargs)
+
+    return client.sync(run, callback_timeout=timeout)
+
+
+@contextmanager
+def scheduler_checked(client: Any, timeout: float) -> Iterator[None]:
+    """Around the driver's requests: an OSError (a scheduler killed mid-request closes the
+    comm, CommClosedError) is ClusterLost where the scheduler is gone, else raised as is."""
+    try:
+        yield
+    except OSError:
+        check_scheduler(client, timeout)
+        raise

@@ -78,21 +78,17 @@ MESSAGE = (
 )
 
 
-def in_spawned_import() -> bool:
-    """True while multiprocessing re-runs the parent's main script in a new process."""
-    # `_inheriting` is the flag multiprocessing's own check reads for this very case
-    # (spawn._check_not_importing_main); parent_process() is still None at this stage.
-    inheriting = getattr(multiprocessing.current_process(), "_inheriting", False)
-    return bool(inheriting) and "__mp_main__" in sys.modules
-
-
 def refuse_in_spawned_import() -> None:
     """Exit (non-zero) if called from a main script that a spawned process is re-running.
 
     Called first by every public entry that could start a cluster or write (train, prepare,
     make_client), so that the child neither prints, writes, nor starts processes.
     """
-    if not in_spawned_import():
+    # Returns unless multiprocessing re-runs the parent's main script in a new process:
+    # `_inheriting` is the flag multiprocessing's own check reads for this very case
+    # (spawn._check_not_importing_main); parent_process() is still None at this stage.
+    inheriting = getattr(multiprocessing.current_process(), "_inheriting", False)
+    if not (inheriting and "__mp_main__" in sys.modules):
         return
     mark = os.environ.get(MARK_ENV)
     if not mark:

@@ -6,52 +6,55 @@ the round's graph (`figures`, worker_round.stripped beside the update) sends the
 round's figures and whether the weights are finite, so divergence is still caught in the
 round it happens. The scores of an evaluated round come one per worker; the driver adds them
 (scoring.combine_scores), so no task on the cluster waits for the slowest worker's.
+After a lost worker, the driver asks where the shards are now (current_placement).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distributed import Client, Future
 
 from ..round import comm
-from ..round.graph import RoundKeys
+from ..round.graph import RoundKeys, ShardSet
 from ..round.scoring import combine_scores
 from ..round.tasks import RoundResult
 from ..round.worker_round import weights_finite
-from .cluster import bounded, wait_for
+from .cluster_checks import bounded, scheduler_checked, wait_for
 
 
-def checkpointed(every: int, rounds: int, t: int) -> bool:
-    """Whether round t's weights come to the driver and are saved: every `every` rounds
-    (--checkpoint-every), and the run's last round."""
-    return t % every == 0 or t == rounds
+@dataclass
+class Taken:
+    """A round on the driver (take_round): its result (with its shards' states, if any) and
+    evaluation, the tensor bytes fetched, the driver's time waiting and fetching, whether the
+    weights are finite, and whether the result holds them. From the figures alone, the result
+    holds NO_WEIGHTS, no buffers and no state."""
+
+    result: RoundResult
+    evaluation: dict[str, float] | None
+    fetched: int
+    waited: dict[str, float]
+    finite: bool
+    weights: bool
 
 
-def outputs(keys: RoundKeys, futures: dict[str, Future]) -> tuple[Future, list, list]:
-    """A round's update (one copy; its figures alone where the round built them), its scores
-    (one per worker; [] if not evaluated) and its last phase's outputs (the shards' states)."""
+def take_round(
+    client: Client, state: Any, keys: RoundKeys, futures: dict[str, Future], timeout: float
+) -> Taken:
+    """A round, once done, from its keys and their futures: its update (one copy; its figures
+    alone where the round built them), its scores (one per worker; none if not evaluated) and
+    its last phase's outputs (the shards' states). Its weights too on a checkpoint round, or
+    where the round becomes best.pt (the RunState `state`'s would_select, from its
+    evaluation: the weights are taken then, while the round's keys are held)."""
     update = futures[keys.figures] if keys.figures else futures[keys.updates[0]]
     scores = [futures[k] for k in keys.evaluation]
-    return update, scores, [futures[k] for k in keys.states]
-
-
-def collect(
-    client: Client,
-    futures: tuple[Future, list[Future], list[Future]],
-    timeout: float,
-) -> tuple[RoundResult, dict[str, float] | None, int, dict[str, float], bool]:
-    """A round's result (with its shards' states, if any) and evaluation, once done, from
-    `futures` (outputs: the update or its figures, the scores, the last phase's outputs); the
-    tensor bytes fetched, the driver's time waiting and fetching, and whether the weights
-    are finite. From the figures alone, the result holds NO_WEIGHTS, no buffers and no state."""
-    update, scores, states = futures
+    wanted = [update, *scores, *(futures[k] for k in keys.states)]
     started = time.perf_counter()
-    wait_for(client, [update, *scores, *states], timeout)
+    wait_for(client, wanted, timeout)
     done = time.perf_counter()
-    values = bounded(client, timeout, client.gather, [update, *scores, *states])
+    values = bounded(client, timeout, client.gather, wanted)
     waited = {"wait_s": done - started, "gather_s": time.perf_counter() - done}
     fetched = comm.payload_bytes(values)
     taken = values[0]
@@ -63,35 +66,19 @@ def collect(
             merged.update(output.shard_states or {})
         result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
     evaluation = combine_scores(*values[1 : 1 + len(scores)]) if scores else None
-    return result, evaluation, fetched, waited, finite
-
-
-def take_round(
-    client: Client, config: Any, state: Any, t: int, round_keys: tuple[RoundKeys, dict]
-) -> tuple[RoundResult, dict[str, float] | None, int, dict[str, float], bool, bool]:
-    """collect's figures of round t (its keys and their futures), and whether they hold its
-    weights: on a checkpoint round, or where the round becomes best.pt (state.would_select,
-    from its evaluation: the weights are taken then, while the round's keys are held)."""
-    keys, futures = round_keys
     weights = not keys.figures  # the round built its figures where the driver takes no weights
-    result, evaluation, fetched, waited, finite = collect(
-        client, outputs(keys, futures), config.timeout
-    )
     if not weights and state.would_select(evaluation):
-        result, more = take_weights(client, keys, futures, result, config.timeout)
+        full, more = take_update(client, keys, futures, timeout)
+        result = replace(result, weights=full.weights, buffers=full.buffers, state=full.state)
         fetched, weights = fetched + more, True
-    return result, evaluation, fetched, waited, finite, weights
+    return Taken(result, evaluation, fetched, waited, finite, weights)
 
 
-def take_weights(
-    client: Client,
-    keys: RoundKeys,
-    futures: dict[str, Future],
-    light: RoundResult,
-    timeout: float,
+def take_update(
+    client: Client, keys: RoundKeys, futures: dict[str, Future], timeout: float
 ) -> tuple[RoundResult, int]:
-    """`light` with the round's weights, buffers and state, fetched from a copy of its update
-    on a live worker (each worker holds one under all-gather), and the bytes fetched. OSError
+    """The round's update, with its weights, buffers and state, fetched from a copy on a live
+    worker (each worker holds one under all-gather), and the bytes of those three. OSError
     when no copy is left: a lost worker took the only one (the run resumes from latest.pt)."""
     updates = list(dict.fromkeys(futures[k] for k in keys.updates))
     names = [future.key for future in updates]
@@ -100,14 +87,21 @@ def take_weights(
     if not live:
         raise OSError("the round's weights were lost with their worker before being fetched")
     (full,) = bounded(client, timeout, client.gather, [live[0]])
-    taken = replace(light, weights=full.weights, buffers=full.buffers, state=full.state)
-    return taken, comm.payload_bytes([full.weights, full.buffers, full.state])
+    return full, comm.payload_bytes([full.weights, full.buffers, full.state])
 
 
-def take_held(client: Client, state: Any, held: tuple[RoundKeys, dict], timeout: float) -> None:
-    """Into the RunState `state`: the weights of its last round, left on the cluster in the
-    round's `held` keys and futures (a restart of the chain and an early end need them)."""
-    light = RoundResult(weights=state.weights, state=state.state, shard_states=state.shard_states)
-    taken, _ = take_weights(client, *held, light, timeout)
-    state.weights, state.buffers, state.state = taken.weights, taken.buffers, taken.state
-    state.weights_round = state.round
+def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
+    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
+
+    A shard stays with its previous worker while that worker still holds it; otherwise it is
+    placed on a worker that does, so that local tasks never fetch a shard over the network.
+    """
+    with scheduler_checked(client, timeout):  # ClusterLost if it is the scheduler that went
+        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
+        keys = [future.key for future in data.shards]
+        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
+    placement = []
+    for future, previous in zip(data.shards, data.placement, strict=True):
+        where = sorted(holders.get(future.key, ()))
+        placement.append(previous if previous in where or not where else where[0])
+    return placement

@@ -69,14 +69,10 @@ def check_job_queue(config: ClusterSettings) -> None:
             f"{named} submits jobs with `{submit}`, which is not on PATH here; run on a "
             "machine that submits jobs (a login node)"
         )
-    import dask
-
     _import_dask_jobqueue()  # which adds its defaults (jobqueue.yaml) to Dask's config
     queue = config.cluster
     given = {"cores": config.job_cores, "memory": config.job_memory}
-    if any(
-        given[key] is None and dask.config.get(f"jobqueue.{queue}.{key}") is None for key in given
-    ):
+    if any(given[key] is None and _own(config, key) is None for key in given):
         raise SettingError(
             f"{named} needs a job's cores and memory: pass {setting('job_cores')} and "
             f"{setting('job_memory')}, or set jobqueue.{queue}.cores and .memory in Dask's "
@@ -86,15 +82,8 @@ def check_job_queue(config: ClusterSettings) -> None:
 
 def start_job_cluster(config: ClusterSettings) -> Any:
     """The job-queue cluster of `config`, its jobs submitted (cluster.scale(jobs=N))."""
-    import dask
-
     dask_jobqueue = _import_dask_jobqueue()
     class_name, _ = CLUSTER_CLASSES[config.cluster]
-    queue = config.cluster
-
-    def own(key: str) -> Any:  # the jobqueue config's, as spelt there (- or _) or not at all
-        return dask.config.get(f"jobqueue.{queue}.{key}", default=None)
-
     overrides = {
         "cores": config.job_cores,
         "memory": config.job_memory,
@@ -105,20 +94,27 @@ def start_job_cluster(config: ClusterSettings) -> Any:
     # GPU (--gres=gpu:1), and the pipeline places shards per worker.
     options["processes"] = 1
     options["job_extra_directives"] = [
-        *(own("job-extra-directives") or []),
+        *(_own(config, "job-extra-directives") or []),
         *config.job_directive_list(),
     ]
-    options["job_script_prologue"] = [*(own("job-script-prologue") or []), *PROLOGUE]
+    options["job_script_prologue"] = [*(_own(config, "job-script-prologue") or []), *PROLOGUE]
     # The dashboard where --dashboard-address says, unless the jobqueue config places it.
     options["scheduler_options"] = {
         "dashboard_address": config.dashboard_address,
-        **(own("scheduler-options") or {}),
+        **(_own(config, "scheduler-options") or {}),
     }
     cluster_class = getattr(dask_jobqueue, class_name)
     options["job_cls"] = _recording(cluster_class.job_cls)
     cluster = cluster_class(**options)  # cores, memory: check_job_queue
     cluster.scale(jobs=job_count(config))
     return cluster
+
+
+def _own(config: ClusterSettings, key: str) -> Any:
+    """The jobqueue config's `key` for --cluster, as spelt there (- or _), or None."""
+    import dask
+
+    return dask.config.get(f"jobqueue.{config.cluster}.{key}", default=None)
 
 
 def _recording(job_class: type) -> type:

@@ -19,8 +19,6 @@ from typing import Any
 
 import torch
 from distributed import Client, span
-from distributed.client import FutureCancelledError
-from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
 from ..observe.progress import Callbacks, chain  # re-exported: Callbacks, beside the display
@@ -30,22 +28,15 @@ from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
-from .checkpoint import CheckpointWriter
-from .cluster import make_client, wait_for
-from .errors import ClusterLost, TrainingDiverged, lost_message
+from .cluster import make_client
+from .cluster_checks import wait_for
+from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained
-from .run_state import RunState
 from .rundir import RunDir
 from .shard_memory import killed_loading, place_shards
 
-# A round whose tasks fail because a worker died is run again from the same weights and
-# seeds (so the result is unchanged); after this many failures in one round the run stops.
-MAX_ROUND_ATTEMPTS = 3
-# How a lost worker shows in a round: its tasks killed or cancelled, or a connection lost.
-WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
-
-__all__ = ["Callbacks", "ClusterLost", "RunState", "TrainingDiverged", "train"]
+__all__ = ["Callbacks", "TrainingDiverged", "train"]
 
 
 def train(
@@ -95,7 +86,7 @@ def train(
                 data = _load_shards(active, setup, placed.placement)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(info["workers"]))
                 # Rounds.
-                _run_rounds(active, setup, run_dir, state, data, callbacks)
+                run_chained(active, setup, run_dir, state, data, callbacks)
     except BaseException:
         trackers.finish(failed=True)
         if created is not None and state.round == 0:  # no scheduler answered, say
@@ -139,25 +130,3 @@ def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> Shard
             err = future.exception()  # KilledWorker: its nanny restarted it past its memory
             raise ValueError(killed_loading(index, err)) if isinstance(err, KilledWorker) else err
     return ShardSet(token=token, shards=shards, placement=placement, test=test)
-
-
-def _run_rounds(
-    client: Client,
-    setup: RunSetup,
-    run_dir: RunDir,
-    state: RunState,
-    data: ShardSet,
-    callbacks: Callbacks,
-) -> None:
-    """The rounds left, chained on the cluster, their checkpoints written in the background;
-    a lost cluster's error names what was saved (the last write finished first)."""
-    try:
-        with CheckpointWriter() as writer:
-            run_chained(
-                client, setup, run_dir, state, data, callbacks,
-                lost=WORKER_LOST, max_attempts=MAX_ROUND_ATTEMPTS, writer=writer,
-            )  # fmt: skip
-    except ClusterLost as err:
-        t = state.round + 1  # the first round not recorded
-        saved = state.saved_round
-        raise ClusterLost(lost_message(setup.config, run_dir.root, t, str(err), saved)) from None

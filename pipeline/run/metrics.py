@@ -1,7 +1,8 @@
 """Per-round metrics: the row of a round, built in one place, and the run's JSONL file.
 
-The running totals a row writes are counted by RunState.advance (RoundTotals); what only
-the Dask driver knows about a round (attempts, shards reloaded, its bytes) it adds itself.
+The running totals a row writes are counted by RunState.advance, which returns the run
+itself; what only the Dask driver knows about a round (attempts, shards reloaded, its bytes)
+it adds itself.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import json
 import math
 import os
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,21 +24,6 @@ from .checkpoint import atomic_write_bytes
 
 if TYPE_CHECKING:  # types only
     from ..setup.run_setup import RunSetup
-
-
-@dataclass(frozen=True)
-class RoundTotals:
-    """The run's running totals after a round, as RunState.advance counts them: round_row
-    writes them into the row and computes none of them, so they are counted in one place."""
-
-    cum_comm_bytes: int
-    cum_comm_rounds: int
-    cum_images: int
-    # The round is the one selected so far: its validation metric beat every earlier round's
-    # (RunState.advance), or, without a validation split, it is the last evaluated round.
-    is_best: bool
-    # The noise scale's smoothed numerator and denominator, and their ratio (smoothed_noise).
-    noise_ema: dict[str, float | None] = field(default_factory=dict)
 
 
 # The fields every metrics.jsonl line has, in this order (docs/architecture.md section 3).
@@ -70,25 +55,27 @@ def round_row(
     result: RoundResult,
     evaluation: dict[str, float] | None,
     wall_s: float,
-    totals: RoundTotals,
+    totals: Any,
     driver: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A round's metrics.jsonl line (the Dask driver's and the reference runner's alike).
 
-    `totals` are the run's after this round (RunState.advance); `driver` adds what only the
-    Dask driver knows (attempts, shards reloaded, the collective, its own bytes).
+    `totals` is the RunState after this round (RunState.advance returns it; typed Any, as in
+    summary), its rows those before it: round_row writes its totals and computes none of
+    them, so they are counted in one place. `driver` adds what only the Dask driver knows
+    (attempts, shards reloaded, the collective, its own bytes).
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
-    accuracy = evaluation.get("accuracy") if evaluation else None
+    scores = evaluation or {}
     row: dict[str, Any] = {
         "round": round_index,
         "algorithm": strategy.name,
         "train_loss": metrics.get("train_loss"),
         # The validation rows select the model; the test split is only reported.
-        "val_loss": evaluation.get("val_loss") if evaluation else None,
-        "val_accuracy": evaluation.get("val_accuracy") if evaluation else None,
+        "val_loss": scores.get("val_loss"),
+        "val_accuracy": scores.get("val_accuracy"),
         "test_loss": evaluation["loss"] if evaluation else None,
-        "test_accuracy": accuracy,
+        "test_accuracy": scores.get("accuracy"),
         "grad_norm": metrics.get("grad_norm"),
         "wall_s": wall_s,
         "max_worker_compute_s": compute[-1],
@@ -106,19 +93,19 @@ def round_row(
         "worker_compute_s": dict(sorted(result.compute_by_worker.items())),
         "num_workers": len(compute),
         # Inside wall_s: benchmarks that time training alone subtract it.
-        "eval_s": evaluation.get("eval_s") if evaluation else None,
+        "eval_s": scores.get("eval_s"),
         **scheduled(strategy, round_index),
         # The gradient noise scale at w (algorithms/parts/noise_scale.py), None where the
         # round computes no per-shard gradient at w; smoothed over rounds (smoothed_noise).
         **{name: metrics.get(name) for name in FIGURES},
-        **totals.noise_ema,
+        **smoothed_noise(totals.rows[-1] if totals.rows else None, metrics),
     }
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them;
     # names with a leading underscore are sums for the reduction, not figures.
     row.update({k: v for k, v in metrics.items() if k not in row and not k.startswith("_")})
     if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
-    row["is_best"] = totals.is_best
+    row["is_best"] = totals.is_best  # the round selected so far (RunState.is_best)
     row.update(driver or {})
     return row
 
@@ -189,12 +176,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def keep_rounds_up_to(path: Path, last_round: int) -> list[dict[str, Any]]:
-    """Drop lines after `last_round` (written after the last checkpoint before a crash)."""
-    rows = [row for row in read_metrics(path) if row["round"] <= last_round]
-    text = "".join(json.dumps(row) + "\n" for row in rows)
+def keep_rounds_up_to(path: Path, last_round: int) -> tuple[list[dict[str, Any]], int]:
+    """Drop lines after `last_round` (written after the last checkpoint before a crash);
+    the rows kept, and how many were dropped."""
+    rows = read_metrics(path)
+    kept = [row for row in rows if row["round"] <= last_round]
+    text = "".join(json.dumps(row) + "\n" for row in kept)
     atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
-    return rows
+    return kept, len(rows) - len(kept)
 
 
 def append_metrics(path: Path, row: dict[str, Any]) -> None:

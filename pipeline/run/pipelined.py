@@ -15,7 +15,7 @@ rounds of work thrown away, never a round recorded twice or out of order:
   task, on every worker, so they pipeline as the rest of the round does.
 A lost worker drops the rounds in flight and restarts the chain from the last recorded
 round's state, its weights from a surviving copy of its update where the driver left them
-there (fetch.take_held): the same weights and seeds, so the same results.
+there (_take_held): the same weights and seeds, so the same results.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from distributed import Client, Future
+from distributed.client import FutureCancelledError
+from distributed.comm.core import CommClosedError
+from distributed.scheduler import KilledWorker
 
 from ..round import comm
 from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
@@ -33,14 +36,21 @@ from ..round.tasks import RoundResult
 from ..setup.run_setup import RunSetup
 from . import fetch, run_state
 from .checkpoint import CheckpointWriter
-from .cluster import bounded, check_scheduler, publish_round, wait_for
-from .errors import give_up_after
+from .cluster import publish_round
+from .cluster_checks import bounded, check_scheduler
+from .errors import ClusterLost, give_up_after, lost_message
+from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
 from .rundir import RunDir
 
 # Rounds submitted ahead of the one recorded: 2 hides the driver's work of one round.
 ROUNDS_IN_FLIGHT = 2
+# A round whose tasks fail because a worker died is run again from the same weights and
+# seeds (so the result is unchanged); after this many failures in one round the run stops.
+MAX_ROUND_ATTEMPTS = 3
+# How a lost worker shows in a round: its tasks killed or cancelled, or a connection lost.
+WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
 
 
 @dataclass
@@ -54,9 +64,17 @@ class _Submitted:
 
 
 @dataclass
-class _Chain:
-    """The chain as the driver sees it: where it starts and which attempt it is."""
+class _Driver:
+    """The run as the driver drives it: what it writes to, where the run stands, and the chain
+    on the cluster (where it starts, which attempt it is, the rounds in flight)."""
 
+    client: Client
+    setup: RunSetup
+    run_dir: RunDir
+    writer: CheckpointWriter
+    state: RunState
+    data: ShardSet
+    callbacks: Any
     link: ChainLink | None = None  # None: (re)start from the driver's state
     attempt: int = 0
     scatter_s: float = 0.0
@@ -66,21 +84,14 @@ class _Chain:
     in_flight: deque[_Submitted] = field(default_factory=deque)
     held: _Submitted | None = None  # the last recorded round, where its weights stay there
 
+    @property
+    def timeout(self) -> float:
+        return self.setup.config.timeout
+
     def drop(self) -> None:
         """Release every round in flight (their tasks are cancelled) and restart later."""
         self.in_flight.clear()
         self.link = None
-
-    def figures(self, attempts: int, fetched: int, collective: str) -> dict[str, Any]:
-        """What the driver adds to a round's row. `driver_bytes`: what it fetched of the
-        round (fetch.collect: the weights and state only when it took them, the shards'
-        states) and the carry sent to every worker where the chain (re)started."""
-        return {
-            "attempts": attempts,
-            "shards_reloaded": self.reloaded,
-            "driver_bytes": fetched + self.scatter_bytes,
-            "round_form": collective,
-        }
 
 
 def run_chained(
@@ -90,195 +101,176 @@ def run_chained(
     state: RunState,
     data: ShardSet,
     callbacks: Any,
-    lost: tuple[type[BaseException], ...],
-    max_attempts: int,
-    writer: CheckpointWriter,
 ) -> None:
     """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
-    checkpointed by `writer`; ClusterLost if the scheduler goes or a round fails too often."""
+    their checkpoints written in the background; a lost cluster's error (ClusterLost: the
+    scheduler went, or a round failed too often) names what was saved (the last write
+    finished first)."""
+    try:
+        with CheckpointWriter() as writer:
+            _run(_Driver(client, setup, run_dir, writer, state, data, callbacks))
+    except ClusterLost as err:
+        t = state.round + 1  # the first round not recorded
+        saved = state.saved_round
+        raise ClusterLost(lost_message(setup.config, run_dir.root, t, str(err), saved)) from None
+
+
+def _run(driver: _Driver) -> None:
+    """The rounds, each recorded once its figures are on the driver, the next ones already
+    submitted; a round whose workers were lost runs again, up to MAX_ROUND_ATTEMPTS times."""
+    client, setup, run_dir, state = driver.client, driver.setup, driver.run_dir, driver.state
     config = setup.config
-    chain, failures = _Chain(), dict[int, int]()
+    attempts = 1  # of the round waited for: each failure leaves it for the next attempt
     last_row_at = time.perf_counter()
     while state.round < config.rounds:
         t = state.round + 1
         try:
-            _fill(client, setup, state, data, chain)
-            head = chain.in_flight[0]
-            taken = fetch.take_round(client, config, state, t, (head.keys, head.futures))
-            result, evaluation, fetched, waited, finite, weights = taken
-        except lost as err:
-            failures[t] = failures.get(t, 1) + 1
+            _fill(driver)
+            head = driver.in_flight[0]
+            taken = fetch.take_round(client, state, head.keys, head.futures, config.timeout)
+        except WORKER_LOST as err:
+            attempts += 1
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
-            give_up_after(max_attempts, t, failures[t], err)
-            data = _restart(client, data, chain, config.timeout)
+            give_up_after(MAX_ROUND_ATTEMPTS, t, attempts, err)
+            _restart(driver)
             continue
         # Round t's results are on the driver: release its keys (the next round keeps what it
         # reads), or each worker holds a model copy more; unless its weights stayed there.
-        chain.in_flight.popleft()
-        chain.held = None if weights else head
-        if weights:
+        driver.in_flight.popleft()
+        driver.held = None if taken.weights else head
+        if taken.weights:
             head.futures.clear()
         if t == config.rounds:
-            chain.drop()  # nothing follows: the carry need not outlive the run's last round
-        run_state.check_finite(result, t, run_dir, state.saved_round, finite)
-        if _workers_changed(chain, result.compute_by_worker):
+            driver.drop()  # nothing follows: the carry need not outlive the run's last round
+        run_state.check_finite(taken.result, t, run_dir, state.saved_round, taken.finite)
+        seen = frozenset(taken.result.compute_by_worker)  # the worker processes it ran on
+        if driver.workers_seen is None:
+            driver.workers_seen = seen
+        elif seen != driver.workers_seen:  # others than the chain's first round's
             # A worker was lost and Dask ran its tasks elsewhere: the results are still exact.
-            data = _restart(client, data, chain, config.timeout)
+            _restart(driver)
         now = time.perf_counter()
-        driver = chain.figures(failures.get(t, 1), fetched, comm.collective_of(config.broadcast))
-        row = _record(
-            client, setup, (run_dir, writer), state, data, (result, weights), evaluation,
-            driver, now - last_row_at,
-        )  # fmt: skip
+        row = _record(driver, taken, attempts, now - last_row_at)
         # Where the driver's time went (Callbacks.on_timings): for benchmarks, not the row.
-        callbacks.on_timings(t, {"scatter_s": chain.scatter_s, "submit_s": head.submit_s, **waited})
-        last_row_at, chain.scatter_s, chain.scatter_bytes, chain.reloaded = now, 0.0, 0, 0
-        callbacks.on_round(row)
-        if _ends(client, setup, (run_dir, writer), state, chain, row, callbacks):
+        timings = {"scatter_s": driver.scatter_s, "submit_s": head.submit_s, **taken.waited}
+        driver.callbacks.on_timings(t, timings)
+        last_row_at, attempts = now, 1
+        driver.scatter_s, driver.scatter_bytes, driver.reloaded = 0.0, 0, 0
+        driver.callbacks.on_round(row)
+        if _ends(driver, row):
             break
-    chain.drop()
+    driver.drop()
 
 
-def _ends(
-    client: Client,
-    setup: RunSetup,
-    saved_by: tuple[RunDir, CheckpointWriter],
-    state: RunState,
-    chain: _Chain,
-    row: dict[str, Any],
-    callbacks: Any,
-) -> bool:
+def _ends(driver: _Driver, row: dict[str, Any]) -> bool:
     """Whether the run stops after this round (its weights then taken, saved); on_weights."""
-    stop = stops_early(setup.config, row, state.since_best)
+    state = driver.state
+    stop = stops_early(driver.setup.config, row, state.since_best)
     if stop and state.weights_round < state.round:  # the run ends here: its weights saved
-        _take_held(client, setup, state, chain)
-        run_state.save_run(saved_by[0], state, setup, improved=False, writer=saved_by[1])
+        _take_held(driver)
+        run_state.save_run(
+            driver.run_dir, state, driver.setup, improved=False, writer=driver.writer
+        )
     if state.weights_round == state.round:
-        callbacks.on_weights(state.round, state.weights)
+        driver.callbacks.on_weights(state.round, state.weights)
     return stop
 
 
-def _take_held(client: Client, setup: RunSetup, state: RunState, chain: _Chain) -> None:
-    """The weights of the last recorded round, left on the cluster, into the state."""
-    assert chain.held is not None, "a round without its weights on the driver is held"
-    fetch.take_held(client, state, (chain.held.keys, chain.held.futures), setup.config.timeout)
-    chain.held = None
+def _take_held(driver: _Driver) -> None:
+    """The weights of the last recorded round, left on the cluster, into the state (a restart
+    of the chain and an early end need them)."""
+    held, state = driver.held, driver.state
+    assert held is not None, "a round without its weights on the driver is held"
+    full, _ = fetch.take_update(driver.client, held.keys, held.futures, driver.timeout)
+    state.weights, state.buffers, state.state = full.weights, full.buffers, full.state
+    state.weights_round = state.round
+    driver.held = None
 
 
-def current_placement(client: Client, data: ShardSet, timeout: float) -> list[str]:
-    """The worker that holds each shard now (Dask reloads a lost worker's shards elsewhere).
-
-    A shard stays with its previous worker while that worker still holds it; otherwise it is
-    placed on a worker that does, so that local tasks never fetch a shard over the network.
-    """
-    try:
-        wait_for(client, data.shards, timeout)  # shards being reloaded after a worker died
-        keys = [future.key for future in data.shards]
-        holders = client.sync(client.scheduler.who_has, keys=keys, callback_timeout=timeout)
-    except OSError:
-        check_scheduler(client, timeout)  # ClusterLost if it is the scheduler that went
-        raise
-    placement = []
-    for future, previous in zip(data.shards, data.placement, strict=True):
-        where = sorted(holders.get(future.key, ()))
-        placement.append(previous if previous in where or not where else where[0])
-    return placement
-
-
-def _record(
-    client: Client,
-    setup: RunSetup,
-    saved_by: tuple[RunDir, CheckpointWriter],
-    state: RunState,
-    data: ShardSet,
-    taken: tuple[RoundResult, bool],
-    evaluation: dict[str, float] | None,
-    driver: dict[str, Any],
-    wall_s: float,
-) -> dict[str, Any]:
+def _record(driver: _Driver, taken: Taken, attempts: int, wall_s: float) -> dict[str, Any]:
     """The round's row, written, checkpointed (by the writer, in the background, if the
     driver took the round's weights) and published. The previous round's checkpoint is whole
-    before this row is written."""
-    run_dir, writer = saved_by
-    result, weights = taken
-    writer.wait()
+    before this row is written. `driver_bytes`: what the driver fetched of the round
+    (fetch.take_round: the weights and state only when it took them, the shards' states) and
+    the carry sent to every worker where the chain (re)started; `wall_s` runs from the
+    previous row: the round as a user waits for it."""
+    setup, state, run_dir = driver.setup, driver.state, driver.run_dir
+    driver.writer.wait()
     row = round_row(
         round_index=state.round + 1,
         strategy=setup.strategy,
-        result=result,
-        evaluation=evaluation,
-        wall_s=wall_s,  # from the previous row: the round as a user waits for it
-        totals=state.advance(result, evaluation, weights=weights),
-        driver=driver,
+        result=taken.result,
+        evaluation=taken.evaluation,
+        wall_s=wall_s,
+        totals=state.advance(taken.result, taken.evaluation, weights=taken.weights),
+        driver={
+            "attempts": attempts,
+            "shards_reloaded": driver.reloaded,
+            "driver_bytes": taken.fetched + driver.scatter_bytes,
+            "round_form": comm.collective_of(setup.config.broadcast),
+        },
     )
     state.rows.append(row)
     append_metrics(run_dir.metrics, row)
     # The checkpoint before the event: a scheduler lost while the event is published then
     # leaves the round both written and saved (the writer finishes it as the run stops), so
     # the lost-run line names the next round.
-    if weights:
-        run_state.save_run(run_dir, state, setup, improved=row["is_best"], writer=writer)
-    config = setup.config
-    publish_round(client, config.timeout, run_dir.root.absolute(), data.token, row)
+    if taken.weights:
+        run_state.save_run(run_dir, state, setup, improved=row["is_best"], writer=driver.writer)
+    publish_round(driver.client, driver.timeout, run_dir.root.absolute(), driver.data.token, row)
     return row
 
 
-def _restart(client: Client, data: ShardSet, chain: _Chain, timeout: float) -> ShardSet:
+def _restart(driver: _Driver) -> None:
     """After a lost worker: drop the rounds in flight (the chain restarts from the driver's
     state) and take where the shards live now, counting the shards that moved."""
-    chain.drop()
-    placement = current_placement(client, data, timeout)
-    chain.reloaded += sum(a != b for a, b in zip(data.placement, placement, strict=True))
-    return replace(data, placement=placement)
+    driver.drop()
+    data = driver.data
+    placement = fetch.current_placement(driver.client, data, driver.timeout)
+    driver.reloaded += sum(a != b for a, b in zip(data.placement, placement, strict=True))
+    driver.data = replace(data, placement=placement)
 
 
-def _workers_changed(chain: _Chain, compute_by_worker: dict[str, float]) -> bool:
-    """Whether a round ran on other worker processes than the chain's first round did."""
-    seen = frozenset(compute_by_worker)
-    if chain.workers_seen is None:
-        chain.workers_seen = seen
-        return False
-    return seen != chain.workers_seen
-
-
-def _fill(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
+def _fill(driver: _Driver) -> None:
     """Submit rounds until ROUNDS_IN_FLIGHT are on the cluster (or the run's last round)."""
-    config = setup.config
-    if chain.link is None:
-        _start(client, setup, state, data, chain)
-    last = chain.in_flight[-1].index if chain.in_flight else state.round
-    while len(chain.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
+    config, data = driver.setup.config, driver.data
+    if driver.link is None:
+        _start(driver)
+    last = driver.in_flight[-1].index if driver.in_flight else driver.state.round
+    while len(driver.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
         evaluate = t % config.eval_every == 0 or t == config.rounds
         graph, keys = build_round(
-            run_state.round_static(setup, t, data.placement),
+            run_state.round_static(driver.setup, t, data.placement),
             shards=data.shards,
             placement=data.placement,
-            link=chain.link,
-            token=f"{data.token}a{chain.attempt}",
+            link=driver.link,
+            token=f"{data.token}a{driver.attempt}",
             evaluate=data.test if evaluate else None,
-            light=not fetch.checkpointed(config.checkpoint_every, config.rounds, t),
+            # Round t's weights come to the driver and are saved every --checkpoint-every
+            # rounds, and at the run's last round; otherwise its figures alone.
+            light=t % config.checkpoint_every != 0 and t != config.rounds,
         )
         wanted = keys.held()
-        futures = dict(zip(wanted, client.get(graph, wanted, sync=False), strict=True))
-        chain.link = keys.link(futures)
+        futures = dict(zip(wanted, driver.client.get(graph, wanted, sync=False), strict=True))
+        driver.link = keys.link(futures)
         # The link alone takes the update's task on: kept with the round, its carry (round
         # t - 1's update) would outlive the next round's start while the round is recorded.
         keys = replace(keys, update_tasks=None)
-        chain.in_flight.append(
-            _Submitted(index=t, keys=keys, futures=futures, submit_s=time.perf_counter() - started)
-        )
+        submit_s = time.perf_counter() - started
+        driver.in_flight.append(_Submitted(index=t, keys=keys, futures=futures, submit_s=submit_s))
         last = t
 
 
-def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, chain: _Chain) -> None:
+def _start(driver: _Driver) -> None:
     """(Re)start the chain: the driver's state, sent once, replicated on every worker."""
     started = time.perf_counter()
+    state, client = driver.state, driver.client
     if state.weights_round < state.round:  # left on the cluster: the chain restarts from them
-        _take_held(client, setup, state, chain)
-    chain.attempt += 1
-    chain.workers_seen = None
+        _take_held(driver)
+    driver.attempt += 1
+    driver.workers_seen = None
     carry = RoundResult(
         weights=state.weights,
         state=state.state,
@@ -287,11 +279,11 @@ def _start(client: Client, setup: RunSetup, state: RunState, data: ShardSet, cha
     )
     try:
         (future,) = bounded(
-            client, setup.config.timeout, client.scatter, [carry], hash=False, broadcast=True
+            client, driver.timeout, client.scatter, [carry], hash=False, broadcast=True
         )
     except KeyError as err:
         raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
-    workers = list(dict.fromkeys(data.placement))
-    chain.link = ChainLink(carry=[future] * len(workers))
-    chain.scatter_s += time.perf_counter() - started
-    chain.scatter_bytes += comm.payload_bytes(carry) * len(workers)
+    workers = list(dict.fromkeys(driver.data.placement))
+    driver.link = ChainLink(carry=[future] * len(workers))
+    driver.scatter_s += time.perf_counter() - started
+    driver.scatter_bytes += comm.payload_bytes(carry) * len(workers)

@@ -25,7 +25,7 @@ from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
-from .metrics import RoundTotals, keep_rounds_up_to, read_metrics, smoothed_noise
+from .metrics import keep_rounds_up_to
 from .rundir import RunDir
 
 
@@ -76,10 +76,11 @@ class RunState:
 
     def advance(
         self, result: RoundResult, evaluation: dict[str, float] | None, *, weights: bool = True
-    ) -> RoundTotals:
-        """Take the next round's result and evaluation (None if it had none); returns the
-        run's totals after it, for its metrics row (metrics.round_row). `weights` False: the
-        result's weights, buffers and state were left on the cluster (--checkpoint-every)."""
+    ) -> RunState:
+        """Take the next round's result and evaluation (None if it had none); returns the run
+        itself, whose totals after it its metrics row writes (metrics.round_row). `weights`
+        False: the result's weights, buffers and state were left on the cluster
+        (--checkpoint-every)."""
         self.round += 1
         if weights:
             self.weights, self.buffers, self.state = result.weights, result.buffers, result.state
@@ -92,27 +93,27 @@ class RunState:
         accuracy = evaluation.get("accuracy") if evaluation else None
         if accuracy is not None and accuracy > self.best_accuracy:
             self.best_accuracy = accuracy
-        is_best = self._select(evaluation)
-        return RoundTotals(
-            cum_comm_bytes=self.cum_comm_bytes,
-            cum_comm_rounds=self.cum_comm_rounds,
-            cum_images=self.cum_images,
-            is_best=is_best,
-            noise_ema=smoothed_noise(self.rows[-1] if self.rows else None, result.metrics),
-        )
+        self._select(evaluation)
+        return self
 
-    def _select(self, evaluation: dict[str, float] | None) -> bool:
-        """Whether this round is the selected model now: its validation score beats every
-        earlier round's; without validation rows, every evaluated round (the last one wins)."""
+    @property
+    def is_best(self) -> bool:
+        """Whether the round advanced to last is the one selected so far (_select): its
+        validation metric beat every earlier round's, or, without a validation split, it is
+        the last evaluated round."""
+        return self.best_round == self.round
+
+    def _select(self, evaluation: dict[str, float] | None) -> None:
+        """Select this round as the model where its validation score beats every earlier
+        round's; without validation rows, every evaluated round (the last one wins)."""
         if not self.would_select(evaluation):
             self.since_best += evaluation is not None
-            return False
+            return
         score = selection_score(evaluation)
         if score is not None:
             self.best_score = score
         self.best_round, self.since_best = self.round, 0
         self.test_accuracy_at_best = evaluation.get("accuracy")
-        return True
 
     def would_select(self, evaluation: dict[str, float] | None) -> bool:
         """Whether a round so evaluated would be selected (best.pt), before advancing."""
@@ -213,10 +214,8 @@ def begin_run(
     driver decided that no setting says) as comments; the metrics file keeps the rounds the
     state has seen, no more, and the state holds those rows from now on."""
     run_dir.write_config(config, resumed_after=state.round if resume else 0, notes=notes)
-    recorded = len(read_metrics(run_dir.metrics)) if resume and run_dir.metrics.exists() else 0
-    state.rows = keep_rounds_up_to(run_dir.metrics, state.round)
-    if recorded > len(state.rows):  # rows past the checkpoint (--checkpoint-every, a kill)
-        lost = recorded - len(state.rows)
+    state.rows, lost = keep_rounds_up_to(run_dir.metrics, state.round)
+    if lost:  # rows past the checkpoint (--checkpoint-every, a kill)
         print(
             f"resuming after round {state.round}, the last checkpoint: {lost} round"
             f"{'s' if lost > 1 else ''} recorded after it will be re-run",

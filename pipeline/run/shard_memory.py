@@ -90,18 +90,6 @@ def _size(count: int) -> str:
     return f"{count / 2**20:.1f} MiB" if count >= 2**20 // 10 else f"{count / 2**10:.0f} KiB"
 
 
-def split_bytes(
-    store: StoreInfo, val_fraction: float, converted_to: str | None = None, share: float = 1.0
-) -> dict:
-    """Bytes of features of the test split and of every shard's held-out validation rows, as
-    stored (or converted, as shard_bytes), times `share`: a worker scores the pieces of its
-    shards (round/scoring.py), their share of each."""
-    row = row_bytes(store, converted_to)
-    num_train = sum(stop - start for start, stop in store.shards)
-    whole = {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
-    return {split: round(size * share) for split, size in whole.items()}
-
-
 def resolve_split_memory(
     mode: str, store: StoreInfo, limit: int | None, *, train: str, shards_on_worker: int,
     val_fraction: float, dtype: str = "float32",
@@ -116,8 +104,14 @@ def resolve_split_memory(
     its own resident shards, the validation rows first (scored with every evaluation, as
     the test split is, but smaller), and streams the rest.
     """
+    # Bytes of features of the test split and of every shard's held-out validation rows, as
+    # stored (or converted, as shard_bytes), times the worker's share: a worker scores the
+    # pieces of its shards (round/scoring.py), their share of each.
+    row = row_bytes(store, dtype if mode == "converted" else None)
     share = min(shards_on_worker / store.num_shards, 1.0)
-    sizes = split_bytes(store, val_fraction, dtype if mode == "converted" else None, share)
+    num_train = sum(stop - start for start, stop in store.shards)
+    whole = {"test": store.num_test * row, "val": round(val_fraction * num_train) * row}
+    sizes = {split: round(size * share) for split, size in whole.items()}
     holds = mode in ("resident", "converted")
     if holds and limit is not None and sizes["test"] > RESIDENT_FITS_SHARE * limit:
         raise ValueError(
@@ -154,26 +148,18 @@ class Placed(NamedTuple):
 
 def place_shards(setup: RunSetup, scheduler_info: dict, announce: Callable[[str], None]) -> Placed:
     """The shards placed on the workers of Client.scheduler_info(): each pinned to a worker
-    (sorted addresses: the placement is reproducible) and held as hold_shards resolves."""
+    (sorted addresses: the placement is reproducible), and `setup` with --shard-memory
+    resolved for those workers and the smallest memory limit (worker_memory_limit), for the
+    training shards and, on each worker, the test split and the validation rows. The choice
+    with its reason is noted in config.toml (a comment: the setting itself stays as given, so
+    auto resumes as auto), announced as a phrase for the run's first line (Callbacks.on_shards)."""
     workers = sorted(scheduler_info["workers"])
     limit = worker_memory_limit(scheduler_info)
-    setup, note = hold_shards(setup, limit, announce, len(workers))
-    return Placed(setup, shard_placement(setup.store.num_shards, workers), note)
-
-
-def hold_shards(
-    setup: RunSetup, limit: int | None, announce: Callable[[str], None], workers: int = 1
-) -> tuple[RunSetup, str]:
-    """`setup` with --shard-memory resolved for `workers` workers of memory limit `limit` (the
-    smallest, worker_memory_limit), for the training shards and, on each worker,
-    the test split and the validation rows; and the choice with its reason, to note in
-    config.toml (a comment: the setting itself stays as given, so auto resumes as auto),
-    announced as a phrase for the run's first line (Callbacks.on_shards)."""
     config = setup.config
     chosen, why = resolve_shard_memory(config.shard_memory, setup.store, limit, config.dtype)
     held, evaluation = resolve_split_memory(
         config.shard_memory, setup.store, limit, train=chosen, dtype=config.dtype,
-        shards_on_worker=-(-setup.store.num_shards // max(workers, 1)),
+        shards_on_worker=-(-setup.store.num_shards // max(len(workers), 1)),
         val_fraction=config.val_fraction,
     )  # fmt: skip
     if chosen == "stream":
@@ -185,7 +171,8 @@ def hold_shards(
         test_memory=held["test"],
         val_memory=held["val"],
     )
-    return held_setup, f"shard_memory {why}{evaluation}"
+    placement = shard_placement(setup.store.num_shards, workers)
+    return Placed(held_setup, placement, f"shard_memory {why}{evaluation}")
 
 
 def killed_loading(index: int, err: BaseException) -> str:
