@@ -100,8 +100,4 @@ class FedDyn(StrategyDefaults):
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:
-        proposal = end.mean.tensors["weights"]
-        weights, state, metrics = self.server.step(
-            end.state, end.weights, proposal, end.mean.metrics, end.round_index
-        )
-        return RoundUpdate(weights=weights, state=state, metrics=metrics)
+        return self.server.update(end, end.mean.tensors["weights"])

@@ -17,7 +17,7 @@ from typing import ClassVar
 from dask_dane.pipeline.algorithms.base import RoundEnd, RoundUpdate
 from dask_dane.pipeline.algorithms.parts.checks import positive
 from dask_dane.pipeline.algorithms.parts.hyperparameters import declare
-from dask_dane.pipeline.algorithms.parts.solve_and_average import SolveAndAverage
+from dask_dane.pipeline.algorithms.fedavg import SolveAndAverage
 
 
 @dataclass(frozen=True, kw_only=True)

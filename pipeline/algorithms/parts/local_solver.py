@@ -181,6 +181,10 @@ class LocalSolver:
             cap=self.local_steps_max,
         )
 
+    def pseudo_grad_norm(self, start: torch.Tensor, end: torch.Tensor, round_index: int) -> float:
+        """||start - end|| / (K_t lr): a round's averaged update expressed as a gradient."""
+        return float(((start - end) / (self.steps(round_index) * self.base_lr)).norm())
+
     def lr(self, round_index: int) -> float:
         """The learning rate of round `round_index`: --local-lr (scaled to m shards) times the
         schedule's factor, times round_index / R during a warm-up of R rounds."""
@@ -267,6 +271,15 @@ def check_local_steps_schedule(solver: LocalSolver) -> None:
         raise SettingError(
             f"{setting('local_steps_schedule', 'post-local')} needs {setting('sync_rounds')} "
             f"or {setting('sync_epochs')} above 0 (synchronous SGD before the local steps)"
+        )
+
+
+def needs_steps(solver: object, algorithm: str, why: str) -> None:
+    """An algorithm whose round is defined by K local steps refuses the exact solvers."""
+    if not isinstance(solver, LocalSolver):
+        raise SettingError(
+            f"{setting('algorithm', algorithm)} takes K local steps "
+            f"({setting('local_solver', 'steps')}); {why}"
         )
 
 

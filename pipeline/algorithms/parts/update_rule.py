@@ -135,11 +135,7 @@ class UpdateRule:
             metrics = {"line_search_step": step, "line_search_loss": loss}
             return RoundUpdate(weights=weights, state=end.state, metrics=metrics)
         if not isinstance(end.state, sg.SafeguardState):
-            proposal = end.mean.tensors["weights"]
-            weights, state, metrics = self.server.step(
-                end.state, end.weights, proposal, end.mean.metrics, end.round_index
-            )
-            return RoundUpdate(weights=weights, state=state, metrics=metrics)
+            return self.server.update(end, end.mean.tensors["weights"])
         decision = end.broadcasts[0].decision
         weights, state = sg.next_weights(
             end.state,
