@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.diagnostics import DIAGNOSTICS_EVERY, due, solve_diagnostics
+from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import SettingError, setting
