@@ -42,7 +42,7 @@ from .parts.local_solver import (
 from .parts.noise_scale import gradient_figures
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
-from .parts.update_rule import UPDATE_PART, UpdateRule, proposal_broadcast
+from .parts.update_rule import UPDATE_PART, UpdateRule
 
 if TYPE_CHECKING:
     import torch
@@ -163,8 +163,8 @@ class Dane(StrategyDefaults):
         return lambda grad, v: float(grad.norm()) <= bound
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
-        if phase == 1:  # the line search's proposal p = mean_i v_i
-            return proposal_broadcast(mean)
+        if phase == 1:  # after the solves, for the line search: p = mean_i v_i to every shard
+            return Broadcast(tensors={"proposal": mean.tensors["weights"]})
         g = mean.tensors["grad"]  # step 1's average
         sent = {"grad": g, **self.gradient.noise(mean)}
         sent, decision = self.update_rule.decide(mean, round_data, self.mu, sent)

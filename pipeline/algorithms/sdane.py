@@ -87,17 +87,14 @@ class Sdane(StrategyDefaults):
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         step = end.mean.tensors["grad"] / self.mu
-        return RoundUpdate(weights=end.weights - step, metrics=_gap(end))
+        # How far the shards' solutions moved from the prox-centre, on average (a diagnostic).
+        shift = float((end.mean.tensors["weights"] - end.weights).norm())
+        return RoundUpdate(weights=end.weights - step, metrics={"solution_shift": shift})
 
 
 def _accuracy_rule(lam: float, v: torch.Tensor) -> StopRule:
     """S-DANE's subproblem accuracy: ||grad F_i(x)|| <= (lam / 2) ||x - v||."""
     return lambda grad, x: float(grad.norm()) <= 0.5 * lam * float((x - v).norm())
-
-
-def _gap(end: RoundEnd) -> dict[str, float]:
-    """How far the shards' solutions moved from the prox-centre, on average (a diagnostic)."""
-    return {"solution_shift": float((end.mean.tensors["weights"] - end.weights).norm())}
 
 
 @dataclass(frozen=True, kw_only=True)

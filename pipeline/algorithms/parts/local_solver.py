@@ -204,12 +204,7 @@ class LocalSolver:
         so (checked from the second step on: the first always moves)."""
         import torch
 
-        objective, linear, anchor, mu = (
-            problem.objective,
-            problem.linear,
-            problem.anchor,
-            problem.mu,
-        )
+        objective, linear, anchor = problem.objective, problem.linear, problem.anchor
         v = start.detach().clone().requires_grad_(True)
         lr = self.lr(round_index)
         if self.local_optimizer == "adam":
@@ -228,8 +223,8 @@ class LocalSolver:
                 # The linear and proximal terms have closed-form gradients: add them directly.
                 if linear is not None:
                     v.grad.sub_(linear)
-                if mu and anchor is not None:
-                    v.grad.add_(v - anchor, alpha=mu)
+                if problem.mu and anchor is not None:
+                    v.grad.add_(v - anchor, alpha=problem.mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
                 clip_gradient(v.grad, self.clip_norm)

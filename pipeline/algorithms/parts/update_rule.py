@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..base import Broadcast, LocalOutput, RoundEnd, RoundUpdate
+from ..base import LocalOutput, RoundEnd, RoundUpdate
 from . import safeguard as sg
 from .checks import count_or_off, one_of, validate
 from .hyperparameters import declare, part
@@ -122,8 +122,11 @@ class UpdateRule:
     def check_losses(
         self, sampled: ShardObjective, weights: torch.Tensor, received: dict[str, torch.Tensor]
     ) -> LocalOutput:
-        """The line search's phase on one shard: F_i at every trial step along p - w."""
-        losses = losses_along(sampled, weights, received["proposal"], self.line_search)
+        """The line search's phase on one shard: F_i at w + s (p - w) for every trial step s,
+        as round metrics."""
+        direction = received["proposal"] - weights
+        steps = enumerate(trial_steps(self.line_search))
+        losses = {_key(k): sampled.loss(weights + s * direction) for k, s in steps}
         return LocalOutput(tensors={}, metrics=losses, rows=self.line_search * sampled.num_samples)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
@@ -151,11 +154,6 @@ class UpdateRule:
 UPDATE_PART = part(UpdateRule)
 
 
-def proposal_broadcast(mean: LocalOutput) -> Broadcast:
-    """After the solves, for the line search: p = mean_i v_i to every shard."""
-    return Broadcast(tensors={"proposal": mean.tensors["weights"]})
-
-
 # A server-side line search along DANE's averaged step (--line-search N).
 #
 # Legend: w = weights at the start of the round, p = mean_i v_i (the proposal), d = p - w,
@@ -174,14 +172,6 @@ def proposal_broadcast(mean: LocalOutput) -> Broadcast:
 def trial_steps(count: int) -> list[float]:
     """The step sizes tried: 2, 1, 1/2, ... (`count` of them)."""
     return [2.0 ** (1 - k) for k in range(count)]
-
-
-def losses_along(
-    objective: ShardObjective, w: torch.Tensor, proposal: torch.Tensor, count: int
-) -> dict[str, float]:
-    """This shard's loss at w + s (proposal - w) for every trial step s, as round metrics."""
-    direction = proposal - w
-    return {_key(k): objective.loss(w + s * direction) for k, s in enumerate(trial_steps(count))}
 
 
 def best_step(mean_metrics: dict[str, float], count: int) -> tuple[float, float]:
