@@ -1,4 +1,4 @@
-"""Per-shard figures of DANE's local solves (algorithms/diagnostics.py): their values on a
+"""Per-shard figures of DANE's local solves (algorithms/parts/local_problem.py): their values on a
 quadratic against numpy, and the `shards` list of the DANE and FedDyn rounds that ask for it
 (--diagnostics-every N) in metrics.jsonl, with the training itself unchanged."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms.parts.diagnostics import (
+from dask_dane.pipeline.algorithms.parts.local_problem import (
     DIAGNOSTIC_ROWS,
     DIAGNOSTICS_EVERY,
     due,

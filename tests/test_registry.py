@@ -67,7 +67,7 @@ def test_a_flag_has_the_same_rule_in_every_class_that_takes_it():
         for f in dataclasses.fields(owner):
             rule = getattr(f.metadata.get("declaration"), "rule", None)
             if rule is not None and f.name in RunConfig.__dataclass_fields__:
-                rules.setdefault(f.name, set()).add(rule.__qualname__)
+                rules.setdefault(f.name, set()).add(rule)
     assert rules and all(len(r) == 1 for r in rules.values()), rules
 
 

@@ -131,11 +131,12 @@ def test_fedexp_takes_its_step_from_the_spread_of_the_local_updates(least_square
 def test_fedexp_never_steps_shorter_than_the_average():
     import torch
 
-    from dask_dane.pipeline.algorithms.parts.server import server_scale
+    from dask_dane.pipeline.algorithms.parts.server import ServerStep
 
+    scale = ServerStep(server_lr_rule="fedexp").scale
     w = torch.zeros(3, dtype=torch.float64)
-    agreeing = server_scale("fedexp", 1.0, {"update_sq": 1.0}, w, torch.ones(3) / 3**0.5)
-    cancelling = server_scale("fedexp", 1.0, {"update_sq": 1.0}, w, torch.full((3,), 0.01))
+    agreeing = scale({"update_sq": 1.0}, w, torch.ones(3) / 3**0.5)
+    cancelling = scale({"update_sq": 1.0}, w, torch.full((3,), 0.01))
     assert agreeing == 1.0  # identical updates: ||Delta||^2 = mean ||Delta_i||^2, s = max(1, 1/2)
     assert cancelling == pytest.approx(1.0 / (2 * (3e-4 + FEDEXP_EPSILON)))
 

@@ -231,7 +231,7 @@ def test_the_line_search_keeps_the_best_of_its_steps_along_the_averaged_step(
 
 
 def test_the_line_search_tries_halving_steps_from_2_and_keeps_the_lowest_loss():
-    from dask_dane.pipeline.algorithms.parts.line_search import best_step, trial_steps
+    from dask_dane.pipeline.algorithms.parts.update_rule import best_step, trial_steps
 
     assert trial_steps(4) == [2.0, 1.0, 0.5, 0.25]
     losses = {f"line_search_loss_{k}": v for k, v in enumerate([3.0, 1.5, 0.7, 0.9])}

@@ -148,14 +148,14 @@ def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
     # and the row reports how many (beside FedExP's step, which shares the metrics).
     from dask_dane.pipeline.algorithms.parts import server
 
-    seen, original = [], server.server_scale
+    seen, original = [], server.ServerStep.scale
 
-    def spy(rule, lr, metrics, weights, proposal):
-        scale = original(rule, lr, metrics, weights, proposal)
+    def spy(self, metrics, weights, proposal):
+        scale = original(self, metrics, weights, proposal)
         seen.append((metrics[server.UPDATE_SQUARED], scale))
         return scale
 
-    monkeypatch.setattr(server, "server_scale", spy)
+    monkeypatch.setattr(server.ServerStep, "scale", spy)
     config = _config(small_least_squares, algorithm="dane", local_steps=40, local_theta=0.5,
                      server_lr_rule="fedexp", rounds=2, diagnostics_every=1)  # fmt: skip
 

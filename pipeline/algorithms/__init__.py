@@ -36,11 +36,9 @@ from .base import (
     state_to_data,
 )
 from .dane import Dane
-from .fedavg import FedAvg
+from .fedavg import FedAvg, FedProx, OneShot
 from .feddyn import FedDyn
-from .fedprox import FedProx
 from .gd import Gd
-from .oneshot import OneShot
 from .parts.hyperparameters import Gathered, build, gather, setting_names
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import make_solver

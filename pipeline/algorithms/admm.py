@@ -14,14 +14,14 @@ rho * n_i/N per block: the same updates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import LocalContext, LocalOutput
+from .fedavg import SolveAndAverage
 from .parts.checks import positive
 from .parts.hyperparameters import declare
 from .parts.local_solver import LocalProblem
-from .parts.solvers import SOLVER_PART, Solver
 
 if TYPE_CHECKING:
     import torch
@@ -34,9 +34,10 @@ class AdmmShardState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Admm(StrategyDefaults):
+class Admm(SolveAndAverage):
+    """Solve-and-average (the plain average is z') whose local problem holds the dual."""
+
     rho: float = declare(1.0, positive, help="admm: consensus penalty.")
-    solver: Solver = field(metadata=SOLVER_PART)
 
     name: ClassVar[str] = "admm"
     phases: ClassVar[tuple[str, ...]] = ("local_solve",)
@@ -63,6 +64,3 @@ class Admm(StrategyDefaults):
             shard_state=AdmmShardState(dual=u_i, local=x_i),
             rows=solution.rows,
         )
-
-    def update(self, end: RoundEnd) -> RoundUpdate:
-        return RoundUpdate(weights=end.mean.tensors["weights"], state=end.state)

@@ -31,9 +31,7 @@ class Agd(Gd):
 
     momentum: float = MOMENTUM.field()
 
-    name: ClassVar[str] = "agd"
-    # No minibatch steps: running statistics (BatchNorm) would never be estimated.
-    full_batch: ClassVar[bool] = True
+    name: ClassVar[str] = "agd"  # full_batch as Gd: no minibatch steps
     state_type: ClassVar[type | None] = AgdState
 
     def label(self) -> str:

@@ -67,7 +67,7 @@ class LocalOutput:
     # Tensors this shard keeps for its own next phase (LocalContext.previous): neither
     # averaged nor sent; the next phase runs on the same worker.
     kept: Tensors = field(default_factory=dict)
-    # This shard's own figures (diagnostics.py): not averaged, reported per shard in the
+    # This shard's own figures (local_problem.py): not averaged, reported per shard in the
     # round's metrics row under `shards`; a few floats, not counted as communication.
     diagnostics: dict[str, float] = field(default_factory=dict)
 

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.checks import non_negative, positive
-from .parts.diagnostics import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare
+from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import (
     MU,
     TRUST_RADIUS,
@@ -39,10 +39,10 @@ from .parts.local_solver import (
     StopRule,
     check_trust_radius,
 )
-from .parts.noise_scale import noise_figures
+from .parts.noise_scale import gradient_figures
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
-from .parts.update_rule import UPDATE_PART, UpdateRule, proposal_broadcast
+from .parts.update_rule import UPDATE_PART, UpdateRule
 
 if TYPE_CHECKING:
     import torch
@@ -163,13 +163,12 @@ class Dane(StrategyDefaults):
         return lambda grad, v: float(grad.norm()) <= bound
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
-        if phase == 1:  # the line search's proposal p = mean_i v_i
-            return proposal_broadcast(mean)
+        if phase == 1:  # after the solves, for the line search: p = mean_i v_i to every shard
+            return Broadcast(tensors={"proposal": mean.tensors["weights"]})
         g = mean.tensors["grad"]  # step 1's average
         sent = {"grad": g, **self.gradient.noise(mean)}
         sent, decision = self.update_rule.decide(mean, round_data, self.mu, sent)
-        metrics = {"grad_norm": float(g.norm()), **noise_figures(mean.metrics, g, mean.rows)}
-        return Broadcast(tensors=sent, metrics=metrics, decision=decision)
+        return Broadcast(tensors=sent, metrics=gradient_figures(mean), decision=decision)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         return self.update_rule.update(end)

@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
-from .parts.diagnostics import DIAGNOSTICS_EVERY, due, solve_diagnostics
+from .base import LocalContext, LocalOutput
+from .fedavg import SolveAndAverage
+from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
-from .parts.server import SERVER_PART, MomentumState, ServerStep
+from .parts.server import SERVER_PART, ServerStep
 from .parts.setting_error import SettingError, setting
-from .parts.solvers import SOLVER_PART, Solver
 
 if TYPE_CHECKING:
     import torch
@@ -44,17 +44,17 @@ class FedDynShardState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FedDyn(StrategyDefaults):
+class FedDyn(SolveAndAverage):
+    """Solve-and-average whose local problem carries the shard's tilt (its state), from K
+    steps; or exact (lbfgs, cg) on convex models, as the paper's analysis."""
+
     mu: float = MU.field()  # alpha; above 0 (checked below: --mu 0 is the default)
-    # K steps; or exact (lbfgs, cg) on convex models, as the paper's analysis
-    solver: Solver = field(metadata=SOLVER_PART)
     trust_radius: float = TRUST_RADIUS.field()  # 0: none
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
     diagnostics_every: int = DIAGNOSTICS_EVERY.field()
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
 
     name: ClassVar[str] = "feddyn"
-    phases: ClassVar[tuple[str, ...]] = ("local_train",)
     shard_state_type: ClassVar[type | None] = FedDynShardState
 
     def __post_init__(self) -> None:
@@ -65,13 +65,6 @@ class FedDyn(StrategyDefaults):
                 f"regulariser alpha (the server step divides by it); e.g. {setting('mu', 0.01)}"
             )
         check_trust_radius(self.trust_radius, self.solver)
-
-    @property
-    def state_type(self) -> type | None:  # type: ignore[override]
-        return self.server.state_type
-
-    def init_state(self, weights: torch.Tensor) -> MomentumState | None:
-        return self.server.init_state(weights)
 
     def label(self) -> str:
         radius = f" radius={self.trust_radius:g}" if self.trust_radius else ""
@@ -98,10 +91,3 @@ class FedDyn(StrategyDefaults):
             rows=solution.rows,
             diagnostics=solve_diagnostics(problem, w, v_i, self.seed) if due_now else {},
         )
-
-    def update(self, end: RoundEnd) -> RoundUpdate:
-        proposal = end.mean.tensors["weights"]
-        weights, state, metrics = self.server.step(
-            end.state, end.weights, proposal, end.mean.metrics, end.round_index
-        )
-        return RoundUpdate(weights=weights, state=state, metrics=metrics)

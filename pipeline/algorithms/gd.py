@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.local_solver import LOCAL_LR
-from .parts.noise_scale import noise_figures, shard_metrics
+from .parts.noise_scale import gradient_figures, shard_gradient
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,18 +28,11 @@ class Gd(StrategyDefaults):
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         """grad f_i(w) over the whole shard, with f_i(w) as the round's train loss."""
-        loss, g_i = ctx.objective.loss_and_grad(ctx.weights)
-        rows = ctx.objective.num_samples
-        metrics = {"train_loss": loss, **shard_metrics(g_i, rows, rows)}  # the noise scale's
-        return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows)
+        return shard_gradient(ctx.objective, ctx.objective, ctx.weights)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         g = end.mean.tensors["grad"]
+        metrics = gradient_figures(end.mean)
         return RoundUpdate(
-            weights=end.weights - self.local_lr * g,
-            state=end.state,
-            metrics={
-                "grad_norm": float(g.norm()),
-                **noise_figures(end.mean.metrics, g, end.mean.rows),
-            },
+            weights=end.weights - self.local_lr * g, state=end.state, metrics=metrics
         )

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
-from .parts.local_solver import LocalProblem, LocalSolver
+from .parts.local_solver import LocalProblem, LocalSolver, needs_steps
 from .parts.server import SERVER_PART, MomentumState, ServerStep
-from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART
 
 if TYPE_CHECKING:
@@ -49,11 +48,7 @@ class Scaffold(StrategyDefaults):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.solver, LocalSolver):
-            raise SettingError(
-                f"{setting('algorithm', 'scaffold')} takes K local steps "
-                f"({setting('local_solver', 'steps')}); its control update is defined by them"
-            )
+        needs_steps(self.solver, self.name, "its control update is defined by them")
 
     def label(self) -> str:
         return f"{self.name} {self.solver.label()}{self.server.label()}"
@@ -93,8 +88,7 @@ class Scaffold(StrategyDefaults):
         y = end.mean.tensors["weights"]
         control = end.state.control + end.mean.tensors["control_delta"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
-        steps = self.solver.steps(end.round_index)  # K_t (--local-steps-schedule)
-        pseudo_grad = (end.weights - y) / (steps * self.solver.base_lr)
+        grad_norm = self.solver.pseudo_grad_norm(end.weights, y, end.round_index)
         velocity = end.state.velocity
         momentum = MomentumState(velocity=velocity) if velocity is not None else None
         weights, moved, metrics = self.server.step(
@@ -104,5 +98,5 @@ class Scaffold(StrategyDefaults):
         return RoundUpdate(
             weights=weights,
             state=ScaffoldState(control=control, velocity=velocity),
-            metrics={"grad_norm": float(pseudo_grad.norm()), **metrics},
+            metrics={"grad_norm": grad_norm, **metrics},
         )

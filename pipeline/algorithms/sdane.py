@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
-from .parts.noise_scale import noise_figures, shard_metrics
+from .parts.noise_scale import gradient_figures, shard_gradient
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 
@@ -66,13 +66,7 @@ class Sdane(StrategyDefaults):
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         if ctx.phase == 0:  # grad f_i at the prox-centre
-            sampled = self._sampled(ctx.objective)
-            loss, g_i = sampled.loss_and_grad(ctx.weights)
-            rows = sampled.num_samples
-            noise = shard_metrics(g_i, rows, ctx.objective.num_samples)  # the noise scale's
-            return LocalOutput(
-                tensors={"grad": g_i}, metrics={"train_loss": loss, **noise}, rows=rows
-            )
+            return shard_gradient(ctx.objective, self._sampled(ctx.objective), ctx.weights)
         assert ctx.previous is not None, "local_solve needs the shard's own gradient"
         lam, v = self._lam(ctx.round_data), ctx.weights
         linear = ctx.previous.tensors["grad"] - ctx.received["grad"]
@@ -89,23 +83,18 @@ class Sdane(StrategyDefaults):
         )
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
-        g = mean.tensors["grad"]
-        metrics = {"grad_norm": float(g.norm()), **noise_figures(mean.metrics, g, mean.rows)}
-        return Broadcast(tensors={"grad": g}, metrics=metrics)
+        return Broadcast(tensors={"grad": mean.tensors["grad"]}, metrics=gradient_figures(mean))
 
     def update(self, end: RoundEnd) -> RoundUpdate:
         step = end.mean.tensors["grad"] / self.mu
-        return RoundUpdate(weights=end.weights - step, metrics=_gap(end))
+        # How far the shards' solutions moved from the prox-centre, on average (a diagnostic).
+        shift = float((end.mean.tensors["weights"] - end.weights).norm())
+        return RoundUpdate(weights=end.weights - step, metrics={"solution_shift": shift})
 
 
 def _accuracy_rule(lam: float, v: torch.Tensor) -> StopRule:
     """S-DANE's subproblem accuracy: ||grad F_i(x)|| <= (lam / 2) ||x - v||."""
     return lambda grad, x: float(grad.norm()) <= 0.5 * lam * float((x - v).norm())
-
-
-def _gap(end: RoundEnd) -> dict[str, float]:
-    """How far the shards' solutions moved from the prox-centre, on average (a diagnostic)."""
-    return {"solution_shift": float((end.mean.tensors["weights"] - end.weights).norm())}
 
 
 @dataclass(frozen=True, kw_only=True)

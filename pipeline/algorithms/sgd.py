@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
 from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
-from .parts.noise_scale import noise_figures, shard_metrics
+from .parts.noise_scale import gradient_figures, shard_metrics
 from .parts.schedule import lr_factor
 
 if TYPE_CHECKING:
@@ -64,8 +64,5 @@ class Sgd(StrategyDefaults):
         return RoundUpdate(
             weights=end.weights - lr * b,
             state=SgdState(momentum=b),
-            metrics={
-                "grad_norm": float(g.norm()),
-                **noise_figures(end.mean.metrics, g, end.mean.rows),
-            },
+            metrics=gradient_figures(end.mean),
         )

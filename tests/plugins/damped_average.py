@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from dask_dane.pipeline.algorithms.base import RoundEnd, RoundUpdate
+from dask_dane.pipeline.algorithms.fedavg import SolveAndAverage
 from dask_dane.pipeline.algorithms.parts.checks import positive
 from dask_dane.pipeline.algorithms.parts.hyperparameters import declare
-from dask_dane.pipeline.algorithms.parts.solve_and_average import SolveAndAverage
 
 
 @dataclass(frozen=True, kw_only=True)

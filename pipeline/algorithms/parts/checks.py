@@ -27,39 +27,33 @@ def validate(instance: Any) -> None:
             rule(f.name, getattr(instance, f.name))
 
 
-def _bad(name: str, problem: str) -> SettingError:
-    """The error of a field's rule: the field (its flag beside it) and what is wrong."""
-    return SettingError(f"{setting(name, with_flag=True)} {problem}")
+def _rule(refused: Callable[[Any], bool], problem: str) -> Rule:
+    """The rule that refuses a value where `refused` says so, naming the field (its flag
+    beside it) and what is wrong: `problem`, {value} standing for the value."""
+
+    def rule(name: str, value: Any) -> None:
+        if refused(value):
+            raise SettingError(f"{setting(name, with_flag=True)} {problem.format(value=value)}")
+
+    return rule
 
 
-def positive(name: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise _bad(name, f"must be a positive number (got {value})")
-
-
-def non_negative(name: str, value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise _bad(name, f"must be zero or positive (got {value})")
-
-
-def at_least_one(name: str, value: int) -> None:
-    if value < 1:
-        raise _bad(name, f"must be at least 1 (got {value})")
-
-
-def momentum_range(name: str, value: float) -> None:
-    if not (math.isfinite(value) and 0 <= value < 1):
-        raise _bad(name, f"must be in [0, 1) (got {value})")
-
-
-def relative_tolerance(name: str, value: float) -> None:
-    if not (math.isfinite(value) and 0 < value < 1):
-        raise _bad(name, f"must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10")
-
-
-def rows_or_all(name: str, value: int) -> None:
-    if value < 0:
-        raise _bad(name, f"must be 0 (the full shard) or a number of rows (got {value})")
+positive = _rule(
+    lambda v: not (math.isfinite(v) and v > 0), "must be a positive number (got {value})"
+)
+non_negative = _rule(
+    lambda v: not (math.isfinite(v) and v >= 0), "must be zero or positive (got {value})"
+)
+at_least_one = _rule(lambda v: v < 1, "must be at least 1 (got {value})")
+momentum_range = _rule(
+    lambda v: not (math.isfinite(v) and 0 <= v < 1), "must be in [0, 1) (got {value})"
+)
+relative_tolerance = _rule(
+    lambda v: not (math.isfinite(v) and 0 < v < 1),
+    "must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10",
+)
+rows_or_all = _rule(lambda v: v < 0, "must be 0 (the full shard) or a number of rows (got {value})")
+count_or_off = _rule(lambda v: v < 0, "must be 0 (off) or a positive count (got {value})")
 
 
 def one_of(*choices: str) -> Rule:
@@ -83,13 +77,7 @@ def optional(rule: Rule) -> Rule:
 
 
 def at_least(bound: float) -> Rule:
-    def rule(name: str, value: float) -> None:
-        if not (math.isfinite(value) and value >= bound):
-            raise _bad(name, f"must be at least {bound:g} (got {value})")
-
-    return rule
-
-
-def count_or_off(name: str, value: int) -> None:
-    if value < 0:
-        raise _bad(name, f"must be 0 (off) or a positive count (got {value})")
+    return _rule(
+        lambda v: not (math.isfinite(v) and v >= bound),
+        f"must be at least {bound:g} (got {{value}})",
+    )

@@ -70,11 +70,6 @@ class GradientEstimate:
                 f"{setting('grad_sample', 'N')} rows; pass {setting('grad_sample', 'N')} as well"
             )
 
-    @property
-    def samples(self) -> bool:
-        """Whether f_i and g_i come from a sample of the shard (not the whole of it)."""
-        return bool(self.grad_sample or self.grad_sample_local)
-
     def rows(
         self, objective: ShardObjective, round_index: int, local: tuple[int, int] = (0, 1)
     ) -> ShardObjective:
@@ -105,7 +100,7 @@ class GradientEstimate:
         else:
             loss, g_i = sampled.loss_and_grad(ctx.weights)
             metrics = {"train_loss": loss}
-        if self.samples:
+        if self.grad_sample or self.grad_sample_local:  # a sample of the shard, not all of it
             metrics["grad_rows"] = float(rows)
         # For the round's gradient noise scale (noise_scale.py), at no extra pass.
         metrics |= ns.shard_metrics(g_i, rows, ctx.objective.num_samples)

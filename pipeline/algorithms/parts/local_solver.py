@@ -181,6 +181,10 @@ class LocalSolver:
             cap=self.local_steps_max,
         )
 
+    def pseudo_grad_norm(self, start: torch.Tensor, end: torch.Tensor, round_index: int) -> float:
+        """||start - end|| / (K_t lr): a round's averaged update expressed as a gradient."""
+        return float(((start - end) / (self.steps(round_index) * self.base_lr)).norm())
+
     def lr(self, round_index: int) -> float:
         """The learning rate of round `round_index`: --local-lr (scaled to m shards) times the
         schedule's factor, times round_index / R during a warm-up of R rounds."""
@@ -200,12 +204,7 @@ class LocalSolver:
         so (checked from the second step on: the first always moves)."""
         import torch
 
-        objective, linear, anchor, mu = (
-            problem.objective,
-            problem.linear,
-            problem.anchor,
-            problem.mu,
-        )
+        objective, linear, anchor = problem.objective, problem.linear, problem.anchor
         v = start.detach().clone().requires_grad_(True)
         lr = self.lr(round_index)
         if self.local_optimizer == "adam":
@@ -224,8 +223,8 @@ class LocalSolver:
                 # The linear and proximal terms have closed-form gradients: add them directly.
                 if linear is not None:
                     v.grad.sub_(linear)
-                if mu and anchor is not None:
-                    v.grad.add_(v - anchor, alpha=mu)
+                if problem.mu and anchor is not None:
+                    v.grad.add_(v - anchor, alpha=problem.mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
                 clip_gradient(v.grad, self.clip_norm)
@@ -267,6 +266,15 @@ def check_local_steps_schedule(solver: LocalSolver) -> None:
         raise SettingError(
             f"{setting('local_steps_schedule', 'post-local')} needs {setting('sync_rounds')} "
             f"or {setting('sync_epochs')} above 0 (synchronous SGD before the local steps)"
+        )
+
+
+def needs_steps(solver: object, algorithm: str, why: str) -> None:
+    """An algorithm whose round is defined by K local steps refuses the exact solvers."""
+    if not isinstance(solver, LocalSolver):
+        raise SettingError(
+            f"{setting('algorithm', algorithm)} takes K local steps "
+            f"({setting('local_solver', 'steps')}); {why}"
         )
 
 

@@ -46,8 +46,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..base import LocalOutput
+
 if TYPE_CHECKING:
     import torch
+
+    from ...round.objective import ShardObjective
 
 # The gradient phase's helper metrics, averaged over shards with weights w_j like every
 # metric: |g_j|^2, 1 / b_j, n_j / b_j and b_j / n_j. The leading underscore keeps them out of
@@ -109,3 +113,20 @@ def ratio(trace: float | None, grad_sq: float | None) -> float | None:
     if trace is None or grad_sq is None or grad_sq <= 0.0:
         return None
     return trace / grad_sq
+
+
+def shard_gradient(
+    objective: ShardObjective, sample: ShardObjective, w: torch.Tensor
+) -> LocalOutput:
+    """A gradient phase's output on one shard: f_i(w) and g_i on `sample` (the shard, or a
+    sample of it), with what the round's noise scale needs from it (no extra pass)."""
+    loss, g_i = sample.loss_and_grad(w)
+    rows = sample.num_samples
+    metrics = {"train_loss": loss, **shard_metrics(g_i, rows, objective.num_samples)}
+    return LocalOutput(tensors={"grad": g_i}, metrics=metrics, rows=rows)
+
+
+def gradient_figures(mean: LocalOutput) -> dict[str, float]:
+    """A gradient phase's round metrics from its average: grad_norm = ||g|| and FIGURES."""
+    g = mean.tensors["grad"]
+    return {"grad_norm": float(g.norm()), **noise_figures(mean.metrics, g, mean.rows)}

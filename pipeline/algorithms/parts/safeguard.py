@@ -27,7 +27,6 @@ both take the same decisions.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,18 +77,14 @@ class Decision:
     mu: float  # mu of the next local solves
 
 
-def loss_bound(*, anchor_loss: float, halvings: int) -> float:
-    """The largest F(w) accepted: F(w_a), or +inf once MAX_HALVINGS halvings are spent."""
-    return math.inf if halvings >= MAX_HALVINGS else anchor_loss
-
-
 def decide(
     *, mode: str, loss: float, anchor_loss: float, halvings: int, mu: float, base_mu: float
 ) -> Decision:
     """Accept or backtrack, given the global loss at w and at the anchor (see module doc)."""
     assert mode in SAFEGUARDS and mode != "off", mode
-    # `loss <= bound` is False for NaN: a non-finite loss is backtracked like a higher one.
-    if halvings >= MAX_HALVINGS or loss <= loss_bound(anchor_loss=anchor_loss, halvings=halvings):
+    # Once MAX_HALVINGS halvings are spent any F(w) is accepted. `loss <= anchor_loss` is
+    # False for NaN: a non-finite loss is backtracked like a higher one.
+    if halvings >= MAX_HALVINGS or loss <= anchor_loss:
         relaxed = max(base_mu, MU_RELAX * mu) if halvings == 0 else mu
         return Decision(accept=True, halvings=0, mu=relaxed if mode == "adaptive-mu" else mu)
     grown = MU_GROWTH * mu if mu > 0 else MU_START

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..base import RoundEnd, RoundUpdate
 from .checks import momentum_range, non_negative, one_of, optional, positive, validate
 from .hyperparameters import declare, part
 from .setting_error import SettingError, setting
@@ -32,12 +33,6 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class MomentumState:
     velocity: torch.Tensor  # m
-
-
-def init_momentum(beta: float, weights: torch.Tensor) -> MomentumState | None:
-    import torch
-
-    return MomentumState(velocity=torch.zeros_like(weights)) if beta else None
 
 
 def momentum_step(
@@ -59,21 +54,6 @@ def momentum_step(
     return weights + moved, MomentumState(velocity=velocity)
 
 
-def momentum_label(beta: float, nesterov: bool = False, delay: int = 0) -> str:
-    if not beta:
-        return ""
-    after = f" after {delay}" if delay else ""
-    return f" server-momentum={beta:g}{after}" + (" nesterov" if nesterov else "")
-
-
-def check_nesterov(nesterov: bool, beta: float) -> None:
-    if nesterov and not beta:
-        raise SettingError(
-            f"{setting('server_nesterov')} is a form of momentum; set "
-            f"{setting('server_momentum')} above 0 (DiLoCo: 0.9) or drop it"
-        )
-
-
 # A server step size on the averaged update (--server-lr, --server-lr-rule):
 #     w' = w + s * (w_avg - w)
 # fixed: s = --server-lr (1: the plain average; above 1 extrapolates). fedexp: FedExP's
@@ -86,66 +66,6 @@ def check_nesterov(nesterov: bool, beta: float) -> None:
 SERVER_LR_RULES = ("fixed", "fedexp")
 UPDATE_SQUARED = "update_sq"  # a shard's ||v_i - w||^2, in its metrics: FedExP's numerator
 FEDEXP_EPSILON = 1e-3  # the paper's eps, which bounds s where the average is ~0
-
-
-def update_squared(rule: str, weights: torch.Tensor, solution: torch.Tensor) -> dict[str, float]:
-    """What a shard reports for FedExP: ||v_i - w||^2 (nothing under the fixed rule)."""
-    import torch
-
-    if rule != "fedexp":
-        return {}
-    return {UPDATE_SQUARED: float(torch.sum((solution - weights) ** 2))}
-
-
-def server_scale(
-    rule: str, lr: float, metrics: dict[str, float], weights: torch.Tensor, proposal: torch.Tensor
-) -> float:
-    """s for this round: --server-lr, or FedExP's from the shards' averaged ||Delta_i||^2."""
-    import torch
-
-    if rule != "fedexp":
-        return lr
-    averaged = float(torch.sum((proposal - weights) ** 2))
-    return max(1.0, metrics[UPDATE_SQUARED] / (2.0 * (averaged + FEDEXP_EPSILON)))
-
-
-def scaled_proposal(weights: torch.Tensor, proposal: torch.Tensor, scale: float) -> torch.Tensor:
-    """w + s (w_avg - w); the proposal itself, bit for bit, at s = 1."""
-    return proposal if scale == 1.0 else weights + scale * (proposal - weights)
-
-
-def server_lr_label(lr: float, rule: str) -> str:
-    if rule == "fedexp":
-        return " server-lr=fedexp"
-    return f" server-lr={lr:g}" if lr != 1.0 else ""
-
-
-def check_server_lr(lr: float, rule: str) -> None:
-    if rule == "fedexp" and lr != 1.0:
-        raise SettingError(
-            f"{setting('server_lr_rule', 'fedexp')} chooses the server step itself; drop "
-            f"{setting('server_lr')} or use {setting('server_lr_rule', 'fixed')}"
-        )
-
-
-def server_update(
-    *,
-    beta: float,
-    state: MomentumState | None,
-    weights: torch.Tensor,
-    proposal: torch.Tensor,
-    lr: float = 1.0,
-    rule: str = "fixed",
-    metrics: dict[str, float] | None = None,
-    nesterov: bool = False,
-) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
-    """The new weights, momentum state and round metrics (the step size s, where not 1)."""
-    scale = server_scale(rule, lr, metrics or {}, weights, proposal)
-    new_weights, new_state = momentum_step(
-        beta, state, weights, scaled_proposal(weights, proposal, scale), nesterov
-    )
-    reported = {"server_lr": scale} if (rule != "fixed" or lr != 1.0) else {}
-    return new_weights, new_state, reported
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,8 +112,16 @@ class ServerStep:
 
     def __post_init__(self) -> None:
         validate(self)
-        check_server_lr(self.server_lr, self.server_lr_rule)
-        check_nesterov(self.server_nesterov, self.server_momentum)
+        if self.server_lr_rule == "fedexp" and self.server_lr != 1.0:
+            raise SettingError(
+                f"{setting('server_lr_rule', 'fedexp')} chooses the server step itself; drop "
+                f"{setting('server_lr')} or use {setting('server_lr_rule', 'fixed')}"
+            )
+        if self.server_nesterov and not self.server_momentum:
+            raise SettingError(
+                f"{setting('server_nesterov')} is a form of momentum; set "
+                f"{setting('server_momentum')} above 0 (DiLoCo: 0.9) or drop it"
+            )
         delayed = self.server_momentum_delay or self.server_momentum_delay_epochs
         if delayed and not self.server_momentum:
             raise SettingError(
@@ -202,12 +130,8 @@ class ServerStep:
             )
 
     @property
-    def is_plain(self) -> bool:
-        """The plain average: no momentum, s = 1."""
-        return not self.server_momentum and self.scales_nothing
-
-    @property
     def scales_nothing(self) -> bool:
+        """s = 1: no --server-lr, no FedExP."""
         return self.server_lr == 1.0 and self.server_lr_rule == "fixed"
 
     @property
@@ -215,17 +139,39 @@ class ServerStep:
         return MomentumState if self.server_momentum else None
 
     def init_state(self, weights: torch.Tensor) -> MomentumState | None:
-        return init_momentum(self.server_momentum, weights)
+        import torch
+
+        return MomentumState(velocity=torch.zeros_like(weights)) if self.server_momentum else None
 
     def label(self) -> str:
-        beta, delay = self.server_momentum, self.server_momentum_delay
-        return momentum_label(beta, self.server_nesterov, delay) + server_lr_label(
-            self.server_lr, self.server_lr_rule
-        )
+        beta, delay, text = self.server_momentum, self.server_momentum_delay, ""
+        if beta:
+            after = f" after {delay}" if delay else ""
+            text = f" server-momentum={beta:g}{after}" + (
+                " nesterov" if self.server_nesterov else ""
+            )
+        if self.server_lr_rule == "fedexp":
+            return text + " server-lr=fedexp"
+        return text + (f" server-lr={self.server_lr:g}" if self.server_lr != 1.0 else "")
 
     def shard_metrics(self, weights: torch.Tensor, solution: torch.Tensor) -> dict[str, float]:
         """What a shard reports for this step (FedExP's ||v_i - w||^2; nothing when fixed)."""
-        return update_squared(self.server_lr_rule, weights, solution)
+        import torch
+
+        if self.server_lr_rule != "fedexp":
+            return {}
+        return {UPDATE_SQUARED: float(torch.sum((solution - weights) ** 2))}
+
+    def scale(
+        self, metrics: dict[str, float], weights: torch.Tensor, proposal: torch.Tensor
+    ) -> float:
+        """s for this round: --server-lr, or FedExP's from the shards' averaged ||Delta_i||^2."""
+        import torch
+
+        if self.server_lr_rule != "fedexp":
+            return self.server_lr
+        averaged = float(torch.sum((proposal - weights) ** 2))
+        return max(1.0, metrics[UPDATE_SQUARED] / (2.0 * (averaged + FEDEXP_EPSILON)))
 
     def step(
         self,
@@ -235,14 +181,23 @@ class ServerStep:
         metrics: dict[str, float],
         round_index: int = 1,
     ) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
-        """The new weights, momentum state and round metrics from round `round_index`'s
-        proposal (beta is 0 in the delay's rounds)."""
+        """The new weights, momentum state and round metrics (the step size s, where not 1)
+        from round `round_index`'s proposal (beta is 0 in the delay's rounds)."""
         beta = self.server_momentum if round_index > self.server_momentum_delay else 0.0
-        return server_update(
-            beta=beta, state=state, weights=weights, proposal=proposal,
-            lr=self.server_lr, rule=self.server_lr_rule, metrics=metrics,
-            nesterov=self.server_nesterov,
-        )  # fmt: skip
+        s = self.scale(metrics, weights, proposal)
+        # w + s (w_avg - w); the proposal itself, bit for bit, at s = 1.
+        scaled = proposal if s == 1.0 else weights + s * (proposal - weights)
+        new_weights, new_state = momentum_step(beta, state, weights, scaled, self.server_nesterov)
+        return new_weights, new_state, ({} if self.scales_nothing else {"server_lr": s})
+
+    def update(
+        self, end: RoundEnd, proposal: torch.Tensor, metrics: dict[str, float] | None = None
+    ) -> RoundUpdate:
+        """The round's end from its proposal: `step` on the driver state, with `metrics` first."""
+        weights, state, reported = self.step(
+            end.state, end.weights, proposal, end.mean.metrics, end.round_index
+        )
+        return RoundUpdate(weights=weights, state=state, metrics={**(metrics or {}), **reported})
 
 
 # The metadata of the field an algorithm takes its server step in, built from the run's
