@@ -103,7 +103,7 @@ def round_row(
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them;
     # names with a leading underscore are sums for the reduction, not figures.
     row.update({k: v for k, v in metrics.items() if k not in row and not k.startswith("_")})
-    if result.diagnostics:  # each shard's own figures (algorithms/diagnostics.py)
+    if result.diagnostics:  # each shard's own figures (algorithms/parts/local_problem.py)
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
     row["is_best"] = totals.is_best  # the round selected so far (RunState.is_best)
     row.update(driver or {})
