@@ -11,21 +11,21 @@ last phase and calls the strategy's update).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from ...models.registry import ModelSpec
 from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from . import comm, transport
 from .aggregate import Partial, ShardReport, buffer_mean, mean_of
+from .objective import derived_seed
 
 # Scoring is spread over the shards' workers (scoring.py); its tasks are sent from here too.
 from .scoring import Score as Score
 from .scoring import combine_scores as combine_scores
-from .scoring import score_model as score_model
 from .scoring import score_piece as score_piece
 from .scoring import score_pieces as score_pieces
 
@@ -95,11 +95,6 @@ class RoundResult:
 register_dataclasses(ShardData, RoundInput, PhaseEnd, RoundResult, Broadcast)
 
 
-def shard_seed(seed: int, round_index: int, shard_index: int) -> int:
-    """Independent, reproducible RNG streams per (run seed, round, shard)."""
-    return int(np.random.SeedSequence([seed, round_index, shard_index]).generate_state(1)[0])
-
-
 def run_local(
     round_input: RoundInput,
     phase: int,
@@ -116,7 +111,8 @@ def run_local(
     phase.
     """
     started = time.perf_counter()
-    seed = shard_seed(round_input.seed, round_input.index, shard.index)
+    # Independent, reproducible RNG streams per (run seed, round, shard).
+    seed = derived_seed(round_input.seed, round_input.index, shard.index)
     # Inputs arrive on the CPU (that is what travels); the work runs where the shard is, and
     # the output goes back to the CPU for the reduction. On a CPU worker these are no-ops.
     device = shard.x.device
@@ -233,11 +229,10 @@ def update_round(
     # The buffers of the last phase whose local steps moved them; else the round's own.
     moved = [e.buffers for e in ends if e.buffers]
     buffers = moved[-1] if moved else round_input.buffers
-    compute: dict[str, float] = {}
+    compute: Counter[str] = Counter()
     diagnostics: dict[int, dict[str, float]] = {}
     for phase_end in ends:
-        for worker, seconds in phase_end.compute_by_worker.items():
-            compute[worker] = compute.get(worker, 0.0) + seconds
+        compute.update(phase_end.compute_by_worker)
         for shard, figures in phase_end.diagnostics.items():
             diagnostics.setdefault(shard, {}).update(figures)
     return RoundResult(
@@ -247,7 +242,7 @@ def update_round(
         comm_bytes=sum(e.comm_bytes for e in ends),
         # A phase a strategy skips (DANE's solve after a safeguard rejection) moves nothing.
         comm_phases=sum(1 for e in ends if e.communicated),
-        compute_by_worker=compute,
+        compute_by_worker=dict(compute),
         shard_states=shard_states,
         rows=sum(e.rows for e in ends),
         diagnostics=diagnostics,
@@ -264,11 +259,4 @@ def evaluate(
     """Loss and accuracy of `weights` (and buffers) on a (test) shard, in eval mode, and the
     seconds it took; with the validation rows the test split carries (shards.load_evaluation),
     theirs too, as val_loss and val_accuracy."""
-    started = time.perf_counter()
-    metrics = make_objective(spec, shard, buffers).evaluate(weights.to(shard.x.device))
-    if shard.held_out is not None:
-        held = make_objective(spec, shard.held_out, buffers).evaluate(weights.to(shard.x.device))
-        metrics.update({f"val_{name}": value for name, value in held.items()})
-        shard.held_out.x.release()
-    shard.x.release()  # a streamed split holds no chunk between evaluations
-    return {**metrics, "eval_s": time.perf_counter() - started}
+    return combine_scores([(0, score_piece(spec, shard, weights, buffers))])
