@@ -37,14 +37,26 @@ from .sizes import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)
-class RoundInput:
-    """What every task of round t is given besides its data: the same object in each."""
+class RoundStatic:
+    """What the driver knows of round t before it runs: the same object in each task."""
 
     strategy: Strategy
     spec: ModelSpec
     seed: int  # the run's seed
     index: int  # t, counted from 1
     layout: comm.Layout  # the collective and where the shards live: the byte counts
+    num_shards: int
+    # --threads-per-worker: a worker's shards run this many at a time inside its one task,
+    # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
+    # index, so the order they finish in changes nothing).
+    threads: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundInput(RoundStatic):
+    """What every task of round t is given besides its data: the same object in each, made
+    from RoundStatic and the round's carry (worker_round.open_round)."""
+
     round_data: Any = None  # strategy.round_data(driver state as the round starts)
     opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
     # The model's buffers as the round starts (BatchNorm's statistics; {} for most models):
@@ -92,7 +104,7 @@ class RoundResult:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, combined
 
 
-register_dataclasses(ShardData, RoundInput, PhaseEnd, RoundResult, Broadcast)
+register_dataclasses(ShardData, RoundStatic, RoundInput, PhaseEnd, RoundResult, Broadcast)
 
 
 def run_local(

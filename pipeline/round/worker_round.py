@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ...models.registry import ModelSpec
-from ..algorithms import Broadcast, Strategy
+from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
 from .shards import ShardData
@@ -36,28 +36,13 @@ from .tasks import (
     PhaseEnd,
     RoundInput,
     RoundResult,
+    RoundStatic,
     Score,
     finish_phase,
     run_local,
     score_pieces,
     update_round,
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundStatic:
-    """What the driver knows of round t before it runs: the same object in each task."""
-
-    strategy: Strategy
-    spec: ModelSpec
-    seed: int
-    index: int  # t, counted from 1
-    layout: comm.Layout
-    num_shards: int
-    # --threads-per-worker: a worker's shards run this many at a time inside its one task,
-    # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
-    # index, so the order they finish in changes nothing).
-    threads: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +59,7 @@ class WorkerPhase:
     shard_states: dict[int, Any] | None = None
 
 
-register_dataclasses(RoundStatic, WorkerPhase)
+register_dataclasses(WorkerPhase)
 
 # What a round the driver does not take the weights of holds in their place.
 NO_WEIGHTS = torch.empty(0)
@@ -85,11 +70,7 @@ def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any
     none): the driver's round_start and every worker make them with this one function."""
     opening = static.strategy.opening(carry.state)
     round_input = RoundInput(
-        strategy=static.strategy,
-        spec=static.spec,
-        seed=static.seed,
-        index=static.index,
-        layout=static.layout,
+        **vars(static),
         round_data=static.strategy.round_data(carry.state),
         opening_bytes=comm.tensor_bytes(opening),
         buffers=carry.buffers,
