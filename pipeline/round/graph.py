@@ -24,6 +24,7 @@ token (and the chain's attempt).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,13 +87,7 @@ class RoundKeys:
         """Where the next round starts, as the futures of this one's keys."""
 
         def held(value: Any) -> Any:
-            if isinstance(value, str):
-                return futures.get(value, value)
-            if isinstance(value, list):
-                return [held(item) for item in value]
-            if isinstance(value, tuple):
-                return tuple(held(item) for item in value)
-            return value
+            return _each_key(value, lambda key: futures.get(key, key))
 
         return ChainLink(
             carry=held(self.updates),
@@ -101,13 +96,21 @@ class RoundKeys:
         )
 
 
+def _each_key(value: Any, swap: Callable[[str], Any]) -> Any:
+    """A task's arguments with each string in them (a key it may depend on), lists and tuples
+    included, replaced by swap(key)."""
+    if isinstance(value, str):
+        return swap(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_each_key(item, swap) for item in value)
+    return value
+
+
 def _keys_in(value: Any) -> list[str]:
     """The strings in a task's arguments, lists included: the keys it may depend on."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [key for item in value for key in _keys_in(item)]
-    return []
+    found: list[str] = []
+    _each_key(value, found.append)
+    return found
 
 
 @dataclass
