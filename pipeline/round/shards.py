@@ -18,14 +18,14 @@ import torch
 
 from ...datasets import location
 from ...datasets.store import SHARED_STORE, read_shard
-from ...datasets.store.stream import read_labels, shard_name
+from ...datasets.store.stream import ChunkReader, read_labels, shard_name
 from ...models.flat import Buffers
 from ...models.registry import ModelSpec, build_model
 from .augment import parse_augment
-from .features import StoredRows, stored_rows
+from .features import StoredRows, normalizer, stored_rows
 from .holdout import part_positions, select_part
 from .objective import ShardObjective
-from .streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows, streamed_rows
+from .streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,9 +109,7 @@ def load_shard(
     if shard_memory == "converted":  # held in the run's dtype: stored_rows normalises in place
         stored = stored.to(torch_dtype)
     features = stored_rows(stored, torch_dtype, normalization)
-    targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
-    targets = targets.long() if task == "classification" else targets.to(torch_dtype)
-    return ShardData(index=index, x=features, y=targets, task=task)
+    return ShardData(index=index, x=features, y=_targets(y, task, torch_dtype, where), task=task)
 
 
 def streamed_shard(
@@ -128,20 +126,22 @@ def streamed_shard(
     cache_chunks: int = CACHE_CHUNKS,
 ) -> ShardData:
     """The given rows (sorted indices into `split`: a range, or the rows a shard keeps) with
-    features streamed from the store, labels read whole and checked (streamed.py)."""
-    x, y = streamed_rows(
-        store,
-        split=split,
-        index=index,
-        rows=rows,
-        task=task,
-        normalization=normalization,
-        dtype=getattr(torch, dtype),
-        device=resolve_device(device),
-        num_classes=num_classes,
-        cache_chunks=cache_chunks,
+    features streamed from the store (streamed.py), labels read whole and checked."""
+    what = shard_name(split, index, int(rows[0]) if len(rows) else 0, int(rows[-1]) + 1)
+    y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
+    reader = ChunkReader(store, split, what)
+    torch_dtype, where = getattr(torch, dtype), resolve_device(device)
+    mean, std = normalizer(reader.array.ndim, torch_dtype, where, normalization)
+    x = StreamedRows(
+        reader, rows, dtype=torch_dtype, mean=mean, std=std, device=where, cache_chunks=cache_chunks
     )
-    return ShardData(index=index, x=x, y=y, task=task)
+    return ShardData(index=index, x=x, y=_targets(y, task, torch_dtype, where), task=task)
+
+
+def _targets(y: np.ndarray, task: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Labels as a tensor on `device`: long for classification, else in the run's dtype."""
+    targets = torch.from_numpy(np.ascontiguousarray(y)).to(device)
+    return targets.long() if task == "classification" else targets.to(dtype)
 
 
 def load_evaluation(test: dict, val: list[dict]) -> ShardData:
