@@ -148,6 +148,7 @@ def build_round(
     b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
+    nodes = [owned_nodes(placement, worker) for worker in workers]
     # One worker has no one to fan out to: reduce is then allgather, a step shorter.
     reduce = static.layout.collective == "reduce" and len(workers) > 1
     shared: list[list[str]] = []  # per phase: what leaves each worker of its output
@@ -156,23 +157,8 @@ def build_round(
     for p, name in enumerate(static.strategy.phases):
         received = ended if reduce else [list(outputs) for outputs in shared]
         own = [
-            b.add(
-                name,
-                k,
-                (
-                    worker_round.run_worker_phase,
-                    static,
-                    p,
-                    held[k],
-                    owned_nodes(placement, worker),
-                    _carry(link, k, first=p == 0),
-                    received,
-                    link.before[k] if link.before is not None else None,
-                    token,  # the chain under which each worker keeps its shards' reports
-                ),
-                worker,
-            )
-            for k, worker in enumerate(workers)
+            b.add(name, k, _phase_task(static, p, k, link, received, held[k], nodes[k], token), w)
+            for k, w in enumerate(workers)
         ]
         shared.append(_shared(b, static, p, own, workers))
         if reduce and p < len(static.strategy.phases) - 1:
@@ -211,10 +197,23 @@ def _scores(
     return scores
 
 
-def _carry(link: ChainLink, k: int, first: bool) -> Any:
-    """What worker k's task of a phase takes as the round's carry: in the first phase, round
-    t - 1's update made inline where the link holds its task (allgather), else its result."""
-    return link.update[k] if first and link.update is not None else link.carry[k]
+def _phase_task(
+    static: RoundStatic,
+    p: int,
+    k: int,
+    link: ChainLink,
+    received: str | list,
+    shards: list[Any],
+    nodes: list[Any],
+    token: str,
+) -> tuple:
+    """Worker k's task of phase p, on its `shards`, summing its subtrees `nodes`. What it
+    takes as the round's carry: in the first phase, round t - 1's update made inline where
+    the link holds its task (allgather), else its result."""
+    carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
+    before = link.before[k] if link.before is not None else None
+    # `token`: the chain under which each worker keeps its shards' reports.
+    return (worker_round.run_worker_phase, static, p, shards, nodes, carry, received, before, token)
 
 
 def _updates(
