@@ -33,7 +33,7 @@ from .scoring import score_pieces as score_pieces
 from .shards import ShardData, make_objective, to_device, worker_id
 from .shards import load_evaluation as load_evaluation
 from .shards import load_shard as load_shard
-from .sizes import register_dataclasses
+from .wire import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)

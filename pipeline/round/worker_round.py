@@ -31,7 +31,6 @@ from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
 from .shards import ShardData
-from .sizes import register_dataclasses
 from .tasks import (
     PhaseEnd,
     RoundInput,
@@ -43,6 +42,7 @@ from .tasks import (
     score_pieces,
     update_round,
 )
+from .wire import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)
