@@ -275,11 +275,3 @@ class ShardObjective:
             else:
                 loss_sum += float(F.mse_loss(out.reshape(y.shape), y, reduction="sum"))
         return loss_sum, correct, self.num_samples
-
-    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
-        """Mean loss and (for classification) accuracy at w over the whole shard."""
-        loss_sum, correct, rows = self.evaluate_sums(w)
-        metrics = {"loss": loss_sum / rows}
-        if self.task == "classification":
-            metrics["accuracy"] = correct / rows
-        return metrics

@@ -24,7 +24,6 @@ from .aggregate import Partial, ShardReport, buffer_mean, mean_of
 from .objective import derived_seed
 
 # Scoring is spread over the shards' workers (scoring.py); its tasks are sent from here too.
-from .scoring import Score as Score
 from .scoring import combine_scores as combine_scores
 from .scoring import score_piece as score_piece
 from .scoring import score_pieces as score_pieces

@@ -30,13 +30,13 @@ from ...models.registry import ModelSpec
 from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
+from .scoring import Score
 from .shards import ShardData
 from .tasks import (
     PhaseEnd,
     RoundInput,
     RoundResult,
     RoundStatic,
-    Score,
     finish_phase,
     run_local,
     score_pieces,
