@@ -28,10 +28,10 @@ from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 
-def test_tensor_bytes_count_every_element_at_its_width():
+def test_payload_bytes_count_every_element_at_its_width():
     tensors = {"a": torch.zeros(10, dtype=torch.float32), "b": torch.zeros(3, dtype=torch.float64)}
-    assert comm.tensor_bytes(tensors) == 10 * 4 + 3 * 8
-    assert comm.tensor_bytes({}) == 0
+    assert comm.payload_bytes(tensors) == 10 * 4 + 3 * 8
+    assert comm.payload_bytes({}) == 0
 
 
 @pytest.mark.parametrize(

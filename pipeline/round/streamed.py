@@ -76,10 +76,6 @@ class StreamedRows:
         return torch.Size((len(self.rows), *self._sample_shape))
 
     @property
-    def ndim(self) -> int:
-        return 1 + len(self._sample_shape)
-
-    @property
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 

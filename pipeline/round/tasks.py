@@ -181,15 +181,13 @@ def _phase_end(
     # The phase's input: the weights (and the round's opening) in phase 0, else the
     # previous phase's broadcast.
     incoming = (
-        comm.tensor_bytes(previous.broadcast.tensors) + comm.tensor_bytes(previous.buffers)
+        comm.payload_bytes([previous.broadcast.tensors, previous.buffers])
         if previous
-        else weights.numel() * weights.element_size()
-        + round_input.opening_bytes
-        + comm.tensor_bytes(round_input.buffers)
+        else comm.payload_bytes([weights, round_input.buffers]) + round_input.opening_bytes
     )
     # The sums as they travel (transport.py: bfloat16 halves them); buffers go as they are.
     sums = transport.sent_bytes(total.tensor_sums, round_input.layout.transport)
-    outgoing = sums + comm.tensor_bytes(total.buffer_sums)
+    outgoing = sums + comm.payload_bytes(total.buffer_sums)
     return PhaseEnd(
         buffers=buffer_mean(total),
         broadcast=broadcast,

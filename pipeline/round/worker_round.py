@@ -72,7 +72,7 @@ def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any
     round_input = RoundInput(
         **vars(static),
         round_data=static.strategy.round_data(carry.state),
-        opening_bytes=comm.tensor_bytes(opening),
+        opening_bytes=comm.payload_bytes(opening),
         buffers=carry.buffers,
     )
     return round_input, Broadcast(tensors=opening) if opening else None
