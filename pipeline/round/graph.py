@@ -78,10 +78,8 @@ class RoundKeys:
     def held(self) -> list[str]:
         """The keys the driver holds futures of: the round's results and what the next round
         starts from (link)."""
-        held = [*self.updates, *self.states]
-        held += _keys_in(self.update_tasks or [])
-        held += [*self.evaluation, *([self.figures] if self.figures else [])]
-        return list(dict.fromkeys(held))  # reduce: one update, taken by every worker
+        held = [self.updates, self.states, self.update_tasks, self.evaluation, self.figures]
+        return list(dict.fromkeys(_keys_in(held)))  # reduce: one update, taken by every worker
 
     def link(self, futures: dict[str, Any]) -> ChainLink:
         """Where the next round starts, as the futures of this one's keys."""

@@ -220,9 +220,7 @@ def update_round(
     previous = ends[-1] if ends else None
     end = _phase_end(round_input, len(ends), mean, last, previous, weights, Broadcast(tensors={}))
     ends = [*ends, end]
-    metrics: dict[str, float] = {}
-    for phase_end in ends:
-        metrics.update(phase_end.metrics)
+    metrics = {name: value for e in ends for name, value in e.metrics.items()}
     update = round_input.strategy.update(
         RoundEnd(
             round_index=round_input.index,
