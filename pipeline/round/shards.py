@@ -35,7 +35,8 @@ class ShardData:
     x: StoredRows  # a plain tensor given here is taken as already converted
     y: torch.Tensor
     task: str
-    # The test split only: every shard's held-out validation rows, scored beside it (holdout.py).
+    # The test split only: every shard's held-out validation rows (part_positions), scored
+    # beside it.
     held_out: ShardData | None = None
 
     def __post_init__(self) -> None:

@@ -30,7 +30,7 @@ from ...models.registry import ModelSpec
 from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
-from .scoring import Score
+from .scoring import Scored
 from .shards import ShardData
 from .tasks import (
     PhaseEnd,
@@ -198,7 +198,7 @@ def update_on_worker(
 
 def score_result(
     spec: ModelSpec, indices: list[int], pieces: list[ShardData], result: RoundResult
-) -> list[tuple[int, Score]]:
+) -> Scored:
     """A worker's scoring pieces' sums (scoring.py) for a round's weights and buffers."""
     return score_pieces(spec, indices, pieces, result.weights, result.buffers)
 
