@@ -43,6 +43,7 @@ def _round_input(strategy, shards, state=None) -> RoundInput:
         seed=1,
         index=1,
         layout=layout(["worker"] * len(shards)),
+        num_shards=len(shards),
         round_data=strategy.round_data(state),
     )
 

@@ -19,19 +19,19 @@ from dask_dane.pipeline.round.aggregate import (
     ShardReport,
     mean_of,
     merge,
-    reduction_groups,
     shard_placement,
     to_partial,
+    tree_levels,
     tree_reduce,
 )
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 
-def test_tensor_bytes_count_every_element_at_its_width():
+def test_payload_bytes_count_every_element_at_its_width():
     tensors = {"a": torch.zeros(10, dtype=torch.float32), "b": torch.zeros(3, dtype=torch.float64)}
-    assert comm.tensor_bytes(tensors) == 10 * 4 + 3 * 8
-    assert comm.tensor_bytes({}) == 0
+    assert comm.payload_bytes(tensors) == 10 * 4 + 3 * 8
+    assert comm.payload_bytes({}) == 0
 
 
 @pytest.mark.parametrize(
@@ -119,8 +119,7 @@ def test_the_tree_average_is_the_sample_weighted_mean_with_its_accounting():
 
 
 def test_groups_and_placement_as_documented():
-    assert reduction_groups(5) == [(0, 1), (2, 3), (4,)]
-    assert reduction_groups(1) == [(0,)]
+    assert [tree_levels(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [0, 1, 2, 2, 3, 3, 4]
     assert shard_placement(4, ["x", "y"]) == ["x", "x", "y", "y"]
     assert shard_placement(3, ["x", "y"]) == ["x", "x", "y"]  # shard i on worker i*W//m
     assert shard_placement(2, ["x", "y", "z"]) == ["x", "y"]

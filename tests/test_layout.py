@@ -178,7 +178,7 @@ ENGINE_INTERNALS = {
 
 
 def test_bench_reaches_the_engine_only_through_its_declared_surface():
-    surface = {f"{PACKAGE}.pipeline", f"{PACKAGE}.pipeline.round.sizes"}
+    surface = {f"{PACKAGE}.pipeline", f"{PACKAGE}.pipeline.round.wire"}
     seen = set()
     for path in _sources("bench"):
         engine = {n for n in _own(_imports(path)) if n.startswith(f"{PACKAGE}.pipeline")}

@@ -21,8 +21,12 @@ from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.round.shards import architecture, load_shard
-from dask_dane.pipeline.round.streamed import CACHE_CHUNKS, WINDOW_CHUNKS, StreamedRows
-from dask_dane.pipeline.round.window import ChunkWindow
+from dask_dane.pipeline.round.streamed import (
+    CACHE_CHUNKS,
+    WINDOW_CHUNKS,
+    ChunkWindow,
+    StreamedRows,
+)
 from dask_dane.pipeline.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run

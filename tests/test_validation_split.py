@@ -12,8 +12,7 @@ import torch
 
 from dask_dane.pipeline.observe.progress import selection_line
 from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.holdout import held_out_rows, select_part
-from dask_dane.pipeline.round.shards import load_shard
+from dask_dane.pipeline.round.shards import held_out_rows, load_shard, part_positions
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
 from dask_dane.pipeline.run.metrics import read_metrics, stops_early
@@ -61,8 +60,8 @@ def test_train_and_val_parts_are_disjoint_and_together_the_shard_in_order():
     y = _labels([30, 20, 10])
     x = np.arange(len(y), dtype=np.float32)[:, None]  # each row's position as its feature
 
-    train_x, _ = select_part(x, y, "train", 0.3, seed=1, index=0)
-    val_x, val_y = select_part(x, y, "val", 0.3, seed=1, index=0)
+    train, val = (part_positions(y, part, 0.3, seed=1, index=0) for part in ("train", "val"))
+    train_x, val_x, val_y = x[train], x[val], y[val]
 
     kept, held = train_x[:, 0].astype(int), val_x[:, 0].astype(int)
     assert len(held) == 18 and len(kept) == 42

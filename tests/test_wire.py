@@ -67,7 +67,7 @@ def _instances(tensors: dict[str, torch.Tensor]) -> dict[str, object]:
     spec = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
     return {
         "RoundInput": RoundInput(strategy=strategy, spec=spec, seed=1, index=1, layout=layout,
-                                 round_data=(tensors["int64"],), buffers=tensors),
+                                 num_shards=2, round_data=(tensors["int64"],), buffers=tensors),
         "RoundStatic": RoundStatic(strategy=strategy, spec=spec, seed=1, index=1,
                                    layout=layout, num_shards=2),
         "PhaseEnd": PhaseEnd(broadcast=broadcast, metrics={}, comm_bytes=8, communicated=True,

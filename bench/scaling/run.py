@@ -33,7 +33,7 @@ import torch
 from dask.sizeof import sizeof
 
 from ...pipeline import RunConfig, initial_weights, prepare_run
-from ...pipeline.round import sizes  # noqa: F401  (true sizes of tensors for sizeof)
+from ...pipeline.round import wire  # noqa: F401  (true sizes of tensors for sizeof)
 from ..common.specs import spec_record
 from . import memory
 from . import profile as round_profile
@@ -211,7 +211,7 @@ def _task_keys(dask_scheduler: Any = None) -> list[str]:
 
 
 def _held_bytes(dask_worker: Any = None) -> int:
-    """Bytes of the data a worker holds, as Dask sizes it (pipeline/round/sizes.py's sizeof)."""
+    """Bytes of the data a worker holds, as Dask sizes it (pipeline/round/wire.py's sizeof)."""
     return int(dask_worker.state.nbytes)
 
 

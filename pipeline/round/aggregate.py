@@ -1,7 +1,7 @@
 """Averaging shard outputs: weighted sums that combine pairwise, in a fixed tree order.
 
-The Dask graph and the single-process reference both reduce with `reduction_groups`, so they
-add the same numbers in the same order and agree to the last bit for the same inputs.
+The Dask graph and the single-process reference both reduce in the pairwise tree of `node_sum`,
+so they add the same numbers in the same order and agree to the last bit for the same inputs.
 Outputs are weighted by shard size: for equal shards this is the paper's plain mean_i, and for
 uneven shards (dirichlet partitions) it keeps g equal to the gradient of the global loss.
 
@@ -105,11 +105,6 @@ def buffer_mean(partial: Partial) -> dict[str, torch.Tensor]:
     return {k: t if _is_counter(t) else t / n for k, t in partial.buffer_sums.items()}
 
 
-def reduction_groups(count: int) -> list[tuple[int, ...]]:
-    """Indices to combine at one tree level: (0, 1), (2, 3), ...; an odd last one alone."""
-    return [tuple(range(i, min(i + 2, count))) for i in range(0, count, 2)]
-
-
 def shard_placement(num_shards: int, workers: list[str]) -> list[str]:
     """The worker of each shard: contiguous blocks (shard i on worker i * W // m).
 
@@ -120,30 +115,19 @@ def shard_placement(num_shards: int, workers: list[str]) -> list[str]:
     return [workers[i * len(workers) // num_shards] for i in range(num_shards)]
 
 
-def tree_reduce(parts: list[Partial]) -> Partial:
-    """Reduce in the same pairwise order that the Dask graph uses."""
-    while len(parts) > 1:
-        parts = [
-            merge(parts[g[0]], parts[g[1]]) if len(g) == 2 else parts[g[0]]
-            for g in reduction_groups(len(parts))
-        ]
-    return parts[0]
-
-
 # The pairwise tree as nodes: node (level, j) sums leaves [j * 2^level, (j + 1) * 2^level),
-# clipped to the shard count; a level's odd last node passes its only child through. The
-# all-gather round (worker_round.py) sums each worker's whole subtrees where they live and
-# completes the tree from those nodes on every worker: the same additions in the same order
-# as tree_reduce, so the result is the same to the last bit for any placement.
+# clipped to the shard count; a level's odd last node passes its only child through, so a
+# level pairs (0, 1), (2, 3), ... and leaves an odd last one alone. The all-gather round
+# (worker_round.py) sums each worker's whole subtrees where they live and completes the tree
+# from those nodes on every worker: the same additions in the same order as tree_reduce over
+# all the leaves, so the result is the same to the last bit for any placement.
 TreeNode = tuple[int, int]
 
 
 def tree_levels(count: int) -> int:
-    """The root's level: the number of pairwise levels above `count` leaves."""
-    level, width = 0, count
-    while width > 1:
-        width, level = (width + 1) // 2, level + 1
-    return level
+    """The root's level: the number of pairwise levels above `count` leaves (each level
+    halves the width, rounding up: ceil(log2(count)))."""
+    return max(count - 1, 0).bit_length()
 
 
 def owned_nodes(placement: list[str], worker: str) -> list[TreeNode]:
@@ -169,7 +153,7 @@ def owned_nodes(placement: list[str], worker: str) -> list[TreeNode]:
 
 def node_sum(node: TreeNode, known: dict[TreeNode, Partial], count: int) -> Partial:
     """The sum of a node's leaves from the nodes already summed (`known`), pairwise, in
-    tree_reduce's order: a known node is taken as it is, others merge their two children."""
+    the tree's order: a known node is taken as it is, others merge their two children."""
     if node in known:
         return known[node]
     level, j = node
@@ -182,3 +166,9 @@ def node_sum(node: TreeNode, known: dict[TreeNode, Partial], count: int) -> Part
 
 def tree_root(count: int) -> TreeNode:
     return (tree_levels(count), 0)
+
+
+def tree_reduce(parts: list[Partial]) -> Partial:
+    """Reduce in the same pairwise order that the Dask graph uses: the tree over the leaves."""
+    count = len(parts)
+    return node_sum(tree_root(count), {(0, i): part for i, part in enumerate(parts)}, count)

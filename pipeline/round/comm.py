@@ -24,11 +24,6 @@ from .aggregate import owned_nodes
 from .transport import collective_of as collective_of
 
 
-def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
-    """Bytes of the tensor payload: what moving these tensors costs on the wire."""
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
 @dataclass(frozen=True, kw_only=True)
 class Layout:
     """How a round's data moves: the collective, and the copies it makes of a phase's input
@@ -62,7 +57,8 @@ def phase_bytes(*, incoming: int, outgoing: int, layout: Layout) -> int:
 
 
 def payload_bytes(value: Any) -> int:
-    """Bytes of every tensor in a value (a tensor, or dicts, lists and dataclasses of them)."""
+    """Bytes of every tensor in a value (a tensor, or dicts, lists and dataclasses of them):
+    what moving them costs on the wire."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, dict):
@@ -80,4 +76,4 @@ def driver_bytes(weights: torch.Tensor, state: Any, shard_states: list[Any] | No
     to record and checkpoint it. The Dask driver counts its own (pipelined.py: the fetch,
     and the carry it sends where the chain of rounds (re)starts); the reference's rows
     carry this, the fetch of a round in the middle of the chain."""
-    return payload_bytes(weights) + payload_bytes(state) + payload_bytes(shard_states or [])
+    return payload_bytes([weights, state, shard_states])

@@ -49,10 +49,6 @@ class StoredRows:
         return self.stored.shape
 
     @property
-    def ndim(self) -> int:
-        return self.stored.ndim
-
-    @property
     def device(self) -> torch.device:
         return self.stored.device
 

@@ -24,6 +24,7 @@ token (and the chain's attempt).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,22 +78,14 @@ class RoundKeys:
     def held(self) -> list[str]:
         """The keys the driver holds futures of: the round's results and what the next round
         starts from (link)."""
-        held = [*self.updates, *self.states]
-        held += _keys_in(self.update_tasks or [])
-        held += [*self.evaluation, *([self.figures] if self.figures else [])]
-        return list(dict.fromkeys(held))  # reduce: one update, taken by every worker
+        held = [self.updates, self.states, self.update_tasks, self.evaluation, self.figures]
+        return list(dict.fromkeys(_keys_in(held)))  # reduce: one update, taken by every worker
 
     def link(self, futures: dict[str, Any]) -> ChainLink:
         """Where the next round starts, as the futures of this one's keys."""
 
         def held(value: Any) -> Any:
-            if isinstance(value, str):
-                return futures.get(value, value)
-            if isinstance(value, list):
-                return [held(item) for item in value]
-            if isinstance(value, tuple):
-                return tuple(held(item) for item in value)
-            return value
+            return _each_key(value, lambda key: futures.get(key, key))
 
         return ChainLink(
             carry=held(self.updates),
@@ -101,13 +94,21 @@ class RoundKeys:
         )
 
 
+def _each_key(value: Any, swap: Callable[[str], Any]) -> Any:
+    """A task's arguments with each string in them (a key it may depend on), lists and tuples
+    included, replaced by swap(key)."""
+    if isinstance(value, str):
+        return swap(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_each_key(item, swap) for item in value)
+    return value
+
+
 def _keys_in(value: Any) -> list[str]:
     """The strings in a task's arguments, lists included: the keys it may depend on."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [key for item in value for key in _keys_in(item)]
-    return []
+    found: list[str] = []
+    _each_key(value, found.append)
+    return found
 
 
 @dataclass
@@ -145,6 +146,7 @@ def build_round(
     b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
+    nodes = [owned_nodes(placement, worker) for worker in workers]
     # One worker has no one to fan out to: reduce is then allgather, a step shorter.
     reduce = static.layout.collective == "reduce" and len(workers) > 1
     shared: list[list[str]] = []  # per phase: what leaves each worker of its output
@@ -153,23 +155,8 @@ def build_round(
     for p, name in enumerate(static.strategy.phases):
         received = ended if reduce else [list(outputs) for outputs in shared]
         own = [
-            b.add(
-                name,
-                k,
-                (
-                    worker_round.run_worker_phase,
-                    static,
-                    p,
-                    held[k],
-                    owned_nodes(placement, worker),
-                    _carry(link, k, first=p == 0),
-                    received,
-                    link.before[k] if link.before is not None else None,
-                    token,  # the chain under which each worker keeps its shards' reports
-                ),
-                worker,
-            )
-            for k, worker in enumerate(workers)
+            b.add(name, k, _phase_task(static, p, k, link, received, held[k], nodes[k], token), w)
+            for k, w in enumerate(workers)
         ]
         shared.append(_shared(b, static, p, own, workers))
         if reduce and p < len(static.strategy.phases) - 1:
@@ -208,10 +195,23 @@ def _scores(
     return scores
 
 
-def _carry(link: ChainLink, k: int, first: bool) -> Any:
-    """What worker k's task of a phase takes as the round's carry: in the first phase, round
-    t - 1's update made inline where the link holds its task (allgather), else its result."""
-    return link.update[k] if first and link.update is not None else link.carry[k]
+def _phase_task(
+    static: RoundStatic,
+    p: int,
+    k: int,
+    link: ChainLink,
+    received: str | list,
+    shards: list[Any],
+    nodes: list[Any],
+    token: str,
+) -> tuple:
+    """Worker k's task of phase p, on its `shards`, summing its subtrees `nodes`. What it
+    takes as the round's carry: in the first phase, round t - 1's update made inline where
+    the link holds its task (allgather), else its result."""
+    carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
+    before = link.before[k] if link.before is not None else None
+    # `token`: the chain under which each worker keeps its shards' reports.
+    return (worker_round.run_worker_phase, static, p, shards, nodes, carry, received, before, token)
 
 
 def _updates(

@@ -29,7 +29,7 @@ from ...models.flat import Buffers, forward_flat
 from .activations import activation_bytes_per_row
 from .augment import Augmentation, augment_batch
 from .features import Features, StoredRows
-from .window import ChunkWindow
+from .streamed import ChunkWindow
 
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times
@@ -168,7 +168,10 @@ class ShardObjective:
     def _loss_sum(
         self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, step: bool = False, at: int = 0
     ) -> torch.Tensor:
-        out = self._forward(w, x, step=step, at=at)
+        return self._summed_loss(self._forward(w, x, step=step, at=at), y)
+
+    def _summed_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss of the model's outputs `out` summed over their rows."""
         if self.task == "classification":
             return F.cross_entropy(out, y, reduction="sum")
         return F.mse_loss(out.reshape(y.shape), y, reduction="sum")
@@ -269,17 +272,7 @@ class ShardObjective:
         for start in range(0, self.num_samples, self.chunk):
             x, y = self.x[start : start + self.chunk], self.y[start : start + self.chunk]
             out = self._forward(w, x, step=False, train=False)
+            loss_sum += float(self._summed_loss(out, y))
             if self.task == "classification":
-                loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
                 correct += int((out.argmax(dim=1) == y).sum())
-            else:
-                loss_sum += float(F.mse_loss(out.reshape(y.shape), y, reduction="sum"))
         return loss_sum, correct, self.num_samples
-
-    def evaluate(self, w: torch.Tensor) -> dict[str, float]:
-        """Mean loss and (for classification) accuracy at w over the whole shard."""
-        loss_sum, correct, rows = self.evaluate_sums(w)
-        metrics = {"loss": loss_sum / rows}
-        if self.task == "classification":
-            metrics["accuracy"] = correct / rows
-        return metrics

@@ -9,6 +9,8 @@ the same way) gives them bit for bit.
 
 from __future__ import annotations
 
+import functools
+import operator
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,16 +74,6 @@ def score_pieces(
     ]
 
 
-def score_model(
-    spec: ModelSpec,
-    indices: list[int],
-    pieces: list[ShardData],
-    model: tuple[torch.Tensor, dict[str, torch.Tensor]],
-) -> Scored:
-    """score_pieces() of round_model's (weights, buffers)."""
-    return score_pieces(spec, indices, pieces, *model)
-
-
 def combine_scores(*scored: Scored) -> dict[str, float]:
     """Loss and accuracy over every piece of every worker, their sums added in piece order
     (whichever worker scored them); val_loss and val_accuracy where rows were held out;
@@ -102,10 +94,7 @@ def combine_scores(*scored: Scored) -> dict[str, float]:
     return {**metrics, "eval_s": seconds}
 
 
+# A plain left-to-right sum of floats, in the order given: Python 3.12's sum() compensates its
+# rounding, so a driver and workers on different Pythons would add differently.
 def _total(values: Iterable[float]) -> float:
-    """A plain left-to-right sum of floats, in the order given: Python 3.12's sum() compensates
-    its rounding, so a driver and workers on different Pythons would add differently."""
-    total = 0.0
-    for value in values:
-        total += value
-    return total
+    return functools.reduce(operator.add, values, 0.0)

@@ -18,14 +18,13 @@ import torch
 
 from ...datasets import location
 from ...datasets.store import SHARED_STORE, read_shard
-from ...datasets.store.stream import read_labels, shard_name
+from ...datasets.store.stream import ChunkReader, read_labels, shard_name
 from ...models.flat import Buffers
 from ...models.registry import ModelSpec, build_model
 from .augment import parse_augment
-from .features import StoredRows, stored_rows
-from .holdout import part_positions, select_part
+from .features import StoredRows, normalizer, stored_rows
 from .objective import ShardObjective
-from .streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows, streamed_rows
+from .streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +35,8 @@ class ShardData:
     x: StoredRows  # a plain tensor given here is taken as already converted
     y: torch.Tensor
     task: str
-    # The test split only: every shard's held-out validation rows, scored beside it (holdout.py).
+    # The test split only: every shard's held-out validation rows (part_positions), scored
+    # beside it.
     held_out: ShardData | None = None
 
     def __post_init__(self) -> None:
@@ -77,21 +77,18 @@ def load_shard(
     A damaged chunk, labels outside [0, num_classes) or non-finite values raise ValueError
     naming the shard (datasets/store/rows.py read_shard); the driver reports it as one line.
 
-    `part` picks the training rows, the held-out validation rows or all of them (holdout.py:
-    the split is computed here from the rows read, so every loader removes the same rows).
+    `part` picks the training rows, the held-out validation rows or all of them (the split,
+    part_positions below, is computed here from the rows read, so every loader removes the
+    same rows).
     """
-    try:
-        seen = location.exists(store)
-    except ValueError as err:  # a remote store this worker cannot reach
-        raise ValueError(f"worker {worker_id()}: {err}") from None
-    if not seen:  # the driver saw it (open_store): this worker does not
-        raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
+    _check_visible(store)
+    splits = part != "all" and (val_fraction > 0.0 or part == "val")  # else every row is kept
     # Streamed: features read a chunk at a time as rounds need them. A shard's held-out rows
     # are read that way too, so the worker that scores them never holds a whole shard for them.
     if shard_memory == "stream" or (part == "val" and val_fraction > 0.0):
         how = dict(normalization=normalization, dtype=dtype, num_classes=num_classes)
         rows = np.arange(start, stop)
-        if part != "all" and (val_fraction > 0.0 or part == "val"):  # the split, from labels
+        if splits:  # the split, from the labels
             what = shard_name(split, index, start, stop)
             y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
             rows = start + part_positions(y, part, val_fraction, seed=seed, index=index)
@@ -101,17 +98,26 @@ def load_shard(
         if len(rows):  # none: a shard too small to hold a row out (read below, empty)
             return streamed_shard(store, split, rows, index, task, device, **how)
     x, y = read_shard(store, split, start, stop, index=index, task=task, num_classes=num_classes)
-    x, y = select_part(x, y, part, val_fraction, seed=seed, index=index)
-    torch_dtype = getattr(torch, dtype)
-    where = resolve_device(device)
+    if splits:
+        kept = part_positions(y, part, val_fraction, seed=seed, index=index)
+        x, y = x[kept], y[kept]
+    torch_dtype, where = getattr(torch, dtype), resolve_device(device)
     stored = torch.from_numpy(np.ascontiguousarray(x)).to(where)
     del x  # on a GPU worker the host copy goes now
     if shard_memory == "converted":  # held in the run's dtype: stored_rows normalises in place
         stored = stored.to(torch_dtype)
     features = stored_rows(stored, torch_dtype, normalization)
-    targets = torch.from_numpy(np.ascontiguousarray(y)).to(where)
-    targets = targets.long() if task == "classification" else targets.to(torch_dtype)
-    return ShardData(index=index, x=features, y=targets, task=task)
+    return ShardData(index=index, x=features, y=_targets(y, task, torch_dtype, where), task=task)
+
+
+def _check_visible(store: str) -> None:
+    """ValueError, naming this worker, where it cannot see the store the driver saw."""
+    try:
+        seen = location.exists(store)
+    except ValueError as err:  # a remote store this worker cannot reach
+        raise ValueError(f"worker {worker_id()}: {err}") from None
+    if not seen:  # the driver saw it (open_store): this worker does not
+        raise ValueError(f"worker {worker_id()} cannot see the store {store}; {SHARED_STORE}")
 
 
 def streamed_shard(
@@ -128,20 +134,22 @@ def streamed_shard(
     cache_chunks: int = CACHE_CHUNKS,
 ) -> ShardData:
     """The given rows (sorted indices into `split`: a range, or the rows a shard keeps) with
-    features streamed from the store, labels read whole and checked (streamed.py)."""
-    x, y = streamed_rows(
-        store,
-        split=split,
-        index=index,
-        rows=rows,
-        task=task,
-        normalization=normalization,
-        dtype=getattr(torch, dtype),
-        device=resolve_device(device),
-        num_classes=num_classes,
-        cache_chunks=cache_chunks,
+    features streamed from the store (streamed.py), labels read whole and checked."""
+    what = shard_name(split, index, int(rows[0]) if len(rows) else 0, int(rows[-1]) + 1)
+    y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
+    reader = ChunkReader(store, split, what)
+    torch_dtype, where = getattr(torch, dtype), resolve_device(device)
+    mean, std = normalizer(reader.array.ndim, torch_dtype, where, normalization)
+    x = StreamedRows(
+        reader, rows, dtype=torch_dtype, mean=mean, std=std, device=where, cache_chunks=cache_chunks
     )
-    return ShardData(index=index, x=x, y=y, task=task)
+    return ShardData(index=index, x=x, y=_targets(y, task, torch_dtype, where), task=task)
+
+
+def _targets(y: np.ndarray, task: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Labels as a tensor on `device`: long for classification, else in the run's dtype."""
+    targets = torch.from_numpy(np.ascontiguousarray(y)).to(device)
+    return targets.long() if task == "classification" else targets.to(dtype)
 
 
 def load_evaluation(test: dict, val: list[dict]) -> ShardData:
@@ -230,3 +238,57 @@ def architecture(spec: ModelSpec) -> torch.nn.Module:
         with torch.device("meta"):
             cache[spec] = build_model(spec)
     return cache[spec]
+
+
+# The validation split: a stratified, seeded slice of each training shard's rows held out.
+# Chosen at train time, not by `dane prepare`, so every existing store trains with it. It is
+# a pure function of the shard's labels, the fraction, the run's seed and the shard's index,
+# and load_shard computes it from the rows it has just read: the worker (training), the
+# reference and the driver's in-process loads therefore remove the same rows, and a caller
+# that reads another [start, stop) (bench/scaling/introspect.py, the model check) gets a
+# split of those rows, never a stale list of positions that may lie outside them.
+PARTS = ("train", "val", "all")
+
+
+def held_out_rows(y: np.ndarray, fraction: float, *, seed: int, index: int) -> np.ndarray:
+    """Positions (sorted, into `y`) of the shard's validation rows.
+
+    round(fraction * n) rows, at most n - 1 so a shard always keeps a row to train on, shared
+    out among the classes in proportion to their counts (largest remainders; regression targets
+    count as one class), each class's rows drawn at random from `seed` and the shard `index`.
+    """
+    n = len(y)
+    total = min(round(fraction * n), n - 1)
+    if fraction <= 0.0 or total <= 0:
+        return np.zeros(0, dtype=np.int64)
+    rng = np.random.default_rng([seed, index, 0x7A1])  # its own stream: no other draw shifts
+    classes = np.unique(y) if np.issubdtype(y.dtype, np.integer) else np.zeros(1)
+    members = [np.flatnonzero(y == c) for c in classes] if len(classes) > 1 else [np.arange(n)]
+    counts = np.array([len(m) for m in members], dtype=np.int64)
+    exact = total * counts / n
+    quota = np.floor(exact).astype(np.int64)
+    # Largest remainders first; ties to the lower class, so the result depends on nothing else.
+    order = np.lexsort((np.arange(len(counts)), -(exact - quota)))
+    quota[order[: total - int(quota.sum())]] += 1
+    picked = [
+        rng.choice(m, size=int(k), replace=False) for m, k in zip(members, quota, strict=True)
+    ]
+    return np.sort(np.concatenate(picked)).astype(np.int64)
+
+
+def part_positions(
+    y: np.ndarray, part: str, fraction: float, *, seed: int, index: int
+) -> np.ndarray:
+    """Positions (sorted, into `y`) of the rows of `part`: "train" (held-out rows removed),
+    "val" (only those rows) or "all" (every row, the split ignored)."""
+    if part not in PARTS:
+        raise ValueError(f"part is one of {', '.join(PARTS)} (got {part!r})")
+    everything = np.arange(len(y), dtype=np.int64)
+    if part == "all" or fraction <= 0.0:
+        return everything if part != "val" else everything[:0]
+    held = held_out_rows(y, fraction, seed=seed, index=index)
+    if part == "val":
+        return held
+    keep = np.ones(len(y), dtype=bool)
+    keep[held] = False
+    return everything[keep]

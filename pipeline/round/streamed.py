@@ -10,7 +10,7 @@ It pickles as its recipe (store, split, rows, normalisation), never its cache: a
 reloaded on another worker after a fault reads the same rows.
 
 Local minibatches cannot be drawn from the whole shard without reading all of it every step:
-window.py's ChunkWindow draws them from a shuffle buffer over chunks instead.
+ChunkWindow (below) draws them from a shuffle buffer over chunks instead.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
-from ...datasets.store.stream import ChunkReader, read_labels, shard_name
-from .features import Rows, StoredRows, normalizer
+from ...datasets.store.stream import ChunkReader
+from .features import Rows, StoredRows
 
-# Chunks a minibatch is drawn from (window.py's shuffle buffer), and the chunks kept decoded:
+# Chunks a minibatch is drawn from (ChunkWindow's shuffle buffer), and the chunks kept decoded:
 # the window, the one the prefetch thread reads ahead, and one a full pass is on.
 WINDOW_CHUNKS = 4
 CACHE_CHUNKS = WINDOW_CHUNKS + 2
@@ -74,10 +74,6 @@ class StreamedRows:
     @property
     def shape(self) -> torch.Size:
         return torch.Size((len(self.rows), *self._sample_shape))
-
-    @property
-    def ndim(self) -> int:
-        return 1 + len(self._sample_shape)
 
     @property
     def is_cuda(self) -> bool:
@@ -165,11 +161,7 @@ class StreamedRows:
         rows = np.concatenate([p.rows for p in parts])
         if np.any(np.diff(rows) <= 0):
             raise ValueError("streamed parts join only in the order of their rows")
-        first = parts[0]
-        return StreamedRows(
-            first.reader, rows, dtype=first.dtype, mean=first.mean, std=first.std,
-            device=first.device, cache_chunks=first.cache_chunks,
-        )  # fmt: skip
+        return parts[0]._with(rows, parts[0].device)
 
     def chunk_positions(self, chunk: int) -> torch.Tensor:
         """The row positions chunk `chunk` holds (what a minibatch draws from)."""
@@ -256,27 +248,45 @@ class StreamedRows:
         self.__init__(state.pop("reader"), rows, **state)  # type: ignore[misc]
 
 
-def streamed_rows(
-    store: str,
-    *,
-    split: str,
-    index: int,
-    rows: np.ndarray,
-    task: str,
-    normalization: dict | None,
-    dtype: torch.dtype,
-    device: torch.device,
-    num_classes: int | None = None,
-    cache_chunks: int = CACHE_CHUNKS,
-) -> tuple[StreamedRows, torch.Tensor]:
-    """A shard's features streamed and its labels read whole and checked, as tensors on
-    `device` (labels long for classification, else in `dtype`)."""
-    what = shard_name(split, index, int(rows[0]) if len(rows) else 0, int(rows[-1]) + 1)
-    y = read_labels(store, split, rows, what=what, task=task, num_classes=num_classes)
-    reader = ChunkReader(store, split, what)
-    mean, std = normalizer(reader.array.ndim, dtype, device, normalization)
-    x = StreamedRows(
-        reader, rows, dtype=dtype, mean=mean, std=std, device=device, cache_chunks=cache_chunks
-    )
-    targets = torch.from_numpy(np.ascontiguousarray(y)).to(device)
-    return x, targets.long() if task == "classification" else targets.to(dtype)
+# Local minibatches of a streamed shard. A function of the round's generator and the step index
+# alone, so the Dask run equals the single-process reference and a shard reloaded on another
+# worker gives the same weights.
+class ChunkWindow:
+    """Local minibatches of one round on a streamed shard: a shuffle buffer over chunks.
+
+    The round's generator permutes the shard's chunks once; a window of WINDOW_CHUNKS
+    consecutive chunks of that order moves on by one chunk each time the steps have drawn as
+    many rows as a chunk holds on average, and each minibatch is drawn uniformly, without
+    replacement, from the rows of the chunks in the window. So a step reads at most one new
+    chunk (read ahead by the prefetch thread), and an epoch's steps pass the window over
+    every chunk. A shard of at most WINDOW_CHUNKS chunks is sampled as a resident one is:
+    uniformly over all its rows. A larger one is sampled from a moving part of itself: rows
+    of one chunk meet in minibatches more often than a uniform draw would pair them. That is
+    harmless where a shard's rows are in mixed order (an iid partition writes them permuted:
+    docs/results/memory.md measures it), not where the partition writes them class by class
+    (dirichlet, label-skew), whose chunks hold a class or two each
+    (docs/howto/larger-than-memory.md).
+    """
+
+    def __init__(self, rows: StreamedRows, rng: torch.Generator) -> None:
+        self.rows = rows
+        self.order = torch.randperm(rows.num_chunks, generator=rng).tolist()
+        self.drawn = 0
+
+    def window(self) -> list[int]:
+        """The chunks the next minibatch is drawn from."""
+        count = len(self.order)
+        first = self.drawn * count // len(self.rows)
+        return [self.order[(first + j) % count] for j in range(min(WINDOW_CHUNKS, count))]
+
+    def sample(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
+        """A minibatch of distinct row positions from the window's chunks."""
+        chunks = self.window()
+        candidates = torch.cat([self.rows.chunk_positions(c) for c in chunks])
+        size = min(batch_size, len(candidates))
+        picked = candidates[torch.randperm(len(candidates), generator=rng)[:size]]
+        self.drawn += size
+        if len(self.order) > WINDOW_CHUNKS:  # the chunk the window takes in next
+            first = self.order.index(chunks[0])
+            self.rows.prefetch(self.order[(first + WINDOW_CHUNKS) % len(self.order)])
+        return picked

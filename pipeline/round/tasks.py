@@ -11,21 +11,20 @@ last phase and calls the strategy's update).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from ...models.registry import ModelSpec
 from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from . import comm, transport
 from .aggregate import Partial, ShardReport, buffer_mean, mean_of
+from .objective import derived_seed
 
 # Scoring is spread over the shards' workers (scoring.py); its tasks are sent from here too.
-from .scoring import Score as Score
 from .scoring import combine_scores as combine_scores
-from .scoring import score_model as score_model
 from .scoring import score_piece as score_piece
 from .scoring import score_pieces as score_pieces
 
@@ -33,18 +32,30 @@ from .scoring import score_pieces as score_pieces
 from .shards import ShardData, make_objective, to_device, worker_id
 from .shards import load_evaluation as load_evaluation
 from .shards import load_shard as load_shard
-from .sizes import register_dataclasses
+from .wire import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)
-class RoundInput:
-    """What every task of round t is given besides its data: the same object in each."""
+class RoundStatic:
+    """What the driver knows of round t before it runs: the same object in each task."""
 
     strategy: Strategy
     spec: ModelSpec
     seed: int  # the run's seed
     index: int  # t, counted from 1
     layout: comm.Layout  # the collective and where the shards live: the byte counts
+    num_shards: int
+    # --threads-per-worker: a worker's shards run this many at a time inside its one task,
+    # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
+    # index, so the order they finish in changes nothing).
+    threads: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundInput(RoundStatic):
+    """What every task of round t is given besides its data: the same object in each, made
+    from RoundStatic and the round's carry (worker_round.open_round)."""
+
     round_data: Any = None  # strategy.round_data(driver state as the round starts)
     opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
     # The model's buffers as the round starts (BatchNorm's statistics; {} for most models):
@@ -92,12 +103,7 @@ class RoundResult:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, combined
 
 
-register_dataclasses(ShardData, RoundInput, PhaseEnd, RoundResult, Broadcast)
-
-
-def shard_seed(seed: int, round_index: int, shard_index: int) -> int:
-    """Independent, reproducible RNG streams per (run seed, round, shard)."""
-    return int(np.random.SeedSequence([seed, round_index, shard_index]).generate_state(1)[0])
+register_dataclasses(ShardData, RoundStatic, RoundInput, PhaseEnd, RoundResult, Broadcast)
 
 
 def run_local(
@@ -116,7 +122,8 @@ def run_local(
     phase.
     """
     started = time.perf_counter()
-    seed = shard_seed(round_input.seed, round_input.index, shard.index)
+    # Independent, reproducible RNG streams per (run seed, round, shard).
+    seed = derived_seed(round_input.seed, round_input.index, shard.index)
     # Inputs arrive on the CPU (that is what travels); the work runs where the shard is, and
     # the output goes back to the CPU for the reduction. On a CPU worker these are no-ops.
     device = shard.x.device
@@ -174,15 +181,13 @@ def _phase_end(
     # The phase's input: the weights (and the round's opening) in phase 0, else the
     # previous phase's broadcast.
     incoming = (
-        comm.tensor_bytes(previous.broadcast.tensors) + comm.tensor_bytes(previous.buffers)
+        comm.payload_bytes([previous.broadcast.tensors, previous.buffers])
         if previous
-        else weights.numel() * weights.element_size()
-        + round_input.opening_bytes
-        + comm.tensor_bytes(round_input.buffers)
+        else comm.payload_bytes([weights, round_input.buffers]) + round_input.opening_bytes
     )
     # The sums as they travel (transport.py: bfloat16 halves them); buffers go as they are.
     sums = transport.sent_bytes(total.tensor_sums, round_input.layout.transport)
-    outgoing = sums + comm.tensor_bytes(total.buffer_sums)
+    outgoing = sums + comm.payload_bytes(total.buffer_sums)
     return PhaseEnd(
         buffers=buffer_mean(total),
         broadcast=broadcast,
@@ -215,9 +220,7 @@ def update_round(
     previous = ends[-1] if ends else None
     end = _phase_end(round_input, len(ends), mean, last, previous, weights, Broadcast(tensors={}))
     ends = [*ends, end]
-    metrics: dict[str, float] = {}
-    for phase_end in ends:
-        metrics.update(phase_end.metrics)
+    metrics = {name: value for e in ends for name, value in e.metrics.items()}
     update = round_input.strategy.update(
         RoundEnd(
             round_index=round_input.index,
@@ -233,11 +236,10 @@ def update_round(
     # The buffers of the last phase whose local steps moved them; else the round's own.
     moved = [e.buffers for e in ends if e.buffers]
     buffers = moved[-1] if moved else round_input.buffers
-    compute: dict[str, float] = {}
+    compute: Counter[str] = Counter()
     diagnostics: dict[int, dict[str, float]] = {}
     for phase_end in ends:
-        for worker, seconds in phase_end.compute_by_worker.items():
-            compute[worker] = compute.get(worker, 0.0) + seconds
+        compute.update(phase_end.compute_by_worker)
         for shard, figures in phase_end.diagnostics.items():
             diagnostics.setdefault(shard, {}).update(figures)
     return RoundResult(
@@ -247,7 +249,7 @@ def update_round(
         comm_bytes=sum(e.comm_bytes for e in ends),
         # A phase a strategy skips (DANE's solve after a safeguard rejection) moves nothing.
         comm_phases=sum(1 for e in ends if e.communicated),
-        compute_by_worker=compute,
+        compute_by_worker=dict(compute),
         shard_states=shard_states,
         rows=sum(e.rows for e in ends),
         diagnostics=diagnostics,
@@ -264,11 +266,4 @@ def evaluate(
     """Loss and accuracy of `weights` (and buffers) on a (test) shard, in eval mode, and the
     seconds it took; with the validation rows the test split carries (shards.load_evaluation),
     theirs too, as val_loss and val_accuracy."""
-    started = time.perf_counter()
-    metrics = make_objective(spec, shard, buffers).evaluate(weights.to(shard.x.device))
-    if shard.held_out is not None:
-        held = make_objective(spec, shard.held_out, buffers).evaluate(weights.to(shard.x.device))
-        metrics.update({f"val_{name}": value for name, value in held.items()})
-        shard.held_out.x.release()
-    shard.x.release()  # a streamed split holds no chunk between evaluations
-    return {**metrics, "eval_s": time.perf_counter() - started}
+    return combine_scores([(0, score_piece(spec, shard, weights, buffers))])

@@ -66,8 +66,8 @@ def encode(total: Partial, weights: torch.Tensor, transport: str) -> Partial:
     """A subtree's sum as it travels: its tensors in `transport`'s encoding."""
     if is_lossless(transport):
         return total
-    width = _width(transport)
-    tensors = {name: _shift(name, total, weights, -1.0).to(width) for name in total.tensor_sums}
+    n, width = total.num_samples, _width(transport)
+    tensors = {k: _shift(k, t, n, weights, -1.0).to(width) for k, t in total.tensor_sums.items()}
     return replace(total, tensor_sums=tensors)
 
 
@@ -76,18 +76,18 @@ def decode(sent: Partial, weights: torch.Tensor, transport: str) -> Partial:
     same bytes to the same numbers."""
     if is_lossless(transport):
         return sent
-    wide = {name: t.to(weights.dtype) for name, t in sent.tensor_sums.items()}
-    widened = replace(sent, tensor_sums=wide)
-    tensors = {name: _shift(name, widened, weights, 1.0) for name in widened.tensor_sums}
+    n, wide = sent.num_samples, weights.dtype
+    tensors = {k: _shift(k, t.to(wide), n, weights, 1.0) for k, t in sent.tensor_sums.items()}
     return replace(sent, tensor_sums=tensors)
 
 
-def _shift(name: str, total: Partial, weights: torch.Tensor, sign: float) -> torch.Tensor:
+def _shift(
+    name: str, tensor: torch.Tensor, n: int, weights: torch.Tensor, sign: float
+) -> torch.Tensor:
     """A weights-like sum moved by sign * n w (n: its rows), others as they are."""
-    tensor = total.tensor_sums[name]
     if name not in DELTA_TENSORS:
         return tensor
-    return tensor + sign * (total.num_samples * weights.to(tensor.dtype))
+    return tensor + sign * (n * weights.to(tensor.dtype))
 
 
 def sent_bytes(tensors: dict[str, torch.Tensor], transport: str) -> int:

@@ -1,4 +1,5 @@
-"""How our dataclasses cross a Dask comm: each tensor in them as its own out-of-band frame.
+"""How our dataclasses cross a Dask comm, each tensor in them as its own out-of-band frame, and
+the sizes Dask counts for them.
 
 Pickled whole, a frozen dataclass holding tensors (a RoundResult, a WorkerPhase, a Partial)
 carries them in-band: torch pickles each tensor's storage with torch.save into a bytes
@@ -20,13 +21,21 @@ itself: torch.save checkpoints and plain pickle are unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
+import sys
 from typing import Any
 
 import cloudpickle
 import torch
+from dask.sizeof import sizeof
 from distributed.protocol import dask_deserialize, dask_serialize
+
+from ..algorithms.base import LocalOutput
+from .aggregate import Partial, ShardReport
+from .features import StoredRows
+from .streamed import StreamedRows
 
 # Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
 # the in-band pickle on the same objects; the engine never changes it.
@@ -105,8 +114,43 @@ def from_frames(header: dict[str, Any], frames: list[Any]) -> Any:
     return pickle.loads(frames[0], buffers=frames[1:])
 
 
-def register_frames(*classes: type) -> None:
-    """Send instances of these classes (and their subclasses) with to_frames."""
+# Dask's size estimates for what the pipeline moves: torch tensors and our dataclasses.
+#
+# Dask sizes unknown objects with sys.getsizeof, which is 80 bytes for any torch tensor and a
+# few dozen for a dataclass holding megabytes of tensors. Its memory accounting (the
+# dashboard's worker memory, spilling decisions) and its transfer logs (which the scaling
+# benchmark compares with the pipeline's comm_bytes) would then be off by orders of
+# magnitude. Importing this module registers the true sizes; tasks.py imports it, so every
+# process that runs or submits pipeline tasks has them. register_dataclasses registers a
+# dataclass's size and its wire form (above: its tensors as out-of-band frames) together, in
+# the same processes.
+@sizeof.register(torch.Tensor)
+def _tensor_size(tensor: torch.Tensor) -> int:
+    return sys.getsizeof(tensor) + tensor.element_size() * tensor.nelement()
+
+
+@sizeof.register(StoredRows)
+@sizeof.register(StreamedRows)
+def _stored_rows_size(rows: StoredRows | StreamedRows) -> int:
+    # The held bytes (uint8 images count 1 byte a value; a streamed shard, its cached
+    # chunks), not the converted size.
+    return sys.getsizeof(rows) + rows.nbytes
+
+
+def _dataclass_size(obj: object) -> int:
+    return sys.getsizeof(obj) + sum(
+        sizeof(getattr(obj, f.name))
+        for f in dataclasses.fields(obj)  # type: ignore[arg-type]
+    )
+
+
+def register_dataclasses(*classes: type) -> None:
+    """Size instances of these dataclasses as the sum of their fields, and send their tensors
+    (and their subclasses') with to_frames."""
     for cls in classes:
+        sizeof.register(cls)(_dataclass_size)
         dask_serialize.register(cls)(to_frames)
         dask_deserialize.register(cls)(from_frames)
+
+
+register_dataclasses(Partial, ShardReport, LocalOutput)

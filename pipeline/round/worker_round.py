@@ -27,37 +27,22 @@ from typing import Any
 import torch
 
 from ...models.registry import ModelSpec
-from ..algorithms import Broadcast, Strategy
+from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
+from .scoring import Scored
 from .shards import ShardData
-from .sizes import register_dataclasses
 from .tasks import (
     PhaseEnd,
     RoundInput,
     RoundResult,
-    Score,
+    RoundStatic,
     finish_phase,
     run_local,
     score_pieces,
     update_round,
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundStatic:
-    """What the driver knows of round t before it runs: the same object in each task."""
-
-    strategy: Strategy
-    spec: ModelSpec
-    seed: int
-    index: int  # t, counted from 1
-    layout: comm.Layout
-    num_shards: int
-    # --threads-per-worker: a worker's shards run this many at a time inside its one task,
-    # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
-    # index, so the order they finish in changes nothing).
-    threads: int = 1
+from .wire import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +59,7 @@ class WorkerPhase:
     shard_states: dict[int, Any] | None = None
 
 
-register_dataclasses(RoundStatic, WorkerPhase)
+register_dataclasses(WorkerPhase)
 
 # What a round the driver does not take the weights of holds in their place.
 NO_WEIGHTS = torch.empty(0)
@@ -85,13 +70,9 @@ def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any
     none): the driver's round_start and every worker make them with this one function."""
     opening = static.strategy.opening(carry.state)
     round_input = RoundInput(
-        strategy=static.strategy,
-        spec=static.spec,
-        seed=static.seed,
-        index=static.index,
-        layout=static.layout,
+        **vars(static),
         round_data=static.strategy.round_data(carry.state),
-        opening_bytes=comm.tensor_bytes(opening),
+        opening_bytes=comm.payload_bytes(opening),
         buffers=carry.buffers,
     )
     return round_input, Broadcast(tensors=opening) if opening else None
@@ -217,7 +198,7 @@ def update_on_worker(
 
 def score_result(
     spec: ModelSpec, indices: list[int], pieces: list[ShardData], result: RoundResult
-) -> list[tuple[int, Score]]:
+) -> Scored:
     """A worker's scoring pieces' sums (scoring.py) for a round's weights and buffers."""
     return score_pieces(spec, indices, pieces, result.weights, result.buffers)
 
