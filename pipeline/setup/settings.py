@@ -24,16 +24,6 @@ from ..round.augment import NO_AUGMENTATION, parse_augment
 from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS
 from .job_settings import JobSettings, check_bytes
 
-DTYPES = ("float32", "float64")
-# What the forward and backward passes compute in: fp32, or bf16 under torch.autocast with the
-# weights, their gradients and every reduction kept in float32 (objective.py).
-PRECISIONS = ("fp32", "bf16")
-# Where workers keep their shards and compute: auto = a GPU when the worker sees one.
-DEVICES = ("auto", "cpu", "cuda")
-BROADCASTS = ("auto", *COLLECTIVES)
-# How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
-SHARD_MEMORY = ("resident", "converted", "stream", "auto")
-
 
 @dataclass(frozen=True, kw_only=True)
 class DataSettings:
@@ -70,8 +60,10 @@ class ModelSettings:
             object.__setattr__(self, "augment", "")
 
     def check_model(self) -> None:
-        one_of(*DTYPES)("dtype", self.dtype)
-        one_of(*PRECISIONS)("precision", self.precision)
+        one_of("float32", "float64")("dtype", self.dtype)
+        # What the forward and backward passes compute in: fp32, or bf16 under torch.autocast
+        # with the weights, their gradients and every reduction kept in float32 (objective.py).
+        one_of("fp32", "bf16")("precision", self.precision)
         if self.precision == "bf16" and self.dtype != "float32":
             raise SettingError(
                 f"{setting('precision')} bf16 keeps float32 master weights, and "
@@ -167,10 +159,12 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     tls_key: str | None = declare(None, help="--scheduler tls://...: client private key (PEM).")
 
     def check_cluster(self) -> None:
-        one_of(*DEVICES)("device", self.device)
-        one_of(*SHARD_MEMORY)("shard_memory", self.shard_memory)
+        # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
+        one_of("auto", "cpu", "cuda")("device", self.device)
+        # How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
+        one_of("resident", "converted", "stream", "auto")("shard_memory", self.shard_memory)
         if self.broadcast not in LEGACY_BROADCASTS:  # older config files: reduce, unnamed
-            one_of(*BROADCASTS)("broadcast", self.broadcast)
+            one_of("auto", *COLLECTIVES)("broadcast", self.broadcast)
         one_of(*TRANSPORTS)("transport", self.transport)
         at_least_one("workers", self.workers)
         at_least_one("threads_per_worker", self.threads_per_worker)
@@ -193,11 +187,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         self._check_tls()
 
     def _check_tls(self) -> None:
-        given = {
-            "tls_ca_file": self.tls_ca_file,
-            "tls_cert": self.tls_cert,
-            "tls_key": self.tls_key,
-        }
+        given = {name: getattr(self, name) for name in ("tls_ca_file", "tls_cert", "tls_key")}
         if not any(given.values()):
             return
         if not self.scheduler and not self.scheduler_file:
