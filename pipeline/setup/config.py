@@ -35,39 +35,13 @@ from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
 from .resumed import RESUMED, Change, Resume, RunRecord
-from .settings import (
-    GENERATED,
-    AlgorithmSettings,
-    ClusterSettings,
-    DataSettings,
-    ModelSettings,
-    RunSettings,
-    ServerSettings,
-    SolverSettings,
-)
-
-# The sections in the order config.toml lists them; their fields are RunConfig's.
-SECTIONS: dict[str, type] = {
-    "data": DataSettings,
-    "model": ModelSettings,
-    "algorithm": AlgorithmSettings,
-    "solver": SolverSettings,
-    "server": ServerSettings,
-    "cluster": ClusterSettings,
-    "run": RunSettings,
-}
+from .settings import GENERATED, SECTIONS
 
 
+# The bases in reverse: a dataclass takes its bases' fields from the last one up, so RunConfig's
+# fields come in SECTIONS' order (and config.toml's).
 @dataclass(frozen=True, kw_only=True)
-class RunConfig(
-    RunSettings,
-    ClusterSettings,
-    ServerSettings,
-    SolverSettings,
-    AlgorithmSettings,
-    ModelSettings,
-    DataSettings,
-):
+class RunConfig(*reversed(SECTIONS.values())):
     """One training run: every section's fields, flat (field names are the CLI flags)."""
 
     def validate(self) -> RunConfig:

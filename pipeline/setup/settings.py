@@ -12,7 +12,6 @@ RunConfig.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
 from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS
-from .job_settings import JobSettings, check_bytes
+from .job_settings import JobSettings, check_bytes, scheduler_file_address
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,23 +204,6 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
                 raise SettingError(f"{setting(name, path)} is not a file; check the path")
 
 
-def scheduler_file_address(path: str) -> str:
-    """The address in a Dask scheduler file; SettingError naming the problem if there is none."""
-    named = setting("scheduler_file", path)
-    start = f"start one with `dask scheduler --scheduler-file {path}` or check the path"
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SettingError(f"{named} does not exist; {start}") from None
-    except (OSError, ValueError) as err:
-        why = f"cannot be read as JSON ({type(err).__name__})"
-        raise SettingError(f"{named} {why}; {start}") from None
-    address = data.get("address") if isinstance(data, dict) else None
-    if not isinstance(address, str) or not address:
-        raise SettingError(f"{named} names no scheduler address; {start}")
-    return address
-
-
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
     out: str = declare("runs/latest", help="Run directory.")
@@ -286,3 +268,15 @@ class RunSettings:
                 f"{setting('stop_at_accuracy')} is an accuracy in [0, 1] (got "
                 f"{self.stop_at_accuracy}); 0 trains all {setting('rounds')}"
             )
+
+
+# The sections in the order config.toml lists them; their fields are RunConfig's (config.py).
+SECTIONS: dict[str, type] = {
+    "data": DataSettings,
+    "model": ModelSettings,
+    "algorithm": AlgorithmSettings,
+    "solver": SolverSettings,
+    "server": ServerSettings,
+    "cluster": ClusterSettings,
+    "run": RunSettings,
+}
