@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..algorithms.parts.checks import at_least_one, one_of, positive
+from ..algorithms.parts.checks import at_least_one, one_of, optional, positive
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 
@@ -109,12 +109,9 @@ class JobSettings:
                 f"{setting('cluster', self.cluster)} starts a cluster, and {setting('scheduler')}"
                 f" or {setting('scheduler_file')} names a running one; pass one of them"
             )
-        if self.jobs is not None:
-            at_least_one("jobs", self.jobs)
-        if self.job_cores is not None:
-            at_least_one("job_cores", self.job_cores)
-        if self.job_memory is not None:
-            check_bytes("job_memory", self.job_memory)
+        optional(at_least_one)("jobs", self.jobs)
+        optional(at_least_one)("job_cores", self.job_cores)
+        optional(check_bytes)("job_memory", self.job_memory)
 
     def job_directive_list(self) -> list[str]:
         """--job-directives as a list, empty parts dropped."""

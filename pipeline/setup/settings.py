@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..algorithms import ALGORITHMS, SETTINGS
-from ..algorithms.parts.checks import at_least_one, non_negative, one_of, positive
+from ..algorithms.parts.checks import at_least_one, non_negative, one_of, optional, positive
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
@@ -69,8 +69,7 @@ class ModelSettings:
                 f"{setting('dtype')} is {self.dtype}; use --dtype float32"
             )
         parse_augment(self.augment)
-        if self.l2 is not None:
-            non_negative("l2", self.l2)
+        optional(non_negative)("l2", self.l2)
 
 
 # The algorithm's settings in three sections (and their --help panels): a local solver's, the
@@ -167,8 +166,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         one_of(*TRANSPORTS)("transport", self.transport)
         at_least_one("workers", self.workers)
         at_least_one("threads_per_worker", self.threads_per_worker)
-        if self.memory_limit is not None:
-            check_bytes("memory_limit", self.memory_limit)
+        optional(check_bytes)("memory_limit", self.memory_limit)
         positive("timeout", self.timeout)
         self.check_jobs(scheduler_named=bool(self.scheduler or self.scheduler_file))
         if self.cluster != "local" and self.memory_limit is not None:
