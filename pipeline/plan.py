@@ -28,14 +28,14 @@ def plan_run(
 ) -> RunConfig:
     """The checked RunConfig of `settings` (None: not given), `file` and, with `resume`, the
     run directory's saved settings."""
-    filed = read_toml(file) if file else {}
+    filed = read_toml(file) if file else {}  # read once: _one_source looks at it again
+    given = {key: value for key, value in settings.items() if value is not None}
     base: dict[str, Any] = {}
     if resume:
-        out = settings.get("out") or filed.get("out") or RunConfig.out
-        base = RunDir(Path(out)).saved_config()
-    config = resolve_config(file=file, flags=settings, base=base)
+        base = RunDir(Path(given.get("out") or filed.get("out") or RunConfig.out)).saved_config()
+    config = resolve_config(file=None, flags=given, base={**base, **filed})
     for epochs, count in COUNT_OF_EPOCHS.items():  # setup/epochs.py
-        config = _one_source(config, settings, filed, count, epochs)
+        config = _one_source(config, given, filed, count, epochs)
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
     check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
     if config.store is None:
@@ -46,14 +46,13 @@ def plan_run(
 
 
 def _one_source(
-    config: RunConfig, flags: dict[str, Any], filed: dict[str, Any], count: str, epochs: str
+    config: RunConfig, given: dict[str, Any], filed: dict[str, Any], count: str, epochs: str
 ) -> RunConfig:
     """A count is set directly or in epochs (K by local_steps or local_epochs): both in one
-    layer (the flags, or the file) is an error; across layers the flags win, as for every
-    setting (a preset's local_epochs gives way to --local-steps on the command line)."""
-    given = {key for key, value in flags.items() if value is not None}
+    layer (the flags given, or the file) is an error; across layers the flags win, as for
+    every setting (a preset's local_epochs gives way to --local-steps on the command line)."""
     both = {count, epochs}
-    if both <= given or (both <= set(filed) and not both & given):
+    if both <= given.keys() or (both <= filed.keys() and not both & given.keys()):
         raise SettingError(
             f"{setting(count)} and {setting(epochs)} both set one count, the second in passes "
             "over a shard; give one of them"

@@ -34,40 +34,14 @@ from typing import Any
 from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.setting_error import SettingError, flag
-from .resumed import RESUMED, Resume, RunRecord, parse_resumes
-from .settings import (
-    GENERATED,
-    AlgorithmSettings,
-    ClusterSettings,
-    DataSettings,
-    ModelSettings,
-    RunSettings,
-    ServerSettings,
-    SolverSettings,
-)
-
-# The sections in the order config.toml lists them; their fields are RunConfig's.
-SECTIONS: dict[str, type] = {
-    "data": DataSettings,
-    "model": ModelSettings,
-    "algorithm": AlgorithmSettings,
-    "solver": SolverSettings,
-    "server": ServerSettings,
-    "cluster": ClusterSettings,
-    "run": RunSettings,
-}
+from .resumed import RESUMED, Change, Resume, RunRecord
+from .settings import GENERATED, SECTIONS
 
 
+# The bases in reverse: a dataclass takes its bases' fields from the last one up, so RunConfig's
+# fields come in SECTIONS' order (and config.toml's).
 @dataclass(frozen=True, kw_only=True)
-class RunConfig(
-    RunSettings,
-    ClusterSettings,
-    ServerSettings,
-    SolverSettings,
-    AlgorithmSettings,
-    ModelSettings,
-    DataSettings,
-):
+class RunConfig(*reversed(SECTIONS.values())):
     """One training run: every section's fields, flat (field names are the CLI flags)."""
 
     def validate(self) -> RunConfig:
@@ -194,8 +168,33 @@ def read_record(path: str | Path) -> RunRecord:
         raise ValueError(f"config file {path} is not valid TOML ({err}); fix the file") from None
     if isinstance(data.get("train"), dict):
         data = data["train"]
-    resumes = parse_resumes(data.pop(RESUMED, []), str(path), check_settings)
+    resumes = _parse_resumes(data.pop(RESUMED, []), str(path))
     return RunRecord(original=check_settings(data, str(path)), resumes=resumes)
+
+
+def _parse_resumes(entries: Any, origin: str) -> tuple[Resume, ...]:
+    """config.toml's [[resumed]] tables (resumed.py); each value is checked as a setting of
+    that name, so a hand-edited table fails as a wrong setting would."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{origin}: 'resumed' must be [[resumed]] tables; fix the file")
+    resumes = []
+    for number, entry in enumerate(entries, start=1):
+        where = f"{origin}: [[resumed]] table {number}"
+        entry = dict(entry)
+        after = entry.pop("after_round", None)
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"{where} needs after_round, a round number >= 0; fix the file")
+        changes: dict[str, Change] = {}
+        for key, sides in entry.items():
+            if not isinstance(sides, dict) or not sides or set(sides) - {"old", "new"}:
+                raise ValueError(f"{where}: {key} must be {{ old = ..., new = ... }}; fix the file")
+            old, new = (
+                check_settings({key: sides[side]}, where).popitem()[1] if side in sides else None
+                for side in ("old", "new")
+            )
+            changes[key.replace("-", "_")] = (old, new)
+        resumes.append(Resume(after_round=after, changes=changes))
+    return tuple(resumes)
 
 
 def resolve_config(

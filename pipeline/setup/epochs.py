@@ -17,7 +17,7 @@ post-local phase counts as the rows it reads.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..algorithms import make_strategy
 from ..algorithms.parts.local_steps_schedule import (
@@ -37,9 +37,10 @@ ROUNDS_FROM_EPOCHS = {
     "lr_warmup_epochs": "lr_warmup",
     "server_momentum_delay_epochs": "server_momentum_delay",
 }
-# Every epochs setting -> the count it sets: K and the post-local phase in steps, the rest above.
-COUNT_OF_EPOCHS = {"local_epochs": "local_steps", "sync_epochs": "sync_rounds"}
-COUNT_OF_EPOCHS |= ROUNDS_FROM_EPOCHS
+# epochs setting -> the steps setting it sets: K and the post-local phase.
+STEPS_FROM_EPOCHS = {"local_epochs": "local_steps", "sync_epochs": "sync_rounds"}
+# Every epochs setting -> the count it sets.
+COUNT_OF_EPOCHS = {**STEPS_FROM_EPOCHS, **ROUNDS_FROM_EPOCHS}
 
 
 def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
@@ -47,11 +48,8 @@ def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
     per_epoch = steps_per_epoch(
         store.num_train, store.num_shards, config.batch_size, config.val_fraction
     )
-    resolved: dict[str, Any] = {}
-    if config.local_epochs is not None:
-        resolved["local_steps"] = max(1, round(config.local_epochs * per_epoch))
-    if config.sync_epochs is not None:
-        resolved["sync_rounds"] = max(1, round(config.sync_epochs * per_epoch))
+    given = {count: getattr(config, epochs) for epochs, count in STEPS_FROM_EPOCHS.items()}
+    resolved = {k: max(1, round(e * per_epoch)) for k, e in given.items() if e is not None}
     steps = {**dataclasses.asdict(config), **resolved}
 
     def steps_at(round_index: int) -> int:

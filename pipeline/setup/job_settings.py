@@ -4,14 +4,17 @@ resources (run/jobqueue.py starts the cluster from them).
 A job's resources come from Dask's own jobqueue config (`jobqueue.slurm.cores`, ...; a
 jobqueue.yaml or DASK_JOBQUEUE__SLURM__CORES), as dask-jobqueue users write it; the `job_*`
 settings override it for one run. Declared apart from settings.py, which ClusterSettings
-joins them into.
+joins them into, beside the address a running scheduler's file holds (`--scheduler-file`, as
+HPC sites start one).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..algorithms.parts.checks import at_least_one, one_of, positive
+from ..algorithms.parts.checks import at_least_one, one_of, optional, positive
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 
@@ -33,6 +36,23 @@ def check_bytes(name: str, text: str) -> None:
         size = 0
     if size <= 0:
         raise SettingError(f"{setting(name)} {text!r} is not a size; give one like 2GiB or 500MB")
+
+
+def scheduler_file_address(path: str) -> str:
+    """The address in a Dask scheduler file; SettingError naming the problem if there is none."""
+    named = setting("scheduler_file", path)
+    start = f"start one with `dask scheduler --scheduler-file {path}` or check the path"
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SettingError(f"{named} does not exist; {start}") from None
+    except (OSError, ValueError) as err:
+        why = f"cannot be read as JSON ({type(err).__name__})"
+        raise SettingError(f"{named} {why}; {start}") from None
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or not address:
+        raise SettingError(f"{named} names no scheduler address; {start}")
+    return address
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,12 +109,9 @@ class JobSettings:
                 f"{setting('cluster', self.cluster)} starts a cluster, and {setting('scheduler')}"
                 f" or {setting('scheduler_file')} names a running one; pass one of them"
             )
-        if self.jobs is not None:
-            at_least_one("jobs", self.jobs)
-        if self.job_cores is not None:
-            at_least_one("job_cores", self.job_cores)
-        if self.job_memory is not None:
-            check_bytes("job_memory", self.job_memory)
+        optional(at_least_one)("jobs", self.jobs)
+        optional(at_least_one)("job_cores", self.job_cores)
+        optional(check_bytes)("job_memory", self.job_memory)
 
     def job_directive_list(self) -> list[str]:
         """--job-directives as a list, empty parts dropped."""

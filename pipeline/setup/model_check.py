@@ -35,25 +35,12 @@ def initial_model(
     them); its flat weights and buffers as initialised, before the batch ran.
 
     `full_batch`: the algorithm takes no minibatch steps, which running statistics need.
+    ValueError unless the model takes `batch` and gives the task's outputs (BatchNorm: with
+    the minibatches it needs).
     """
     torch.manual_seed(seed)  # the weights initial_state(spec, seed) gives, bit for bit
     model = checked_model(spec, task, exact_solver=exact_solver)  # import and call failures too
     initial = model_state(model)  # copies, taken before the batch moves any running statistics
-    _check_runs(model, spec, batch, task, algorithm=algorithm, full_batch=full_batch)
-    return initial
-
-
-def _check_runs(
-    model: torch.nn.Module,
-    spec: ModelSpec,
-    batch: torch.Tensor,
-    task: str,
-    *,
-    algorithm: str,
-    full_batch: bool,
-) -> None:
-    """ValueError unless `model` takes `batch` and gives the task's outputs (BatchNorm: with
-    the minibatches it needs)."""
     batch_dependent, _ = mode_dependent(model)
     if batch_dependent and full_batch:
         raise ValueError(
@@ -77,6 +64,7 @@ def _check_runs(
             "(N, *sample_shape) inputs"
         ) from None
     _check_output(spec, out, task, len(batch))
+    return initial
 
 
 def _check_output(spec: ModelSpec, out: object, task: str, rows: int) -> None:

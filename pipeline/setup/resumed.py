@@ -16,9 +16,10 @@ one would splice two different runs into one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from .settings import ClusterSettings, RunSettings
 
 RESUMED = "resumed"  # config.toml's array of tables
 Change = tuple[Any, Any]  # (old, new); None: unset
@@ -32,8 +33,14 @@ IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype", "val_fraction")
 # change would splice two different runs into one.
 RESUMABLE_KEYS = frozenset(
     {
-        # How long to train: continuing a run further is what a resume is most often for.
-        "rounds",
+        # The run section but its identity (seed, val_fraction): how long to train (continuing
+        # a run further is what a resume is most often for); when to evaluate and when to stop
+        # (they choose what is measured, not what is trained); when the driver fetches the
+        # weights and saves them (the rounds' results are the same whenever they are fetched,
+        # tests/test_checkpoint_every.py); where copies of the metrics go (observe/tracking.py:
+        # nothing trained depends on them); `out`: the directory may have moved, or be spelled
+        # another way.
+        *(f.name for f in fields(RunSettings) if f.name not in IDENTITY_KEYS),
         # The local step size already changes from round to round by design (--lr-schedule,
         # --lr-warmup), so no round's update assumes another round's rate; each row records
         # the rate it used (metrics.py).
@@ -41,48 +48,16 @@ RESUMABLE_KEYS = frozenset(
         "lr_schedule",
         "lr_warmup",
         "lr_warmup_epochs",
-        # When to evaluate and when to stop: they choose what is measured, not what is trained.
-        # So do the per-shard figures: forward passes on fixed rows, the weights bit for bit
-        # the same with and without them (tests/test_diagnostics.py).
+        # The per-shard figures: forward passes on fixed rows, the weights bit for bit the same
+        # with and without them (tests/test_diagnostics.py).
         "diagnostics_every",
-        "eval_every",
-        "stop_at_accuracy",
-        "patience",
-        # When the driver fetches the weights and saves them: the rounds' results are the
-        # same whenever they are fetched (tests/test_checkpoint_every.py).
-        "checkpoint_every",
-        # Where and how the same rounds run. Results equal bit for bit across workers, threads,
-        # collectives and clusters (every collective sums in one fixed order, aggregate.py);
-        # a device changes the rounding of the same math only. `out`: the directory may have
-        # moved, or be spelled another way. (transport is not here: bfloat16 changes the sums.)
-        "out",
-        "workers",
-        "memory_limit",
-        "threads_per_worker",
-        "device",
-        # Where the shards are held: a resume on a cluster with less memory must be able to
-        # stream. Minibatch draws differ from resident ones (round/window.py ChunkWindow);
-        # full passes and exact solves do not.
-        "shard_memory",
-        "broadcast",
-        "scheduler",
-        "scheduler_file",
-        "host",
-        "dashboard_address",
-        "timeout",
-        "tls_ca_file",
-        "tls_cert",
-        "tls_key",
-        "cluster",
-        "jobs",
-        "job_cores",
-        "job_memory",
-        "job_walltime",
-        "job_directives",
-        "queue_timeout",
-        # Where copies of the metrics go (observe/tracking.py): nothing trained depends on them.
-        "tensorboard",
-        "mlflow",
+        # The cluster section: where and how the same rounds run. Results equal bit for bit
+        # across workers, threads, collectives and clusters (every collective sums in one fixed
+        # order, aggregate.py); a device changes the rounding of the same math only. Where the
+        # shards are held too: a resume on a cluster with less memory must be able to stream
+        # (minibatch draws differ from resident ones, round/window.py ChunkWindow; full passes
+        # and exact solves do not). Not transport: bfloat16 changes the sums.
+        *(f.name for f in fields(ClusterSettings) if f.name != "transport"),
     }
 )
 
@@ -113,33 +88,6 @@ class RunRecord:
                 else:
                     settings[key] = new
         return settings
-
-
-def parse_resumes(
-    entries: Any, origin: str, check: Callable[[dict[str, Any], str], dict[str, Any]]
-) -> tuple[Resume, ...]:
-    """config.toml's [[resumed]] tables; `check` (config.check_settings) checks each value as
-    a setting of that name, so a hand-edited table fails as a wrong setting would."""
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ValueError(f"{origin}: 'resumed' must be [[resumed]] tables; fix the file")
-    resumes = []
-    for number, entry in enumerate(entries, start=1):
-        where = f"{origin}: [[resumed]] table {number}"
-        entry = dict(entry)
-        after = entry.pop("after_round", None)
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise ValueError(f"{where} needs after_round, a round number >= 0; fix the file")
-        changes: dict[str, Change] = {}
-        for key, sides in entry.items():
-            if not isinstance(sides, dict) or not sides or set(sides) - {"old", "new"}:
-                raise ValueError(f"{where}: {key} must be {{ old = ..., new = ... }}; fix the file")
-            old, new = (
-                check({key: sides[side]}, where).popitem()[1] if side in sides else None
-                for side in ("old", "new")
-            )
-            changes[key.replace("-", "_")] = (old, new)
-        resumes.append(Resume(after_round=after, changes=changes))
-    return tuple(resumes)
 
 
 def add_resume(resumes: tuple[Resume, ...], new: Resume) -> tuple[Resume, ...]:

@@ -78,11 +78,6 @@ class RunSetup:
     def load_test(self) -> ShardData:
         return load_shard(**self.test_args())
 
-    def evaluation_args(self) -> dict:
-        """Keyword arguments of tasks.load_evaluation: the test split and the held-out rows."""
-        held = range(self.store.num_shards) if self.config.val_fraction > 0 else ()
-        return dict(test=self.test_args(), val=[self.val_args(i) for i in held])
-
     def piece_args(self, index: int) -> dict:
         """Keyword arguments of tasks.load_evaluation for scoring piece `index` (one per
         training shard, scored on its worker: round/scoring.py): a near-equal slice of the
@@ -99,7 +94,8 @@ class RunSetup:
 
     def load_evaluation(self) -> ShardData:
         """The test split carrying every shard's held-out rows (in shard order) as held_out."""
-        return load_evaluation(**self.evaluation_args())
+        held = range(self.store.num_shards) if self.config.val_fraction > 0 else ()
+        return load_evaluation(test=self.test_args(), val=[self.val_args(i) for i in held])
 
     def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
         """The given training shards concatenated in order, as one ShardData."""
@@ -140,17 +136,12 @@ def _shard_args(config: RunConfig, store: StoreInfo, index: int) -> dict:
     return {**args, "part": "train", "val_fraction": config.val_fraction, "seed": config.seed}
 
 
-def default_store_path(config: RunConfig) -> Path:
-    """Where the embedded default (digits, one shard per worker) is cached."""
-    root = Path(os.environ.get("DANE_CACHE", Path.home() / ".cache" / "dask-dane"))
-    return root / f"digits-{config.workers}shards-seed{config.seed}.zarr"
-
-
 def ensure_default_store(config: RunConfig) -> Path:
-    """Prepare the embedded default store on first use; reuse it afterwards."""
-    return prepare_store(
-        "digits", default_store_path(config), shards=config.workers, seed=config.seed
-    )
+    """Prepare the embedded default store (digits, one shard per worker) on first use, in
+    the cache; reuse it afterwards."""
+    root = Path(os.environ.get("DANE_CACHE", Path.home() / ".cache" / "dask-dane"))
+    path = root / f"digits-{config.workers}shards-seed{config.seed}.zarr"
+    return prepare_store("digits", path, shards=config.workers, seed=config.seed)
 
 
 def prepare_store(

@@ -12,27 +12,16 @@ RunConfig.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..algorithms import ALGORITHMS, SETTINGS
-from ..algorithms.parts.checks import at_least_one, non_negative, one_of, positive
+from ..algorithms.parts.checks import at_least_one, non_negative, one_of, optional, positive
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
 from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS
-from .job_settings import JobSettings, check_bytes
-
-DTYPES = ("float32", "float64")
-# What the forward and backward passes compute in: fp32, or bf16 under torch.autocast with the
-# weights, their gradients and every reduction kept in float32 (objective.py).
-PRECISIONS = ("fp32", "bf16")
-# Where workers keep their shards and compute: auto = a GPU when the worker sees one.
-DEVICES = ("auto", "cpu", "cuda")
-BROADCASTS = ("auto", *COLLECTIVES)
-# How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
-SHARD_MEMORY = ("resident", "converted", "stream", "auto")
+from .job_settings import JobSettings, check_bytes, scheduler_file_address
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,16 +59,17 @@ class ModelSettings:
             object.__setattr__(self, "augment", "")
 
     def check_model(self) -> None:
-        one_of(*DTYPES)("dtype", self.dtype)
-        one_of(*PRECISIONS)("precision", self.precision)
+        one_of("float32", "float64")("dtype", self.dtype)
+        # What the forward and backward passes compute in: fp32, or bf16 under torch.autocast
+        # with the weights, their gradients and every reduction kept in float32 (objective.py).
+        one_of("fp32", "bf16")("precision", self.precision)
         if self.precision == "bf16" and self.dtype != "float32":
             raise SettingError(
                 f"{setting('precision')} bf16 keeps float32 master weights, and "
                 f"{setting('dtype')} is {self.dtype}; use --dtype float32"
             )
         parse_augment(self.augment)
-        if self.l2 is not None:
-            non_negative("l2", self.l2)
+        optional(non_negative)("l2", self.l2)
 
 
 # The algorithm's settings in three sections (and their --help panels): a local solver's, the
@@ -167,15 +157,16 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     tls_key: str | None = declare(None, help="--scheduler tls://...: client private key (PEM).")
 
     def check_cluster(self) -> None:
-        one_of(*DEVICES)("device", self.device)
-        one_of(*SHARD_MEMORY)("shard_memory", self.shard_memory)
+        # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
+        one_of("auto", "cpu", "cuda")("device", self.device)
+        # How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
+        one_of("resident", "converted", "stream", "auto")("shard_memory", self.shard_memory)
         if self.broadcast not in LEGACY_BROADCASTS:  # older config files: reduce, unnamed
-            one_of(*BROADCASTS)("broadcast", self.broadcast)
+            one_of("auto", *COLLECTIVES)("broadcast", self.broadcast)
         one_of(*TRANSPORTS)("transport", self.transport)
         at_least_one("workers", self.workers)
         at_least_one("threads_per_worker", self.threads_per_worker)
-        if self.memory_limit is not None:
-            check_bytes("memory_limit", self.memory_limit)
+        optional(check_bytes)("memory_limit", self.memory_limit)
         positive("timeout", self.timeout)
         self.check_jobs(scheduler_named=bool(self.scheduler or self.scheduler_file))
         if self.cluster != "local" and self.memory_limit is not None:
@@ -193,11 +184,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         self._check_tls()
 
     def _check_tls(self) -> None:
-        given = {
-            "tls_ca_file": self.tls_ca_file,
-            "tls_cert": self.tls_cert,
-            "tls_key": self.tls_key,
-        }
+        given = {name: getattr(self, name) for name in ("tls_ca_file", "tls_cert", "tls_key")}
         if not any(given.values()):
             return
         if not self.scheduler and not self.scheduler_file:
@@ -213,23 +200,6 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         for name, path in given.items():
             if path is not None and not Path(path).is_file():
                 raise SettingError(f"{setting(name, path)} is not a file; check the path")
-
-
-def scheduler_file_address(path: str) -> str:
-    """The address in a Dask scheduler file; SettingError naming the problem if there is none."""
-    named = setting("scheduler_file", path)
-    start = f"start one with `dask scheduler --scheduler-file {path}` or check the path"
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SettingError(f"{named} does not exist; {start}") from None
-    except (OSError, ValueError) as err:
-        why = f"cannot be read as JSON ({type(err).__name__})"
-        raise SettingError(f"{named} {why}; {start}") from None
-    address = data.get("address") if isinstance(data, dict) else None
-    if not isinstance(address, str) or not address:
-        raise SettingError(f"{named} names no scheduler address; {start}")
-    return address
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,3 +266,15 @@ class RunSettings:
                 f"{setting('stop_at_accuracy')} is an accuracy in [0, 1] (got "
                 f"{self.stop_at_accuracy}); 0 trains all {setting('rounds')}"
             )
+
+
+# The sections in the order config.toml lists them; their fields are RunConfig's (config.py).
+SECTIONS: dict[str, type] = {
+    "data": DataSettings,
+    "model": ModelSettings,
+    "algorithm": AlgorithmSettings,
+    "solver": SolverSettings,
+    "server": ServerSettings,
+    "cluster": ClusterSettings,
+    "run": RunSettings,
+}
