@@ -130,7 +130,7 @@ def _load_args(config: RunConfig, store: StoreInfo, **where: object) -> dict:
 
 def _shard_args(config: RunConfig, store: StoreInfo, index: int) -> dict:
     """Keyword arguments of tasks.load_shard for training shard `index` (its held-out rows
-    dropped: round/holdout.py)."""
+    dropped: round/shards.py)."""
     start, stop = store.shards[index]
     args = _load_args(config, store, split="train", start=start, stop=stop, index=index)
     return {**args, "part": "train", "val_fraction": config.val_fraction, "seed": config.seed}
