@@ -235,7 +235,8 @@ class RunSettings:
         0,
         help="Stop after N evaluated rounds without a better validation metric; 0: never.",
     )
-    # Chosen at train time from each shard's rows (round/shards.py part_positions), so any store has one.
+    # Chosen at train time from each shard's rows (round/shards.py part_positions), so any
+    # store has one.
     # 0.1 (issue 35 item 1): best.pt, --stop-at-accuracy and --patience then judge rounds on
     # rows the model never trained on, not on the test split they report. A run dir whose
     # config.toml predates the key trained on every row and resumes with 0 (run/rundir.py).
