@@ -53,6 +53,7 @@ SURFACE: dict[str, tuple[str, str]] = {
     "shard_placement": ("round.aggregate", "shard_placement"),
     "build_round": ("round.graph", "build_round"),
     "ChainLink": ("round.graph", "ChainLink"),
+    "keys_in": ("round.graph", "keys_in"),
     "round_static": ("run.run_state", "round_static"),
     "load_shard": ("round.shards", "load_shard"),
     "activation_bytes_per_row": ("round.objective", "activation_bytes_per_row"),

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 
+from dask_dane.bench.scaling.introspect import chained_rounds
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.fedavg import FedAvg
@@ -170,31 +171,15 @@ def test_a_fedavg_round_is_two_dependent_steps():
 
 
 def _three_rounds(strategy, placement: list[str], collective: str = "allgather"):
-    """Three rounds chained as the driver chains them (keys standing in for futures): every
-    task's dependencies across rounds, and each round's keys."""
-    link, tasks, rounds = ChainLink(carry=["carry0", "carry1"][: len(set(placement))]), {}, []
-    for t in (1, 2, 3):
-        static = RoundStatic(
+    """Three rounds chained as the driver chains them (bench's own walk, on these statics)."""
+
+    def static_of(t: int) -> RoundStatic:
+        return RoundStatic(
             strategy=strategy, spec=SPEC, seed=0, index=t, num_shards=len(placement),
             layout=layout(placement, collective),
         )  # fmt: skip
-        shards = [f"shard{i}" for i in range(len(placement))]
-        graph, keys = build_round(
-            static, shards=shards, placement=placement, link=link, token="tok"
-        )
-        for layer in graph.layers.values():
-            tasks.update(layer.mapping)
-        link = keys.link({key: key for key in keys.held()})
-        rounds.append(keys)
 
-    def strings(value):
-        if isinstance(value, str):
-            return {value}
-        if isinstance(value, list | tuple):
-            return set().union(*(strings(item) for item in value))
-        return set()
-
-    return {key: strings(task) & set(tasks) for key, task in tasks.items()}, rounds, tasks
+    return chained_rounds(static_of, placement, rounds=3, token="tok")
 
 
 def _chain_depth(deps: dict, key: str) -> int:

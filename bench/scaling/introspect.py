@@ -8,9 +8,18 @@ and a worker's first read is the engine's own load of two rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ...pipeline import ChainLink, RunSetup, build_round, load_shard, round_static, shard_placement
+from ...pipeline import (
+    ChainLink,
+    RunSetup,
+    build_round,
+    keys_in,
+    load_shard,
+    round_static,
+    shard_placement,
+)
 
 
 def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, str]:
@@ -32,35 +41,37 @@ def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, str]:
 def chained_dependencies(
     setup: RunSetup, workers: list[str], rounds: int = 3
 ) -> tuple[dict[str, set[str]], list[str]]:
-    """The dependencies of `rounds` rounds chained as the driver chains them (each round's
-    graph linked to the one before by its keys), across rounds, and each round's update on
-    the first worker: its depth grows by the steps a round adds to the chain."""
+    """The dependencies of `rounds` rounds chained as the driver chains them, across rounds,
+    and each round's update on the first worker: its depth grows by the steps a round adds
+    to the chain."""
     placement = shard_placement(setup.store.num_shards, workers)
+    dependencies, keys, _ = chained_rounds(
+        lambda t: round_static(setup, t, placement), placement, rounds
+    )
+    return dependencies, [k.updates[0] for k in keys]
+
+
+def chained_rounds(
+    static_of: Callable[[int], Any], placement: list[str], rounds: int = 3, token: str = "count"
+) -> tuple[dict[str, set[str]], list[Any], dict[str, Any]]:
+    """`rounds` rounds (round t's RoundStatic: static_of(t)) chained as the driver chains
+    them, each round's graph linked to the one before by its keys standing in for futures:
+    every task's dependencies among the tasks, across rounds; each round's RoundKeys; and the
+    tasks themselves."""
     shards = [f"shard{i}" for i in range(len(placement))]
     link = ChainLink(carry=[f"carry{k}" for k in range(len(set(placement)))])
     tasks: dict[str, Any] = {}
-    updates = []
+    keys_of_rounds = []
     for t in range(1, rounds + 1):
         graph, keys = build_round(
-            round_static(setup, t, placement),
-            shards=shards,
-            placement=placement,
-            link=link,
-            token="count",
+            static_of(t), shards=shards, placement=placement, link=link, token=token
         )
         for layer in graph.layers.values():
             tasks.update(layer.mapping)
         link = keys.link({key: key for key in keys.held()})
-        updates.append(keys.updates[0])
-    return {key: set(_strings_in(task)) & set(tasks) for key, task in tasks.items()}, updates
-
-
-def _strings_in(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [key for item in value for key in _strings_in(item)]
-    return []
+        keys_of_rounds.append(keys)
+    dependencies = {key: set(keys_in(task)) & set(tasks) for key, task in tasks.items()}
+    return dependencies, keys_of_rounds, tasks
 
 
 def read_first_rows(load_args: dict[str, Any], rows: int = 2) -> None:

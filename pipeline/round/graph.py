@@ -79,7 +79,7 @@ class RoundKeys:
         """The keys the driver holds futures of: the round's results and what the next round
         starts from (link)."""
         held = [self.updates, self.states, self.update_tasks, self.evaluation, self.figures]
-        return list(dict.fromkeys(_keys_in(held)))  # reduce: one update, taken by every worker
+        return list(dict.fromkeys(keys_in(held)))  # reduce: one update, taken by every worker
 
     def link(self, futures: dict[str, Any]) -> ChainLink:
         """Where the next round starts, as the futures of this one's keys."""
@@ -104,8 +104,9 @@ def _each_key(value: Any, swap: Callable[[str], Any]) -> Any:
     return value
 
 
-def _keys_in(value: Any) -> list[str]:
-    """The strings in a task's arguments, lists included: the keys it may depend on."""
+def keys_in(value: Any) -> list[str]:
+    """The strings in a task's arguments, lists and tuples included: the keys it may depend
+    on (the benchmarks count a chain's dependent steps with it, bench/scaling/introspect.py)."""
     found: list[str] = []
     _each_key(value, found.append)
     return found
@@ -125,7 +126,7 @@ class _Builder:
         # allow_other_workers: a lost worker's tasks run elsewhere (its shards reload there).
         annotations = {"workers": [worker], "allow_other_workers": True}
         self.layers[key] = MaterializedLayer({key: task}, annotations=annotations)
-        self.deps[key] = {a for a in _keys_in(task) if a in self.layers}
+        self.deps[key] = {a for a in keys_in(task) if a in self.layers}
         return key
 
 
