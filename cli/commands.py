@@ -132,7 +132,7 @@ def train(
     presets/skew-dane.toml (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
-    from ..pipeline.observe.progress import chain, noise_warnings, selection_line
+    from ..pipeline.observe.progress import selection_line
     from ..pipeline.observe.tracking import TrackingContext, preset_of
     from ..pipeline.plan import plan_run
     from ..pipeline.run import loop
@@ -142,11 +142,10 @@ def train(
 
     resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
     refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
-    with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved.rounds) as progress:
+    with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved) as progress:
         export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
         tracking = TrackingContext(export, preset_of(config))  # for MLflow
-        warn = lambda line: progress.console.print(line, markup=False, soft_wrap=True)  # noqa: E731
-        callbacks = chain(progress.callbacks(), noise_warnings(resolved.batch_size, warn))
+        callbacks = progress.callbacks()  # the bar, and the noise-scale warning once
         summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
     accuracy = summary["final_test_accuracy"]
     typer.echo(selection_line(summary))  # before the result line: scripts read the last line

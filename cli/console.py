@@ -9,17 +9,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..pipeline.observe.progress import ProgressLines, number
 from ..pipeline.run.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 
 if TYPE_CHECKING:
-    from ..pipeline.run.loop import Callbacks
+    from ..pipeline.setup.config import RunConfig
 
 
-class TrainingProgress:
-    """A rich progress bar: round, train loss, test accuracy, ETA."""
+class TrainingProgress(ProgressLines):
+    """ProgressLines with a rich progress bar for the rounds: round, train loss, test accuracy,
+    ETA. The dashboard line, the shards and the noise-scale warning are ProgressLines'."""
 
-    def __init__(self, rounds: int) -> None:
-        from rich.console import Console
+    def __init__(self, config: RunConfig) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -28,7 +29,8 @@ class TrainingProgress:
             TimeRemainingColumn,
         )
 
-        self.console = Console(stderr=True)
+        super().__init__()
+        self.rounds, self.batch_size = config.rounds, config.batch_size
         self.bar = Progress(
             TextColumn("round"),
             MofNCompleteColumn(),
@@ -38,7 +40,7 @@ class TrainingProgress:
             TimeRemainingColumn(),
             console=self.console,
         )
-        self.task = self.bar.add_task("train", total=rounds, loss="-", acc="-")
+        self.task = self.bar.add_task("train", total=config.rounds, loss="-", acc="-")
 
     def __enter__(self) -> TrainingProgress:
         return self  # the bar starts with the first round: errors before it print alone
@@ -47,32 +49,17 @@ class TrainingProgress:
         if self.bar.live.is_started:  # stop() of a bar never started prints an empty line
             self.bar.stop()
 
-    def callbacks(self) -> Callbacks:
-        """What the driver calls at the start and after each round, to move the bar."""
-        from ..pipeline.run.loop import Callbacks
+    def on_start(self, dashboard: str, workers: int) -> None:
+        shards = f"; shards {self.held}" if self.held else ""
+        self._print(f"dashboard: {dashboard}  ({workers} workers{shards})")
+        if dashboard.endswith("/status"):  # the run's own page, beside Dask's
+            self._print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
+        self.bar.start()
 
-        held: list[str] = []  # --shard-memory as the driver resolved it, before on_start
-
-        def on_start(dashboard: str, workers: int) -> None:
-            shards = f"; shards {held[0]}" if held else ""
-            # soft_wrap: one line however long the shards' reason is (the terminal wraps it).
-            line = f"dashboard: {dashboard}  ({workers} workers{shards})"
-            self.console.print(line, soft_wrap=True)
-            if dashboard.endswith("/status"):  # the run's own page, beside Dask's
-                self.console.print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
-            self.bar.start()
-
-        def on_round(row: dict[str, Any]) -> None:
-            loss = row["train_loss"]
-            acc = row["test_accuracy"]
-            self.bar.update(
-                self.task,
-                completed=row["round"],
-                loss=f"{loss:.4f}" if loss is not None else "-",
-                acc=f"{acc:.4f}" if acc is not None else "-",
-            )
-
-        return Callbacks(on_start=on_start, on_round=on_round, on_shards=held.append)
+    def on_round(self, row: dict[str, Any]) -> None:
+        loss, acc = number(row["train_loss"]), number(row["test_accuracy"])
+        self.bar.update(self.task, completed=row["round"], loss=loss, acc=acc)
+        self.warn(row)
 
 
 class RunDirLog(logging.Handler):

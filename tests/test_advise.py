@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
 import pytest
+from rich.console import Console
 
 from dask_dane.pipeline.advise import MIN_DOUBLING_GAIN, scaling_rows, workers_worth
-from dask_dane.pipeline.observe.progress import BATCH_OVER_NOISE, noise_warning, noise_warnings
+from dask_dane.pipeline.observe.progress import BATCH_OVER_NOISE, ProgressLines, noise_warning
 
 
 def test_the_table_follows_the_law():
@@ -95,11 +97,13 @@ def _row(round_index: int, scale: float | None, workers: int = 8) -> dict:
 
 
 def test_train_warns_once_when_a_step_holds_several_noise_scales():
-    warned: list[str] = []
-    callbacks = noise_warnings(32, warned.append)
+    out = io.StringIO()
+    lines = ProgressLines(Console(file=out))
+    lines.batch_size = 32
     # round 1 is too early; 8 x 32 = 256 rows against 100: under 4x; then 256 vs 50: 5x
     for row in (_row(1, 10.0), _row(2, 100.0), _row(3, 50.0), _row(4, 20.0)):
-        callbacks.on_round(row)
+        lines.warn(row)
+    warned = out.getvalue().splitlines()
     assert len(warned) == 1 and "\n" not in warned[0]
     assert "256 rows a step" in warned[0] and "5x the gradient noise scale (50 rows)" in warned[0]
 

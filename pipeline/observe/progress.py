@@ -100,20 +100,8 @@ def noise_warning(row: dict[str, Any], batch_size: int) -> str | None:
     )
 
 
-def noise_warnings(batch_size: int, warn: Callable[[str], None]) -> Callbacks:
-    """Callbacks whose on_round passes noise_warning's line to `warn`, the first time only."""
-    warned: list[str] = []
-
-    def on_round(row: dict[str, Any]) -> None:
-        line = None if warned else noise_warning(row, batch_size)
-        if line is not None:
-            warned.append(line)
-            warn(line)
-
-    return Callbacks(on_round=on_round)
-
-
-def _number(value: float | None, digits: int = 4) -> str:
+def number(value: float | None, digits: int = 4) -> str:
+    """A figure as the progress lines show it: four decimals, "-" for none."""
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -131,12 +119,12 @@ class ProgressLines:
         self.console = console or Console(stderr=True, highlight=False)
         self.rounds = 0
         self.held = ""  # how the workers hold the shards (--shard-memory as resolved)
-        self.noise = Callbacks()  # the noise-scale warning, once begin knows the batch size
+        self.batch_size = 0  # --batch-size, for noise_warning (begin sets it)
+        self.warned = False  # noise_warning's line is printed once
 
     def begin(self, config: RunConfig, *, resume: bool) -> None:
         """Before the cluster starts: it takes seconds, and silence reads as a hang."""
-        self.rounds = config.rounds
-        self.noise = noise_warnings(config.batch_size, self._print)
+        self.rounds, self.batch_size = config.rounds, config.batch_size
         verb = "resuming" if resume else "training"
         self._print(
             f"dask-dane: {verb} {config.algorithm} for {config.rounds} rounds into {config.out}"
@@ -156,17 +144,24 @@ class ProgressLines:
         width = len(str(self.rounds or row["round"]))
         parts = [
             f"round {row['round']:>{width}}/{self.rounds or '?'}",
-            f"train loss {_number(row.get('train_loss'))}",
+            f"train loss {number(row.get('train_loss'))}",
         ]
         if row.get("val_accuracy") is not None:  # where a validation split selects
-            parts.append(f"val acc {_number(row['val_accuracy'])}")
+            parts.append(f"val acc {number(row['val_accuracy'])}")
         if row.get("test_accuracy") is not None or row.get("test_loss") is None:
-            parts.append(f"test acc {_number(row.get('test_accuracy'))}")
+            parts.append(f"test acc {number(row.get('test_accuracy'))}")
         else:  # a regression task: no accuracy, the test loss says how it goes
-            parts.append(f"test loss {_number(row['test_loss'])}")
+            parts.append(f"test loss {number(row['test_loss'])}")
         parts.append(f"{row.get('wall_s', 0.0):.1f} s")
         self._print("  ".join(parts))
-        self.noise.on_round(row)
+        self.warn(row)
+
+    def warn(self, row: dict[str, Any]) -> None:
+        """noise_warning's line after the round's own, the first time the run has one."""
+        line = None if self.warned else noise_warning(row, self.batch_size)
+        if line is not None:
+            self.warned = True
+            self._print(line)
 
     def end(self, summary: dict[str, Any], run_dir: object) -> None:
         accuracy = summary.get("final_test_accuracy")
