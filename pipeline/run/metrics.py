@@ -26,23 +26,6 @@ if TYPE_CHECKING:  # types only
     from ..setup.run_setup import RunSetup
 
 
-# The fields every metrics.jsonl line has, in this order (docs/architecture.md section 3).
-FIELDS = (
-    "round",
-    "algorithm",
-    "train_loss",
-    "val_loss",
-    "val_accuracy",
-    "test_loss",
-    "test_accuracy",
-    "grad_norm",
-    "wall_s",
-    "max_worker_compute_s",
-    "comm_bytes",
-    "cum_comm_bytes",
-    "comm_rounds",
-    "noise_scale",
-)
 # How fast the smoothed noise scale forgets (smoothed_noise): a run is tens of rounds and its
 # noise scale changes as it trains, so the last five rounds or so weigh.
 NOISE_EMA_DECAY = 0.8
@@ -67,6 +50,8 @@ def round_row(
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
     scores = evaluation or {}
+    # Every line has the keys written here, in this order (None where the round has no such
+    # value); docs/architecture.md section 3 lists the ones a reader may rely on.
     row: dict[str, Any] = {
         "round": round_index,
         "algorithm": strategy.name,
