@@ -30,7 +30,9 @@ def advise(
 ) -> None:
     """Measure the gradient noise scale in one process and predict, for 1 to 16 workers of
     --batch-size rows each, the steps to a target and the largest worker count worth paying."""
-    from ..pipeline.advise import advice_lines, advise, write_advice
+    from json import dumps
+
+    from ..pipeline.advise import advice_lines, advise
     from ..pipeline.setup.config import RunConfig
 
     given = dict(model=model, batch_size=batch_size, local_lr=local_lr, seed=seed)
@@ -39,5 +41,5 @@ def advise(
     for line in advice_lines(advice):
         typer.echo(line)
     if json is not None:
-        write_advice(advice, json)
+        json.write_text(dumps(advice, indent=2) + "\n")
         typer.echo(f"wrote {json}")

@@ -11,10 +11,8 @@ stands for B_noise (the paper's approximation, exact for a well-conditioned Hess
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -98,7 +96,6 @@ class NoiseMeasure:
     draws: int
     parts: int  # minibatches of `batch` rows per draw, disjoint, over all shards
     batch: int
-    sgd_steps: int  # plain SGD steps taken from the initial weights before measuring
 
 
 def measure_noise(
@@ -125,7 +122,6 @@ def measure_noise(
         draws=draws,
         parts=per_shard * len(objectives),
         batch=batch,
-        sgd_steps=0,
     )
 
 
@@ -205,8 +201,8 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
     Returns
     -------
     dict
-        `measure` (NoiseMeasure's fields), `rows` (WorkerRow's, one per worker count) and
-        `workers_worth` (None where B_simple could not be measured).
+        `measure` (NoiseMeasure's fields and sgd_steps), `rows` (WorkerRow's, one per worker
+        count) and `workers_worth` (None where B_simple could not be measured).
     """
     if draws < 1 or steps < 0:
         raise ValueError(
@@ -224,16 +220,14 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
     weights = sgd_steps(
         objectives, weights, steps=steps, batch=batch, lr=config.local_lr, seed=config.seed
     )
-    measure = replace(
-        measure_noise(objectives, weights, batch=batch, draws=draws, seed=config.seed + 1),
-        sgd_steps=steps,
-    )
+    measure = measure_noise(objectives, weights, batch=batch, draws=draws, seed=config.seed + 1)
     scale = measure.noise_scale
     rows = scaling_rows(scale, batch) if scale is not None else []
     return {
         "store": config.store,
         "model": config.model,
-        "measure": asdict(measure),
+        # sgd_steps: the plain SGD steps taken from the initial weights before measuring.
+        "measure": {**asdict(measure), "sgd_steps": steps},
         "rule": f"double the workers while it cuts the steps by >= {MIN_DOUBLING_GAIN:g}x",
         "rows": [asdict(row) for row in rows],
         "workers_worth": workers_worth(rows) if rows else None,
@@ -268,8 +262,3 @@ def advice_lines(advice: dict[str, Any]) -> list[str]:
         lines.append("".join(f"{c:>{width}}" for c, width in zip(cells, widths, strict=True)))
     lines += ["", f"workers worth paying for: {advice['workers_worth']} ({advice['rule']})"]
     return lines
-
-
-def write_advice(advice: dict[str, Any], path: Path) -> None:
-    """The advice as JSON at `path`."""
-    path.write_text(json.dumps(advice, indent=2) + "\n")
