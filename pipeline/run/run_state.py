@@ -125,7 +125,7 @@ class RunState:
     def as_data(self) -> dict[str, Any]:
         """The checkpointed fields, the strategy's states as plain dicts: what a checkpoint
         holds."""
-        data = {f.name: getattr(self, f.name) for f in _checkpointed()}
+        data = {name: getattr(self, name) for name in CHECKPOINTED}
         data["state"] = state_to_data(self.state)
         if self.shard_states is not None:
             data["shard_states"] = [state_to_data(s) for s in self.shard_states]
@@ -135,7 +135,7 @@ class RunState:
     def from_data(cls, data: dict[str, Any], strategy: Strategy) -> RunState:
         """A RunState from a checkpoint (as_data's fields; extra keys are ignored, missing
         ones, from older checkpoints, take their defaults)."""
-        values = {f.name: data[f.name] for f in _checkpointed() if f.name in data}
+        values = {name: data[name] for name in CHECKPOINTED if name in data}
         values["state"] = state_from_data(strategy.state_type, data["state"])
         if values.get("shard_states") is not None:
             shard_type = strategy.shard_state_type
@@ -153,9 +153,8 @@ def selection_score(evaluation: dict[str, float]) -> float | None:
     return None if loss is None else -loss
 
 
-def _checkpointed() -> list[dataclasses.Field]:
-    """RunState's fields that a checkpoint holds (all but the in-memory rows)."""
-    return [f for f in dataclasses.fields(RunState) if f.metadata.get("checkpoint", True)]
+# RunState's fields that a checkpoint holds (all but the in-memory rows and rounds).
+CHECKPOINTED = [f.name for f in dataclasses.fields(RunState) if f.metadata.get("checkpoint", True)]
 
 
 def round_start(
