@@ -109,7 +109,8 @@ class ProgressLines:
     """`dask_dane.train`'s display: one line as it starts, one per round, one at the end.
 
     Lines rather than a live bar: rich prints them alike in a terminal, a log file and
-    Jupyter (where its live bar needs ipywidgets), and each round stays on screen.
+    Jupyter (where its live bar needs ipywidgets), and each round stays on screen. `dane
+    train`'s bar (cli/console.py) is one with the rounds' lines drawn as a bar instead.
     """
 
     def __init__(self, console: Console | None = None) -> None:
