@@ -50,8 +50,7 @@ def round_row(
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
     scores = evaluation or {}
-    # Every line has the keys written here, in this order (None where the round has no such
-    # value); docs/architecture.md section 3 lists the ones a reader may rely on.
+    # Every line has these keys, in this order, None where unknown (docs/architecture.md 3).
     row: dict[str, Any] = {
         "round": round_index,
         "algorithm": strategy.name,
@@ -90,9 +89,8 @@ def round_row(
     row.update({k: v for k, v in metrics.items() if k not in row and not k.startswith("_")})
     if result.diagnostics:  # each shard's own figures (algorithms/parts/local_problem.py)
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
-    row["is_best"] = totals.is_best  # the round selected so far (RunState.is_best)
-    row.update(driver or {})
-    return row
+    # is_best: the round selected so far (RunState.is_best); then what the driver adds.
+    return row | {"is_best": totals.is_best} | (driver or {})
 
 
 def scheduled(strategy: Strategy, round_index: int) -> dict[str, Any]:
