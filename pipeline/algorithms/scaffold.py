@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy, Tensors
 from .parts.local_solver import LocalProblem, LocalSolver, needs_steps
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.solvers import SOLVER_PART
@@ -37,7 +37,7 @@ class ScaffoldShardState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scaffold(StrategyDefaults):
+class Scaffold(Strategy):
     solver: LocalSolver = field(metadata=SOLVER_PART)
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sdane(StrategyDefaults):
+class Sdane(Strategy):
     mu: float = MU.field()  # lam; above 0 (checked below: --mu 0 is DANE's default)
     solver: Solver = field(metadata=SOLVER_PART)
     grad_sample: int = GRAD_SAMPLE.field()  # as DANE's
