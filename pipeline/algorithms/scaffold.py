@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy, Tensors
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Tensors
+from .fedavg import SolveAndAverage
 from .parts.local_solver import LocalProblem, LocalSolver, needs_steps
 from .parts.server import SERVER_PART, ServerStep
 from .parts.solvers import SOLVER_PART
@@ -37,21 +38,19 @@ class ScaffoldShardState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scaffold(Strategy):
+class Scaffold(SolveAndAverage):
+    """Solve-and-average whose K local steps are corrected by the control variates."""
+
     solver: LocalSolver = field(metadata=SOLVER_PART)
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
 
     name: ClassVar[str] = "scaffold"
-    phases: ClassVar[tuple[str, ...]] = ("local_train",)
     state_type: ClassVar[type | None] = ScaffoldState
     shard_state_type: ClassVar[type | None] = ScaffoldShardState
 
     def __post_init__(self) -> None:
         super().__post_init__()
         needs_steps(self.solver, self.name, "its control update is defined by them")
-
-    def label(self) -> str:
-        return f"{self.name} {self.solver.label()}{self.server.label()}"
 
     def init_state(self, weights: torch.Tensor) -> ScaffoldState:
         import torch
