@@ -221,7 +221,7 @@ class LocalSolver:
 
         objective, linear, anchor = problem.objective, problem.linear, problem.anchor
         v = start.detach().clone().requires_grad_(True)
-        lr = self.lr(round_index)
+        lr, clip = self.lr(round_index), self.clip_norm
         if self.local_optimizer == "adam":
             opt = torch.optim.Adam([v], lr=lr)
         else:
@@ -242,24 +242,17 @@ class LocalSolver:
                     v.grad.add_(v - anchor, alpha=problem.mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
-                clip_gradient(v.grad, self.clip_norm)
+                # Scale the gradient down to norm C where it is longer; C = 0: leave it.
+                if clip:
+                    norm = float(torch.linalg.vector_norm(v.grad))
+                    if norm > clip:
+                        v.grad.mul_(clip / norm)
             opt.step()
             with torch.no_grad():
                 problem.project(v)  # projected SGD: every iterate stays in the region
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
         return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)
-
-
-def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
-    """Scale `grad` (in place) down to norm `max_norm` where it is longer; 0: leave it."""
-    import torch
-
-    if not max_norm:
-        return
-    norm = float(torch.linalg.vector_norm(grad))
-    if norm > max_norm:
-        grad.mul_(max_norm / norm)
 
 
 def needs_steps(solver: object, algorithm: str, why: str) -> None:
