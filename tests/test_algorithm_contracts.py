@@ -170,8 +170,8 @@ def test_the_protocols_optional_parts_default_to_none():
     for cls, names in optional.items():
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         assert all(defaults[name] is None for name in names), cls.__qualname__
-    assert base.StrategyDefaults.state_type is None
-    assert base.StrategyDefaults.shard_state_type is None
+    assert base.Strategy.state_type is None
+    assert base.Strategy.shard_state_type is None
 
 
 def _exclusive_fields() -> dict[str, list[tuple[type, dataclasses.Field]]]:

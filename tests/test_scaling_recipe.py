@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dask_dane.datasets.store import open_store
-from dask_dane.pipeline.algorithms import make_strategy
+from dask_dane.pipeline.algorithms import LocalOutput, RoundEnd, make_strategy
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.local_steps_schedule import (
     local_steps_at,
@@ -108,7 +108,10 @@ def test_a_delayed_momentum_is_the_plain_mean_then_the_heavy_ball():
     velocity = torch.zeros(3)
     for t, step in enumerate(steps, start=1):
         proposal = weights + step
-        new, state, _ = server.step(state, weights, proposal, {}, t)
+        end = RoundEnd(round_index=t, weights=weights, mean=LocalOutput(tensors={}),
+                       broadcasts=(), metrics={}, state=state)  # fmt: skip
+        update = server.update(end, proposal)
+        new, state = update.weights, update.state
         beta = 0.5 if t > 2 else 0.0
         velocity = beta * velocity + step  # the heavy ball, beta 0 in the delay's rounds
         if t <= 2:

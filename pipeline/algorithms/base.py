@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .parts import checks
 
@@ -122,76 +122,54 @@ class RoundUpdate:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class Strategy(Protocol):
-    """One distributed optimisation algorithm (DANE, SGD, FedAvg, ...)."""
+class Strategy:
+    """One distributed optimisation algorithm (DANE, SGD, FedAvg, ...).
 
-    name: ClassVar[str]
-    phases: ClassVar[tuple[str, ...]]  # task-name prefixes, e.g. ("local_grad", "local_solve")
-    state_type: type | None  # the driver state's dataclass; None: no state
-    shard_state_type: type | None  # each shard's state's dataclass; None: none
-
-    def init_state(self, weights: torch.Tensor) -> Any:
-        """Driver state before round 1 (e.g. a momentum buffer); None if none."""
-        ...
-
-    def init_shard_state(self, weights: torch.Tensor) -> Any:
-        """Every shard's own state before round 1 (e.g. ADMM's dual); None if none."""
-        ...
-
-    def round_data(self, state: Any) -> Any:
-        """The scalars of `state` that this round's shards and broadcast need; None if none."""
-        ...
-
-    def opening(self, state: Any) -> Tensors:
-        """Tensors of `state` every shard receives in phase 0 besides the weights (SCAFFOLD's
-        control variate); they travel like the weights and count as communication."""
-        ...
-
-    def local(self, ctx: LocalContext) -> LocalOutput:
-        """One shard's work in phase ctx.phase."""
-        ...
-
-    def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
-        """What every shard receives in phase+1, from the average of `phase`."""
-        ...
-
-    def update(self, end: RoundEnd) -> RoundUpdate:
-        """The new weights and state from the average of the last phase."""
-        ...
-
-    def label(self) -> str:
-        """The algorithm and the settings that distinguish it, for plots."""
-        ...
-
-
-class StrategyDefaults:
-    """The Strategy methods most algorithms leave trivial: no state, a single phase.
-
-    Algorithms inherit these and write only what they do differently.
+    Algorithms inherit this class and write `local`, `update` and `label`, and only what
+    else they do differently: here are the trivial defaults, no state and a single phase.
     """
 
     name: ClassVar[str]
-    state_type: ClassVar[type | None] = None
-    shard_state_type: ClassVar[type | None] = None
+    phases: ClassVar[tuple[str, ...]]  # task-name prefixes, e.g. ("local_grad", "local_solve")
+    state_type: ClassVar[type | None] = None  # the driver state's dataclass; None: no state
+    shard_state_type: ClassVar[type | None] = None  # each shard's state's dataclass; None: none
     full_batch: ClassVar[bool] = False  # takes no minibatch steps (gd, agd)
 
     def __post_init__(self) -> None:
         checks.validate(self)  # each field's rule (checks.checked)
 
     def init_state(self, weights: torch.Tensor) -> Any:
+        """Driver state before round 1 (e.g. a momentum buffer); None if none."""
         return None
 
     def init_shard_state(self, weights: torch.Tensor) -> Any:
+        """Every shard's own state before round 1 (e.g. ADMM's dual); None if none."""
         return None
 
     def round_data(self, state: Any) -> Any:
+        """The scalars of `state` that this round's shards and broadcast need; None if none."""
         return None
 
     def opening(self, state: Any) -> Tensors:
+        """Tensors of `state` every shard receives in phase 0 besides the weights (SCAFFOLD's
+        control variate); they travel like the weights and count as communication."""
         return {}
 
+    def local(self, ctx: LocalContext) -> LocalOutput:
+        """One shard's work in phase ctx.phase."""
+        raise NotImplementedError
+
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:
+        """What every shard receives in phase+1, from the average of `phase`."""
         raise AssertionError(f"{self.name} has a single phase: nothing to broadcast")
+
+    def update(self, end: RoundEnd) -> RoundUpdate:
+        """The new weights and state from the average of the last phase."""
+        raise NotImplementedError
+
+    def label(self) -> str:
+        """The algorithm and the settings that distinguish it, for plots."""
+        raise NotImplementedError
 
 
 def state_to_data(state: Any) -> dict[str, Any] | None:

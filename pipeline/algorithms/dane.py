@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.checks import non_negative, positive
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dane(StrategyDefaults):
+class Dane(Strategy):
     eta: float = declare(1.0, positive, help="DANE: step on the global gradient.")
     mu: float = MU.field()
     gradient: GradientEstimate = field(default_factory=GradientEstimate, metadata=GRADIENT_PART)

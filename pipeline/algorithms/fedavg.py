@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import MU, LocalProblem, needs_steps
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import setting
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SolveAndAverage(StrategyDefaults):
+class SolveAndAverage(Strategy):
     """Each shard solves its local problem from w; the server step takes their mean.
 
     `server` is the plain average here; a subclass that offers the server step's settings

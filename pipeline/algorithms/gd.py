@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import LOCAL_LR
 from .parts.noise_scale import gradient_figures, shard_gradient
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gd(StrategyDefaults):
+class Gd(Strategy):
     local_lr: float = LOCAL_LR.field()  # the step size (1/L)
 
     name: ClassVar[str] = "gd"

@@ -13,12 +13,13 @@ state, c_i each shard's own state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults, Tensors
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Tensors
+from .fedavg import SolveAndAverage
 from .parts.local_solver import LocalProblem, LocalSolver, needs_steps
-from .parts.server import SERVER_PART, MomentumState, ServerStep
+from .parts.server import SERVER_PART, ServerStep
 from .parts.solvers import SOLVER_PART
 
 if TYPE_CHECKING:
@@ -37,21 +38,19 @@ class ScaffoldShardState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scaffold(StrategyDefaults):
+class Scaffold(SolveAndAverage):
+    """Solve-and-average whose K local steps are corrected by the control variates."""
+
     solver: LocalSolver = field(metadata=SOLVER_PART)
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
 
     name: ClassVar[str] = "scaffold"
-    phases: ClassVar[tuple[str, ...]] = ("local_train",)
     state_type: ClassVar[type | None] = ScaffoldState
     shard_state_type: ClassVar[type | None] = ScaffoldShardState
 
     def __post_init__(self) -> None:
         super().__post_init__()
         needs_steps(self.solver, self.name, "its control update is defined by them")
-
-    def label(self) -> str:
-        return f"{self.name} {self.solver.label()}{self.server.label()}"
 
     def init_state(self, weights: torch.Tensor) -> ScaffoldState:
         import torch
@@ -89,14 +88,8 @@ class Scaffold(StrategyDefaults):
         control = end.state.control + end.mean.tensors["control_delta"]
         # The averaged update expressed as a gradient, comparable with the others' grad_norm.
         grad_norm = self.solver.pseudo_grad_norm(end.weights, y, end.round_index)
-        velocity = end.state.velocity
-        momentum = MomentumState(velocity=velocity) if velocity is not None else None
-        weights, moved, metrics = self.server.step(
-            momentum, end.weights, y, end.mean.metrics, end.round_index
-        )
-        velocity = moved.velocity if moved is not None else None
-        return RoundUpdate(
-            weights=weights,
-            state=ScaffoldState(control=control, velocity=velocity),
-            metrics={"grad_norm": grad_norm, **metrics},
-        )
+        # The server step's momentum state is this state's velocity, where it has one.
+        momentum = end.state if end.state.velocity is not None else None
+        stepped = self.server.update(replace(end, state=momentum), y, {"grad_norm": grad_norm})
+        velocity = stepped.state.velocity if stepped.state is not None else None
+        return replace(stepped, state=ScaffoldState(control=control, velocity=velocity))

@@ -20,10 +20,10 @@ and reaches the shards as the round's data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sdane(StrategyDefaults):
+class Sdane(Strategy):
     mu: float = MU.field()  # lam; above 0 (checked below: --mu 0 is DANE's default)
     solver: Solver = field(metadata=SOLVER_PART)
     grad_sample: int = GRAD_SAMPLE.field()  # as DANE's
@@ -127,13 +127,8 @@ class SdaneAdaptive(Sdane):
             if ctx.phase == 0:
                 return output
             # Send x_i now, keep grad f_i(x_i) for the test: it is sent in the last phase.
-            tensors, kept = output.tensors, {"grad": output.tensors["grad"]}
-            return LocalOutput(
-                tensors={"weights": tensors["weights"]},
-                metrics=output.metrics,
-                rows=output.rows,
-                kept=kept,
-            )
+            x_i, grad = output.tensors["weights"], output.tensors["grad"]
+            return replace(output, tensors={"weights": x_i}, kept={"grad": grad})
         assert ctx.previous is not None, "local_check needs the shard's own solution"
         x_i, grad_x_i = ctx.previous.tensors["weights"], ctx.previous.kept["grad"]
         x, v = ctx.received["center"], ctx.weights

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, StrategyDefaults
+from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
 from .parts.noise_scale import gradient_figures, shard_metrics
 from .parts.schedule import lr_factor
@@ -24,7 +24,7 @@ class SgdState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sgd(StrategyDefaults):
+class Sgd(Strategy):
     local_lr: float = LOCAL_LR.field()  # the step size (named like the shared flag)
     batch_size: int = BATCH_SIZE.field()
     momentum: float = MOMENTUM.field()

@@ -60,8 +60,7 @@ class ExactSolver:
         """The minimiser of `problem` from `start` (as LocalSolver.solve; the tolerance is the
         stopping rule here, `round_index` and `stop` do not apply)."""
         exact = _Exact(problem)
-        method = _newton_cg if self.local_solver == "cg" else _lbfgs
-        v, first_loss, iterations = method(exact, start.detach().clone(), self)
+        v, first_loss, iterations = _descend(exact, start.detach().clone(), self)
         rows = exact.passes * problem.objective.num_samples
         return Solution(weights=v, first_loss=first_loss, steps=iterations, rows=rows)
 
@@ -126,20 +125,43 @@ def _conjugate_gradient(apply, b: torch.Tensor, *, tol: float, max_iterations: i
     return x
 
 
-def _newton_cg(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
+def _descend(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
+    """Newton-CG ("cg") or L-BFGS (two-loop recursion, 20 pairs), both from `v` until
+    ||grad h|| reaches the target, each step accepted by `_backtrack`.
+
+    torch.optim.LBFGS's line search compares function values, which stop changing in floating
+    point near the optimum (|h - h*| ~ ||v - v*||^2), so it stalls at a relative accuracy of
+    about 1e-8; accepting a step that lowers ||grad h|| lets it reach 1e-10 and below.
+    """
+    import torch
+
     h, r, first_loss = problem.value_and_grad(v)
     target = problem.target(solver.local_tol, v, r)
+    newton = solver.local_solver == "cg"
+    pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []
     steps = 0
-    for steps in range(solver.max_newton_steps):  # noqa: B007  (the count is returned)
+    most = solver.max_newton_steps if newton else solver.max_iterations
+    for steps in range(most):  # noqa: B007  (the count is returned)
         if float(r.norm()) <= target:
             break
-        # In exact arithmetic CG ends within d iterations; 3d allows for rounding.
-        iterations = min(solver.max_iterations, 3 * v.numel())
-        p = _conjugate_gradient(problem.hessian(v), -r, tol=target, max_iterations=iterations)
+        if newton:
+            # In exact arithmetic CG ends within d iterations; 3d allows for rounding.
+            iterations = min(solver.max_iterations, 3 * v.numel())
+            p = _conjugate_gradient(problem.hessian(v), -r, tol=target, max_iterations=iterations)
+        else:
+            p = -_two_loop(r, pairs)
+            if not pairs:  # no curvature seen yet: a first step of length at most 1
+                p = p / max(1.0, float(r.norm()))
         accepted = _backtrack(problem, v, h, r, p)
         if accepted is None:
             break  # no step lowers h or ||grad h||: rounding noise, v is as good as it gets
-        v, h, r = accepted
+        candidate, h_new, r_new = accepted
+        if not newton:
+            s_k, y_k = candidate - v, r_new - r
+            curvature = float(torch.dot(s_k, y_k))
+            if curvature > 1e-16 * float(s_k.norm()) * float(y_k.norm()):
+                pairs = [*pairs[-19:], (s_k, y_k, 1.0 / curvature)]
+        v, h, r = candidate, h_new, r_new
     return v, first_loss, steps
 
 
@@ -159,37 +181,6 @@ def _backtrack(problem: _Exact, v: torch.Tensor, h: float, r: torch.Tensor, p: t
             return candidate, h_new, r_new
         step *= 0.5
     return None
-
-
-def _lbfgs(problem: _Exact, v: torch.Tensor, solver: ExactSolver):  # type: ignore[no-untyped-def]
-    """L-BFGS (two-loop recursion, 20 pairs) with the same step acceptance as Newton-CG.
-
-    torch.optim.LBFGS's line search compares function values, which stop changing in floating
-    point near the optimum (|h - h*| ~ ||v - v*||^2), so it stalls at a relative accuracy of
-    about 1e-8; accepting a step that lowers ||grad h|| lets it reach 1e-10 and below.
-    """
-    import torch
-
-    h, r, first_loss = problem.value_and_grad(v)
-    target = problem.target(solver.local_tol, v, r)
-    pairs: list[tuple[torch.Tensor, torch.Tensor, float]] = []
-    steps = 0
-    for steps in range(solver.max_iterations):  # noqa: B007  (the count is returned)
-        if float(r.norm()) <= target:
-            break
-        p = -_two_loop(r, pairs)
-        if not pairs:  # no curvature seen yet: a first step of length at most 1
-            p = p / max(1.0, float(r.norm()))
-        accepted = _backtrack(problem, v, h, r, p)
-        if accepted is None:
-            break  # no step lowers h or ||grad h||: rounding noise, v is as good as it gets
-        candidate, h_new, r_new = accepted
-        s_k, y_k = candidate - v, r_new - r
-        curvature = float(torch.dot(s_k, y_k))
-        if curvature > 1e-16 * float(s_k.norm()) * float(y_k.norm()):
-            pairs = [*pairs[-19:], (s_k, y_k, 1.0 / curvature)]
-        v, h, r = candidate, h_new, r_new
-    return v, first_loss, steps
 
 
 def _two_loop(g: torch.Tensor, pairs: list[tuple[torch.Tensor, torch.Tensor, float]]):  # type: ignore[no-untyped-def]

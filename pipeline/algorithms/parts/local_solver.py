@@ -138,7 +138,25 @@ class LocalSolver:
 
     def __post_init__(self) -> None:
         validate(self)
-        check_local_steps_schedule(self)
+        # Each schedule's own setting only with it; a cap below K would cut K itself.
+        schedule = self.local_steps_schedule
+        own = {"local_steps_max": "qsr", "sync_rounds": "post-local", "sync_epochs": "post-local"}
+        for name, applies in own.items():
+            if getattr(self, name) and schedule != applies:
+                raise SettingError(
+                    f"{setting(name)} applies to {setting('local_steps_schedule', applies)}; "
+                    f"drop it or set that schedule"
+                )
+        if self.local_steps_max and self.local_steps_max < self.local_steps:
+            raise SettingError(
+                f"{setting('local_steps_max')} is below {setting('local_steps')}: QSR only "
+                f"lengthens the local solve; raise it or lower {setting('local_steps')}"
+            )
+        if schedule == "post-local" and not (self.sync_rounds or self.sync_epochs):
+            raise SettingError(
+                f"{setting('local_steps_schedule', 'post-local')} needs {setting('sync_rounds')} "
+                f"or {setting('sync_epochs')} above 0 (synchronous SGD before the local steps)"
+            )
 
     @property
     def clip_norm(self) -> float:
@@ -150,7 +168,11 @@ class LocalSolver:
         clip = f" clip={self.clip_norm:g}" if self.clip_norm else ""
         warmup = f" warmup={self.lr_warmup}" if self.lr_warmup else ""
         scaling = f" ({self.lr_scaling} rule)" if self.lr_scaling != "none" else ""
-        steps = f"K={self.local_steps}" + self._schedule_label()
+        steps = f"K={self.local_steps}"
+        if self.local_steps_schedule == "qsr":
+            steps += "(qsr)"
+        elif self.local_steps_schedule == "post-local":
+            steps += f"(after {self.sync_rounds} of 1)"
         lr = f"lr={self.base_lr:g}{scaling}"
         return f"{steps} {lr}{schedule}{warmup}{clip} B={self.batch_size}"
 
@@ -162,13 +184,6 @@ class LocalSolver:
             return self.local_lr
         reference = self.lr_reference_batch or self.batch_size
         return self.local_lr * (self.shards * self.batch_size / reference) ** power
-
-    def _schedule_label(self) -> str:
-        if self.local_steps_schedule == "qsr":
-            return "(qsr)"
-        if self.local_steps_schedule == "post-local":
-            return f"(after {self.sync_rounds} of 1)"
-        return ""
 
     def steps(self, round_index: int) -> int:
         """K_t: the local steps of round `round_index` (--local-steps-schedule)."""
@@ -206,7 +221,7 @@ class LocalSolver:
 
         objective, linear, anchor = problem.objective, problem.linear, problem.anchor
         v = start.detach().clone().requires_grad_(True)
-        lr = self.lr(round_index)
+        lr, clip = self.lr(round_index), self.clip_norm
         if self.local_optimizer == "adam":
             opt = torch.optim.Adam([v], lr=lr)
         else:
@@ -227,46 +242,17 @@ class LocalSolver:
                     v.grad.add_(v - anchor, alpha=problem.mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
-                clip_gradient(v.grad, self.clip_norm)
+                # Scale the gradient down to norm C where it is longer; C = 0: leave it.
+                if clip:
+                    norm = float(torch.linalg.vector_norm(v.grad))
+                    if norm > clip:
+                        v.grad.mul_(clip / norm)
             opt.step()
             with torch.no_grad():
                 problem.project(v)  # projected SGD: every iterate stays in the region
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
         return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)
-
-
-def clip_gradient(grad: torch.Tensor, max_norm: float) -> None:
-    """Scale `grad` (in place) down to norm `max_norm` where it is longer; 0: leave it."""
-    import torch
-
-    if not max_norm:
-        return
-    norm = float(torch.linalg.vector_norm(grad))
-    if norm > max_norm:
-        grad.mul_(max_norm / norm)
-
-
-def check_local_steps_schedule(solver: LocalSolver) -> None:
-    """Each schedule's own setting only with it; a cap below K would cut K itself."""
-    schedule = solver.local_steps_schedule
-    own = {"local_steps_max": "qsr", "sync_rounds": "post-local", "sync_epochs": "post-local"}
-    for name, applies in own.items():
-        if getattr(solver, name) and schedule != applies:
-            raise SettingError(
-                f"{setting(name)} applies to {setting('local_steps_schedule', applies)}; "
-                f"drop it or set that schedule"
-            )
-    if solver.local_steps_max and solver.local_steps_max < solver.local_steps:
-        raise SettingError(
-            f"{setting('local_steps_max')} is below {setting('local_steps')}: QSR only "
-            f"lengthens the local solve; raise it or lower {setting('local_steps')}"
-        )
-    if schedule == "post-local" and not (solver.sync_rounds or solver.sync_epochs):
-        raise SettingError(
-            f"{setting('local_steps_schedule', 'post-local')} needs {setting('sync_rounds')} "
-            f"or {setting('sync_epochs')} above 0 (synchronous SGD before the local steps)"
-        )
 
 
 def needs_steps(solver: object, algorithm: str, why: str) -> None:

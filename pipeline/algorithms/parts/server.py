@@ -19,7 +19,7 @@ driver state, checkpointed with the run; the step acts on the weights, never on 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..base import RoundEnd, RoundUpdate
 from .checks import momentum_range, non_negative, one_of, optional, positive, validate
@@ -173,31 +173,20 @@ class ServerStep:
         averaged = float(torch.sum((proposal - weights) ** 2))
         return max(1.0, metrics[UPDATE_SQUARED] / (2.0 * (averaged + FEDEXP_EPSILON)))
 
-    def step(
-        self,
-        state: Any,
-        weights: torch.Tensor,
-        proposal: torch.Tensor,
-        metrics: dict[str, float],
-        round_index: int = 1,
-    ) -> tuple[torch.Tensor, MomentumState | None, dict[str, float]]:
-        """The new weights, momentum state and round metrics (the step size s, where not 1)
-        from round `round_index`'s proposal (beta is 0 in the delay's rounds)."""
-        beta = self.server_momentum if round_index > self.server_momentum_delay else 0.0
-        s = self.scale(metrics, weights, proposal)
-        # w + s (w_avg - w); the proposal itself, bit for bit, at s = 1.
-        scaled = proposal if s == 1.0 else weights + s * (proposal - weights)
-        new_weights, new_state = momentum_step(beta, state, weights, scaled, self.server_nesterov)
-        return new_weights, new_state, ({} if self.scales_nothing else {"server_lr": s})
-
     def update(
         self, end: RoundEnd, proposal: torch.Tensor, metrics: dict[str, float] | None = None
     ) -> RoundUpdate:
-        """The round's end from its proposal: `step` on the driver state, with `metrics` first."""
-        weights, state, reported = self.step(
-            end.state, end.weights, proposal, end.mean.metrics, end.round_index
-        )
-        return RoundUpdate(weights=weights, state=state, metrics={**(metrics or {}), **reported})
+        """The round's end from its proposal: the new weights, the momentum state (from the
+        driver state's `velocity`, None without momentum) and the round metrics, `metrics`
+        first, then the step size s where not 1 (beta is 0 in the delay's rounds)."""
+        weights = end.weights
+        beta = self.server_momentum if end.round_index > self.server_momentum_delay else 0.0
+        s = self.scale(end.mean.metrics, weights, proposal)
+        # w + s (w_avg - w); the proposal itself, bit for bit, at s = 1.
+        scaled = proposal if s == 1.0 else weights + s * (proposal - weights)
+        new_weights, state = momentum_step(beta, end.state, weights, scaled, self.server_nesterov)
+        metrics = {**(metrics or {}), **({} if self.scales_nothing else {"server_lr": s})}
+        return RoundUpdate(weights=new_weights, state=state, metrics=metrics)
 
 
 # The metadata of the field an algorithm takes its server step in, built from the run's
