@@ -197,19 +197,6 @@ def _parse_resumes(entries: Any, origin: str) -> tuple[Resume, ...]:
     return tuple(resumes)
 
 
-def resolve_config(
-    *, file: str | Path | None, flags: dict[str, Any], base: dict[str, Any] | None = None
-) -> RunConfig:
-    """Defaults < `base` (a resumed run's saved settings) < the TOML file < flags given.
-
-    A flag whose value is None was not given on the command line.
-    """
-    settings = dict(base or {})
-    settings.update(read_toml(file) if file else {})
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    return RunConfig(**settings).validate()
-
-
 def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] = ()) -> str:
     """config.toml text, one table per section, then a [[resumed]] table per resume; None
     values (unset settings) are left out. `config`: a RunConfig, or flat settings as read."""

@@ -20,8 +20,7 @@ from ..algorithms.parts.setting_error import SettingError, setting
 
 # `--cluster` values: a cluster on this machine, or one of dask-jobqueue's, by its config name.
 LOCAL = "local"
-JOB_QUEUES = ("slurm", "pbs", "lsf", "sge")
-CLUSTERS = (LOCAL, *JOB_QUEUES)
+CLUSTERS = (LOCAL, "slurm", "pbs", "lsf", "sge")
 # What a job-queue cluster needs and a local one would ignore (checked both ways).
 JOB_FIELDS = ("jobs", "job_cores", "job_memory", "job_walltime", "job_directives")
 

@@ -21,8 +21,7 @@ Namer = Callable[[str, str | None], str]
 
 def setting(name: str, value: object = None, *, with_flag: bool = False) -> str:
     """A setting named in a SettingError's message (with the value to give it, if any)."""
-    text = name if value is None else f"{name}={value}"
-    return f"{_MARK}{_WITH_FLAG if with_flag else ''}{text}{_MARK}"
+    return f"{_MARK}{_WITH_FLAG if with_flag else ''}{field_name(name, value)}{_MARK}"
 
 
 # Flags spelled otherwise than their field: the local solver's settings share the --local-
@@ -51,7 +50,7 @@ def former_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def field_name(name: str, value: str | None) -> str:
+def field_name(name: str, value: object) -> str:
     """The Python wording: `mu`, `mu=0.01`."""
     return name if value is None else f"{name}={value}"
 
