@@ -33,6 +33,7 @@ from typing import Any
 
 from ... import presets
 from ..algorithms import Strategy, make_strategy
+from ..algorithms.parts.checks import validate
 from ..algorithms.parts.setting_error import SettingError, flag
 from .resumed import RESUMED, Change, Resume, RunRecord
 from .settings import GENERATED, SECTIONS
@@ -53,9 +54,9 @@ class RunConfig(*reversed(SECTIONS.values())):
         """
         try:
             _ = self.strategy  # built here, once: the algorithm checks its own hyperparameters
-            self.check_model()
+            validate(self)  # every field's declared rule (the algorithm's again: they pass)
+            self.check_model()  # then the checks across fields
             self.check_cluster()
-            self.check_run()
         except SettingError as err:
             raise err.as_flags() from None
         return self
