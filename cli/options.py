@@ -153,8 +153,8 @@ class PanelledCommand(typer.core.TyperCommand):
             if param.param_type_name == "argument":
                 arguments.append(record)
             else:  # --help has no panel: it closes the list
-                panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", [])
-                panels[getattr(param, "rich_help_panel", None) or "Options"].append(record)
+                panel = getattr(param, "rich_help_panel", None) or "Options"
+                panels.setdefault(panel, []).append(record)
         for title, records in [("Arguments", arguments), *panels.items()]:
             if records:
                 with formatter.section(title):

@@ -58,16 +58,11 @@ def field_name(name: str, value: object) -> str:
 class SettingError(ValueError):
     """A bad setting or combination of settings; the message says how to fix it."""
 
-    in_flags = False  # str() names the settings as flags: RunConfig's errors (`as_flags`)
+    # True: str() names the settings as flags (`--mu 0.01`), as RunConfig.validate's errors do.
+    in_flags = False
 
     def __str__(self) -> str:
         return self.worded(flag) if self.in_flags else self._render(field_name, flags_too=True)
-
-    def as_flags(self) -> SettingError:
-        """The same error, str() naming its settings as flags (`--mu 0.01`)."""
-        error = SettingError(*self.args)
-        error.in_flags = True
-        return error
 
     def worded(self, namer: Namer) -> str:
         """The message with each marked setting named by `namer`."""
