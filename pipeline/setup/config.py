@@ -204,11 +204,11 @@ def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] 
     lines = ["# dask-dane run configuration, as resolved when the run started"]
     for name, section in SECTIONS.items():
         lines.append(f"\n[{name}]")
-        for f in dataclasses.fields(section):
-            value = values.get(f.name)
-            if value is None:
-                continue
-            lines.append(f"{f.name} = {_toml_value(value)}")
+        lines += [
+            f"{f.name} = {_toml_value(values[f.name])}"
+            for f in dataclasses.fields(section)
+            if values.get(f.name) is not None
+        ]
     if resumed:
         lines.append("\n# Each resume: the round it continued after, and what it changed")
     for resume in resumed:
