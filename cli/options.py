@@ -121,20 +121,14 @@ def _keyword(name: str, annotation: Any) -> inspect.Parameter:
     )
 
 
-def run_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`command` (taking `**flags`) as Typer sees it: RunConfig's options before its own."""
-    own = inspect.signature(command, eval_str=True).parameters.values()
-    kept = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    command.__signature__ = inspect.Signature([*run_config_parameters(), *kept])  # type: ignore[attr-defined]
-    return command
-
-
 def train_command(train: Callable[..., Any]) -> click.Command:
-    """`dane train` as Typer builds it: `train` with one option per RunConfig field."""
+    """`dane train` as Typer builds it: `train` (taking `**flags`) with one option per
+    RunConfig field, before its own."""
+    own = inspect.signature(train, eval_str=True).parameters.values()
+    kept = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    train.__signature__ = inspect.Signature([*run_config_parameters(), *kept])  # type: ignore[attr-defined]
     return _mounted(
-        lambda parent: parent.command("train", cls=PanelledCommand, epilog=docs("train"))(
-            run_config_options(train)
-        )
+        lambda parent: parent.command("train", cls=PanelledCommand, epilog=docs("train"))(train)
     )
 
 
@@ -153,8 +147,8 @@ class PanelledCommand(typer.core.TyperCommand):
             if param.param_type_name == "argument":
                 arguments.append(record)
             else:  # --help has no panel: it closes the list
-                panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", [])
-                panels[getattr(param, "rich_help_panel", None) or "Options"].append(record)
+                panel = getattr(param, "rich_help_panel", None) or "Options"
+                panels.setdefault(panel, []).append(record)
         for title, records in [("Arguments", arguments), *panels.items()]:
             if records:
                 with formatter.section(title):

@@ -18,7 +18,7 @@ from .algorithms.parts.setting_error import SettingError, setting
 from .observe.tracking import check_tracking
 from .run.jobqueue import check_job_queue
 from .run.rundir import RunDir, check_same_run
-from .setup.config import RunConfig, read_toml, resolve_config
+from .setup.config import RunConfig, read_toml
 from .setup.epochs import COUNT_OF_EPOCHS
 from .setup.run_setup import ensure_default_store
 
@@ -33,7 +33,7 @@ def plan_run(
     base: dict[str, Any] = {}
     if resume:
         base = RunDir(Path(given.get("out") or filed.get("out") or RunConfig.out)).saved_config()
-    config = resolve_config(file=None, flags=given, base={**base, **filed})
+    config = RunConfig(**{**base, **filed, **given}).validate()  # each layer over the last
     for epochs, count in COUNT_OF_EPOCHS.items():  # setup/epochs.py
         config = _one_source(config, given, filed, count, epochs)
     check_tracking(config)  # a tracker asked for by name but not installed: before any write

@@ -25,7 +25,7 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import FORMAT_VERSION, open_store, write_store
 from dask_dane.pipeline.round import tasks
-from dask_dane.pipeline.setup.config import RunConfig, resolve_config, to_toml
+from dask_dane.pipeline.setup.config import RunConfig, read_toml, to_toml
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 
@@ -199,7 +199,7 @@ def test_random_config_files_give_a_config_or_one_clean_value_error(entries):
         path.write_text(text)
 
         try:
-            config = resolve_config(file=path, flags={})
+            config = RunConfig(**read_toml(path)).validate()
         except ValueError as err:
             assert "\n" not in str(err)
             assert str(err)

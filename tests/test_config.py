@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from dask_dane.pipeline.setup.config import RunConfig, read_toml, resolve_config, to_toml
+from dask_dane.pipeline.plan import plan_run
+from dask_dane.pipeline.setup.config import RunConfig, read_toml, to_toml
 
 
 def test_defaults_are_valid():
@@ -137,29 +138,28 @@ def test_read_toml_missing_file_and_bad_syntax_are_value_errors(tmp_path):
         read_toml(_write(tmp_path, "rounds = = 3\n"))
 
 
-def test_resolve_config_precedence_defaults_base_file_flags(tmp_path):
-    base = {"rounds": 5, "eta": 0.5, "mu": 0.1, "seed": 9}
-    path = _write(tmp_path, "rounds = 7\neta = 0.25\nlocal_steps = 11\n")
-    flags = {"rounds": 9, "mu": None, "local_steps": None, "algorithm": "fedavg"}
+def test_plan_precedence_defaults_file_flags(tmp_path):
+    path = _write(tmp_path, "rounds = 7\neta = 0.25\nlocal_steps = 11\nseed = 9\n")
+    flags = {"rounds": 9, "mu": None, "local_steps": None, "algorithm": "fedavg", "store": "s"}
 
-    config = resolve_config(file=path, flags=flags, base=base)
+    config = plan_run(flags, file=path)
 
-    assert config.rounds == 9  # flag beats file and base
-    assert config.eta == 0.25  # file beats base
+    assert config.rounds == 9  # flag beats file
+    assert config.eta == 0.25  # file beats default
     assert config.local_steps == 11  # file beats default; a flag of None was not given
-    assert config.mu == 0.1  # base beats default; a flag of None was not given
-    assert config.seed == 9  # base only
+    assert config.mu == RunConfig().mu  # default; a flag of None was not given
+    assert config.seed == 9  # file only
     assert config.algorithm == "fedavg"  # flag only
     assert config.workers == RunConfig().workers  # default
 
 
-def test_resolve_config_validates_the_result(tmp_path):
+def test_plan_validates_the_result(tmp_path):
     path = _write(tmp_path, "rounds = 0\n")
 
     with pytest.raises(ValueError, match="--rounds"):
-        resolve_config(file=path, flags={})
+        plan_run({"store": "s"}, file=path)
     # A flag can repair a bad file value.
-    assert resolve_config(file=path, flags={"rounds": 2}).rounds == 2
+    assert plan_run({"store": "s", "rounds": 2}, file=path).rounds == 2
 
 
 @pytest.mark.parametrize(

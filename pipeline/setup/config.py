@@ -33,6 +33,7 @@ from typing import Any
 
 from ... import presets
 from ..algorithms import Strategy, make_strategy
+from ..algorithms.parts.checks import validate
 from ..algorithms.parts.setting_error import SettingError, flag
 from .resumed import RESUMED, Change, Resume, RunRecord
 from .settings import GENERATED, SECTIONS
@@ -48,16 +49,17 @@ class RunConfig(*reversed(SECTIONS.values())):
         """Return self, or raise ValueError naming the first bad setting and its fix.
 
         A RunConfig's fields are the flags, and its errors name them as flags: the SettingError
-        of a section or an algorithm (which names the field) is worded so here (`as_flags`; the
+        of a section or an algorithm (which names the field) is worded so here (`in_flags`; the
         API words it with the fields again, keywords.py).
         """
         try:
             _ = self.strategy  # built here, once: the algorithm checks its own hyperparameters
-            self.check_model()
+            validate(self)  # every field's declared rule (the algorithm's again: they pass)
+            self.check_model()  # then the checks across fields
             self.check_cluster()
-            self.check_run()
         except SettingError as err:
-            raise err.as_flags() from None
+            err.in_flags = True
+            raise
         return self
 
     @functools.cached_property
@@ -101,8 +103,6 @@ def _value_type(hint: Any) -> type:
 # Each field's value type: its flag's type (cli/options.py), its API keyword's, its TOML key's.
 _HINTS = typing.get_type_hints(RunConfig)
 VALUE_TYPES = {f.name: _value_type(_HINTS[f.name]) for f in dataclasses.fields(RunConfig)}
-# Accepted TOML value types of each key (ints are accepted where floats are).
-_TYPES = {name: (int, float) if t is float else (t,) for name, t in VALUE_TYPES.items()}
 _HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
@@ -116,8 +116,8 @@ def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
     given: dict[str, str] = {}  # each key's place, for a second one's error
     for raw_key, value, table in _entries(settings, origin):
         key, place = raw_key.replace("-", "_"), f"in [{table}]" if table else "at the top level"
-        if key not in _TYPES:
-            known = ", ".join(sorted(_TYPES))
+        if key not in VALUE_TYPES:
+            known = ", ".join(sorted(VALUE_TYPES))
             raise ValueError(f"{origin}: unknown key {raw_key!r}; known keys: {known}")
         # [algorithm] takes its parts' keys too: config.toml files older than [solver], [server]
         if table and table != _HOME[key] and not (table == "algorithm" and _HOME[key] in GENERATED):
@@ -125,7 +125,7 @@ def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
         if key in given:
             twice = place if given[key] == place else f"{given[key]} and {place}"
             raise ValueError(f"{origin}: key {raw_key!r} is given twice, {twice}; keep one")
-        types = _TYPES[key]
+        types = (int, float) if VALUE_TYPES[key] is float else (VALUE_TYPES[key],)  # 1 for 1.0
         # A TOML boolean is a Python bool, which is an int too: only a bool field takes one.
         if isinstance(value, bool) != (types == (bool,)) or not isinstance(value, types):
             expected = " or ".join(t.__name__ for t in types)
@@ -142,7 +142,7 @@ def _entries(settings: dict[str, Any], origin: str) -> Iterator[tuple[str, Any, 
     `model` and `algorithm` name both a section and a setting: a table is the section.
     """
     for name, value in settings.items():
-        if name not in SECTIONS or (not isinstance(value, dict) and name in _TYPES):
+        if name not in SECTIONS or (not isinstance(value, dict) and name in VALUE_TYPES):
             yield name, value, None
         elif not isinstance(value, dict):
             raise ValueError(f"{origin}: {name!r} must be a table ([{name}]) of settings")
@@ -197,19 +197,6 @@ def _parse_resumes(entries: Any, origin: str) -> tuple[Resume, ...]:
     return tuple(resumes)
 
 
-def resolve_config(
-    *, file: str | Path | None, flags: dict[str, Any], base: dict[str, Any] | None = None
-) -> RunConfig:
-    """Defaults < `base` (a resumed run's saved settings) < the TOML file < flags given.
-
-    A flag whose value is None was not given on the command line.
-    """
-    settings = dict(base or {})
-    settings.update(read_toml(file) if file else {})
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    return RunConfig(**settings).validate()
-
-
 def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] = ()) -> str:
     """config.toml text, one table per section, then a [[resumed]] table per resume; None
     values (unset settings) are left out. `config`: a RunConfig, or flat settings as read."""
@@ -217,11 +204,11 @@ def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] 
     lines = ["# dask-dane run configuration, as resolved when the run started"]
     for name, section in SECTIONS.items():
         lines.append(f"\n[{name}]")
-        for f in dataclasses.fields(section):
-            value = values.get(f.name)
-            if value is None:
-                continue
-            lines.append(f"{f.name} = {_toml_value(value)}")
+        lines += [
+            f"{f.name} = {_toml_value(values[f.name])}"
+            for f in dataclasses.fields(section)
+            if values.get(f.name) is not None
+        ]
     if resumed:
         lines.append("\n# Each resume: the round it continued after, and what it changed")
     for resume in resumed:

@@ -20,8 +20,7 @@ from ..algorithms.parts.setting_error import SettingError, setting
 
 # `--cluster` values: a cluster on this machine, or one of dask-jobqueue's, by its config name.
 LOCAL = "local"
-JOB_QUEUES = ("slurm", "pbs", "lsf", "sge")
-CLUSTERS = (LOCAL, *JOB_QUEUES)
+CLUSTERS = (LOCAL, "slurm", "pbs", "lsf", "sge")
 # What a job-queue cluster needs and a local one would ignore (checked both ways).
 JOB_FIELDS = ("jobs", "job_cores", "job_memory", "job_walltime", "job_directives")
 
@@ -59,6 +58,7 @@ def scheduler_file_address(path: str) -> str:
 class JobSettings:
     cluster: str = declare(
         LOCAL,
+        one_of(*CLUSTERS),
         help="local (started on this machine) | slurm | pbs | lsf | sge (a dask-jobqueue "
         "cluster of --jobs batch jobs, one worker each, sized by Dask's jobqueue config; "
         "needs dask-dane[hpc]).",
@@ -87,6 +87,7 @@ class JobSettings:
     )
     queue_timeout: float = declare(
         600.0,
+        positive,
         help="Seconds to wait for the queue to start every job's worker before round 1; then "
         "stop, naming the jobs' queue state (exit 4).",
     )
@@ -94,8 +95,6 @@ class JobSettings:
     def check_jobs(self, *, scheduler_named: bool) -> None:
         """SettingError for a job setting without a job queue, or a job queue beside a
         scheduler that is already running."""
-        one_of(*CLUSTERS)("cluster", self.cluster)
-        positive("queue_timeout", self.queue_timeout)
         if self.cluster == LOCAL:
             given = [name for name in JOB_FIELDS if getattr(self, name) is not None]
             if given:

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..algorithms import ALGORITHMS, SETTINGS
-from ..algorithms.parts.checks import at_least_one, non_negative, one_of, optional, positive
+from ..algorithms.parts.checks import (
+    at_least_one,
+    make_rule,
+    non_negative,
+    one_of,
+    optional,
+    positive,
+)
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
@@ -38,16 +45,21 @@ class ModelSettings:
         "returning an nn.Module, called with whichever of sample_shape, in_channels, "
         "num_classes it names (torchvision.models:resnet18 works as it is).",
     )
-    dtype: str = declare("float32", help="float32 | float64.")
+    dtype: str = declare("float32", one_of("float32", "float64"), help="float32 | float64.")
     # None: the store's "l2" attribute (0 if none)
-    l2: float | None = declare(None, help="L2 penalty lambda (default: the store's l2, else 0).")
+    l2: float | None = declare(
+        None, optional(non_negative), help="L2 penalty lambda (default: the store's l2, else 0)."
+    )
     augment: str = declare(
         "",
         help="Images: random flips and crops of each local minibatch: flip | crop=P | "
         "flip,crop=P (pad P, crop back) | none.",
     )
+    # What the forward and backward passes compute in: fp32, or bf16 under torch.autocast
+    # with the weights, their gradients and every reduction kept in float32 (objective.py).
     precision: str = declare(
         "fp32",
+        one_of("fp32", "bf16"),
         help="fp32 | bf16: bf16 computes the layers in bfloat16 (torch.autocast, on GPUs and on "
         "CPU) with float32 weights, gradients and sums; needs --dtype float32.",
     )
@@ -59,17 +71,13 @@ class ModelSettings:
             object.__setattr__(self, "augment", "")
 
     def check_model(self) -> None:
-        one_of("float32", "float64")("dtype", self.dtype)
-        # What the forward and backward passes compute in: fp32, or bf16 under torch.autocast
-        # with the weights, their gradients and every reduction kept in float32 (objective.py).
-        one_of("fp32", "bf16")("precision", self.precision)
+        """The checks across fields; each field's own rule is declared with it."""
         if self.precision == "bf16" and self.dtype != "float32":
             raise SettingError(
                 f"{setting('precision')} bf16 keeps float32 master weights, and "
                 f"{setting('dtype')} is {self.dtype}; use --dtype float32"
             )
         parse_augment(self.augment)
-        optional(non_negative)("l2", self.l2)
 
 
 # The algorithm's settings in three sections (and their --help panels): a local solver's, the
@@ -105,20 +113,28 @@ ServerSettings = _generated("server")
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSettings(JobSettings):  # --cluster and the job settings first
-    workers: int = declare(2, help="Workers of a started cluster.")
-    threads_per_worker: int = declare(1, help="Threads per worker.")
-    device: str = declare("auto", help="auto (a GPU where a worker sees one) | cpu | cuda.")
+    workers: int = declare(2, at_least_one, help="Workers of a started cluster.")
+    threads_per_worker: int = declare(1, at_least_one, help="Threads per worker.")
+    # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
+    device: str = declare(
+        "auto",
+        one_of("auto", "cpu", "cuda"),
+        help="auto (a GPU where a worker sees one) | cpu | cuda.",
+    )
     # None: Dask's own (the machine's memory split over the workers); what --shard-memory
     # auto measures a shard against, and where a worker's nanny restarts it.
     memory_limit: str | None = declare(
         None,
+        optional(check_bytes),
         help="Memory limit of each worker of a started cluster, e.g. 2GiB (Dask's: the "
         "machine's memory over --workers).",
     )
     # auto by default: a run whose data fits is held resident, as before, and one whose data
-    # does not fit streams what does not, instead of stopping to ask for the flag.
+    # does not fit streams what does not, instead of stopping to ask for the flag. How workers
+    # hold their shards: in memory, or streamed from the store (round/streamed.py).
     shard_memory: str = declare(
         "auto",
+        one_of("resident", "converted", "stream", "auto"),
         help="auto (stream the training shards when one exceeds a quarter of a worker's "
         "memory limit; on each worker, hold its part of the validation rows and the test split "
         "where they fit in what its shards leave of that quarter, stream the rest) | resident "
@@ -145,11 +161,14 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     # How the workers' sums travel (transport.py).
     transport: str = declare(
         "float32",
+        one_of(*TRANSPORTS),
         help="float32 | bfloat16: how the workers' sums travel; bfloat16 sends the local "
         "solutions as their change from w, half the bytes, summed in float32.",
     )
     timeout: float = declare(
-        60.0, help="Seconds to wait for a cluster, or a silent scheduler, before stopping."
+        60.0,
+        positive,
+        help="Seconds to wait for a cluster, or a silent scheduler, before stopping.",
     )
     # TLS for `scheduler` (tls://...); None: Dask's own config (distributed.comm.tls.*).
     tls_ca_file: str | None = declare(None, help="--scheduler tls://...: CA certificate (PEM).")
@@ -157,17 +176,9 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     tls_key: str | None = declare(None, help="--scheduler tls://...: client private key (PEM).")
 
     def check_cluster(self) -> None:
-        # Where workers keep their shards and compute: auto = a GPU when the worker sees one.
-        one_of("auto", "cpu", "cuda")("device", self.device)
-        # How workers hold their shards: in memory, or streamed from the store (round/streamed.py).
-        one_of("resident", "converted", "stream", "auto")("shard_memory", self.shard_memory)
+        """The checks across fields; each field's own rule is declared with it."""
         if self.broadcast not in LEGACY_BROADCASTS:  # older config files: reduce, unnamed
             one_of("auto", *COLLECTIVES)("broadcast", self.broadcast)
-        one_of(*TRANSPORTS)("transport", self.transport)
-        at_least_one("workers", self.workers)
-        at_least_one("threads_per_worker", self.threads_per_worker)
-        optional(check_bytes)("memory_limit", self.memory_limit)
-        positive("timeout", self.timeout)
         self.check_jobs(scheduler_named=bool(self.scheduler or self.scheduler_file))
         if self.cluster != "local" and self.memory_limit is not None:
             raise SettingError(
@@ -205,19 +216,24 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
     out: str = declare("runs/latest", help="Run directory.")
-    rounds: int = declare(20, help="Rounds (DANE iterations).")
+    rounds: int = declare(20, at_least_one, help="Rounds (DANE iterations).")
     seed: int = declare(0, help="Seed of init and sampling.")
-    eval_every: int = declare(1, help="Evaluate every N rounds.")
+    eval_every: int = declare(1, at_least_one, help="Evaluate every N rounds.")
     # 1: the driver fetches every round's weights, as before the setting. Larger values take
     # the weights off the driver's path; a killed driver then re-runs up to N - 1 rounds.
     checkpoint_every: int = declare(
         1,
+        at_least_one,
         help="Fetch the weights to the driver and write latest.pt every N rounds (and at the "
         "end, and for a round that becomes best.pt); a killed driver re-runs at most N - 1 "
         "rounds.",
     )
     stop_at_accuracy: float = declare(
         0.0,
+        make_rule(
+            lambda v: not 0.0 <= v <= 1.0,
+            f"is an accuracy in [0, 1] (got {{value}}); 0 trains all {setting('rounds')}",
+        ),
         help="Stop once the validation accuracy (the test accuracy with --val-fraction 0) "
         "reaches this; 0: never.",
     )
@@ -233,6 +249,9 @@ class RunSettings:
     )
     patience: int = declare(
         0,
+        make_rule(
+            lambda v: v < 0, "counts evaluated rounds (got {value}); use 0 to train all rounds"
+        ),
         help="Stop after N evaluated rounds without a better validation metric; 0: never.",
     )
     # Chosen at train time from each shard's rows (round/shards.py part_positions), so any
@@ -242,31 +261,16 @@ class RunSettings:
     # config.toml predates the key trained on every row and resumes with 0 (run/rundir.py).
     val_fraction: float = declare(
         0.1,
+        make_rule(
+            lambda v: not 0.0 <= v < 1.0,
+            "is a share of each shard's rows in [0, 1) (got {value}); use e.g. 0.1, or 0 for no "
+            "validation split",
+        ),
         help="Share of each shard's training rows held out (stratified by class, seeded) as "
         "the validation split that selects best.pt; 0: none, every row trains, best.pt is the "
         "last evaluated round, --stop-at-accuracy reads the test accuracy and --patience "
         "never stops.",
     )
-
-    def check_run(self) -> None:
-        at_least_one("rounds", self.rounds)
-        at_least_one("eval_every", self.eval_every)
-        at_least_one("checkpoint_every", self.checkpoint_every)
-        if self.patience < 0:
-            raise SettingError(
-                f"{setting('patience')} counts evaluated rounds (got {self.patience}); use 0 "
-                "to train all rounds"
-            )
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise SettingError(
-                f"{setting('val_fraction')} is a share of each shard's rows in [0, 1) (got "
-                f"{self.val_fraction}); use e.g. 0.1, or 0 for no validation split"
-            )
-        if not 0.0 <= self.stop_at_accuracy <= 1.0:
-            raise SettingError(
-                f"{setting('stop_at_accuracy')} is an accuracy in [0, 1] (got "
-                f"{self.stop_at_accuracy}); 0 trains all {setting('rounds')}"
-            )
 
 
 # The sections in the order config.toml lists them; their fields are RunConfig's (config.py).

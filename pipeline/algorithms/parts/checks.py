@@ -27,7 +27,7 @@ def validate(instance: Any) -> None:
             rule(f.name, getattr(instance, f.name))
 
 
-def _rule(refused: Callable[[Any], bool], problem: str) -> Rule:
+def make_rule(refused: Callable[[Any], bool], problem: str) -> Rule:
     """The rule that refuses a value where `refused` says so, naming the field (its flag
     beside it) and what is wrong: `problem`, {value} standing for the value."""
 
@@ -38,22 +38,22 @@ def _rule(refused: Callable[[Any], bool], problem: str) -> Rule:
     return rule
 
 
-positive = _rule(
-    lambda v: not (math.isfinite(v) and v > 0), "must be a positive number (got {value})"
+def _finite(accepted: Callable[[Any], bool], problem: str) -> Rule:
+    """The rule that refuses a value unless it is finite (not nan or inf) and `accepted`."""
+    return make_rule(lambda v: not (math.isfinite(v) and accepted(v)), problem)
+
+
+positive = _finite(lambda v: v > 0, "must be a positive number (got {value})")
+non_negative = _finite(lambda v: v >= 0, "must be zero or positive (got {value})")
+at_least_one = make_rule(lambda v: v < 1, "must be at least 1 (got {value})")
+momentum_range = _finite(lambda v: 0 <= v < 1, "must be in [0, 1) (got {value})")
+relative_tolerance = _finite(
+    lambda v: 0 < v < 1, "must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10"
 )
-non_negative = _rule(
-    lambda v: not (math.isfinite(v) and v >= 0), "must be zero or positive (got {value})"
+rows_or_all = make_rule(
+    lambda v: v < 0, "must be 0 (the full shard) or a number of rows (got {value})"
 )
-at_least_one = _rule(lambda v: v < 1, "must be at least 1 (got {value})")
-momentum_range = _rule(
-    lambda v: not (math.isfinite(v) and 0 <= v < 1), "must be in [0, 1) (got {value})"
-)
-relative_tolerance = _rule(
-    lambda v: not (math.isfinite(v) and 0 < v < 1),
-    "must be in (0, 1), a relative gradient norm (got {value}); e.g. 1e-10",
-)
-rows_or_all = _rule(lambda v: v < 0, "must be 0 (the full shard) or a number of rows (got {value})")
-count_or_off = _rule(lambda v: v < 0, "must be 0 (off) or a positive count (got {value})")
+count_or_off = make_rule(lambda v: v < 0, "must be 0 (off) or a positive count (got {value})")
 
 
 def one_of(*choices: str) -> Rule:
@@ -77,7 +77,4 @@ def optional(rule: Rule) -> Rule:
 
 
 def at_least(bound: float) -> Rule:
-    return _rule(
-        lambda v: not (math.isfinite(v) and v >= bound),
-        f"must be at least {bound:g} (got {{value}})",
-    )
+    return _finite(lambda v: v >= bound, f"must be at least {bound:g} (got {{value}})")

@@ -21,8 +21,7 @@ Namer = Callable[[str, str | None], str]
 
 def setting(name: str, value: object = None, *, with_flag: bool = False) -> str:
     """A setting named in a SettingError's message (with the value to give it, if any)."""
-    text = name if value is None else f"{name}={value}"
-    return f"{_MARK}{_WITH_FLAG if with_flag else ''}{text}{_MARK}"
+    return f"{_MARK}{_WITH_FLAG if with_flag else ''}{field_name(name, value)}{_MARK}"
 
 
 # Flags spelled otherwise than their field: the local solver's settings share the --local-
@@ -51,7 +50,7 @@ def former_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def field_name(name: str, value: str | None) -> str:
+def field_name(name: str, value: object) -> str:
     """The Python wording: `mu`, `mu=0.01`."""
     return name if value is None else f"{name}={value}"
 
@@ -59,16 +58,11 @@ def field_name(name: str, value: str | None) -> str:
 class SettingError(ValueError):
     """A bad setting or combination of settings; the message says how to fix it."""
 
-    in_flags = False  # str() names the settings as flags: RunConfig's errors (`as_flags`)
+    # True: str() names the settings as flags (`--mu 0.01`), as RunConfig.validate's errors do.
+    in_flags = False
 
     def __str__(self) -> str:
         return self.worded(flag) if self.in_flags else self._render(field_name, flags_too=True)
-
-    def as_flags(self) -> SettingError:
-        """The same error, str() naming its settings as flags (`--mu 0.01`)."""
-        error = SettingError(*self.args)
-        error.in_flags = True
-        return error
 
     def worded(self, namer: Namer) -> str:
         """The message with each marked setting named by `namer`."""
