@@ -153,6 +153,24 @@ def test_plan_precedence_defaults_file_flags(tmp_path):
     assert config.workers == RunConfig().workers  # default
 
 
+def test_plan_precedence_saved_run_file_flags(tmp_path):
+    """On --resume the run directory's saved settings are the bottom layer: the file's
+    values beat them, and the flags beat the file."""
+    out = tmp_path / "run"
+    out.mkdir()
+    saved = RunConfig(store="s", out=str(out), rounds=5, mu=0.1, seed=9, local_lr=0.05)
+    (out / "config.toml").write_text(to_toml(saved))
+    path = _write(tmp_path, "rounds = 7\nlocal_lr = 0.02\n")
+
+    config = plan_run({"out": str(out), "rounds": 9, "mu": None}, file=path, resume=True)
+
+    assert config.rounds == 9  # flag beats file and saved run
+    assert config.local_lr == 0.02  # file beats saved run
+    assert config.mu == 0.1  # saved run beats default; a flag of None was not given
+    assert config.seed == 9  # saved run only
+    assert config.workers == RunConfig().workers  # default
+
+
 def test_plan_validates_the_result(tmp_path):
     path = _write(tmp_path, "rounds = 0\n")
 
