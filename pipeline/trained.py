@@ -23,7 +23,7 @@ from .round import tasks
 from .run.checkpoint import atomic_write_bytes, load_checkpoint
 from .run.rundir import RunDir
 from .setup.config import RunConfig
-from .setup.run_setup import initial_weights, prepare_run
+from .setup.run_setup import prepare_run
 
 FORMATS = ("program", "state-dict")
 
@@ -85,7 +85,7 @@ def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[
     setup = prepare_run(config)
     saved = load_checkpoint(checkpoint)
     weights = saved["weights"].to(getattr(torch, config.dtype))
-    if weights.numel() != initial_weights(setup.spec, 0).numel():
+    if weights.numel() != setup.weights.numel():  # the model as prepare_run built it
         raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
     test = setup.load_test()
     buffers = saved.get("buffers") or {}

@@ -64,11 +64,6 @@ class RunSetup:
         args = _load_args(self.config, self.store, split="test", start=0, stop=stop, index=-1)
         return {**args, "shard_memory": self.test_memory or args["shard_memory"]}
 
-    def loads(self) -> list[tuple[dict, dict]]:
-        """What the driver loads on the workers, one pair a training shard in shard order:
-        its tasks.load_shard arguments and its scoring piece's (piece_args)."""
-        return [(self.shard_args(i), self.piece_args(i)) for i in range(self.store.num_shards)]
-
     # In-process loading, exactly as the workers load: the reference, evaluation and the
     # benchmarks' single-process baselines read the same normalised rows through these.
     def load_train(self, index: int) -> ShardData:
