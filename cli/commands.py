@@ -91,20 +91,17 @@ def prepare(
 ) -> None:
     """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
     from ..datasets.partition import PartitionSpec
-    from ..datasets.store import write_store
-    from ..pipeline.api_prepare import load_checked_source
+    from ..pipeline.api_prepare import write_source
 
     spec = PartitionSpec(
         kind=partition, num_shards=shards, seed=seed, classes_per_shard=classes_per_shard,
         alpha=alpha,
     )  # fmt: skip
-    raw = load_checked_source(
+    info = write_source(
         source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
         image_size=image_size, channels=channels, seed=seed, skip_bad=skip_bad, path=path,
+        skipped=lambda count: typer.echo(f"skipped {count} file(s) Pillow cannot read", err=True),
     )  # fmt: skip
-    if "skipped_files" in raw.attrs:
-        typer.echo(f"skipped {raw.attrs['skipped_files']} file(s) Pillow cannot read", err=True)
-    info = write_store(raw, spec, out, force=force)
     typer.echo(
         f"wrote {out}: {info.num_train} train / {info.num_test} test samples of shape "
         f"{info.sample_shape}, {info.num_shards} shards ({spec.kind})"
