@@ -164,13 +164,9 @@ def evaluate(
     best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
 ) -> None:
     """Print loss and accuracy of a run's checkpoint on its store's test split."""
-    from ..pipeline.setup.config import RunConfig
-    from ..pipeline.trained import evaluate_checkpoint, run_dir_of
+    from ..pipeline.trained import evaluate_checkpoint
 
-    run = run_dir_of(run_dir, config=True)
-    config = RunConfig(**run.saved_config()).validate()
-    checkpoint = run.best if best else run.latest
-    round_index, metrics = evaluate_checkpoint(config, checkpoint)
+    checkpoint, round_index, metrics = evaluate_checkpoint(run_dir, best=best)
     line = f"{checkpoint.name} (round {round_index}): test loss {metrics['loss']:.4f}"
     if "accuracy" in metrics:
         line += f", test accuracy {metrics['accuracy']:.4f}"
