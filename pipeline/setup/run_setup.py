@@ -147,15 +147,14 @@ def prepare_store(
     seed: int = 0,
     options: SourceOptions | None = None,
     replace: bool = False,
-    **partition: object,
 ) -> Path:
-    """`dane prepare SOURCE --shards N --seed S` as a call: write the store unless it exists
-    (or always, `replace`); `partition` holds PartitionSpec's fields (kind="iid" unless given)
-    and `options` the source's (its seed is `seed` unless given)."""
+    """`dane prepare SOURCE --shards N --seed S` as a call: write the store (iid shards)
+    unless it exists (or always, `replace`); `options` are the source's (its seed is `seed`
+    unless given)."""
     path = Path(path)
     if replace or not path.exists():
         raw = load_source(source, options or SourceOptions(seed=seed))
-        spec = PartitionSpec(**{"kind": "iid", **partition}, num_shards=shards, seed=seed)
+        spec = PartitionSpec(kind="iid", num_shards=shards, seed=seed)
         write_store(raw, spec, path, force=replace)
     return path
 
