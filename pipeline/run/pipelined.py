@@ -55,9 +55,9 @@ WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
 
 @dataclass
 class _Submitted:
-    """A round on the cluster: its output keys and the futures that hold them."""
+    """A round on the cluster: its output keys and the futures that hold them. The rounds in
+    flight are the ones after the last recorded, in order: the first is state.round + 1."""
 
-    index: int
     keys: RoundKeys
     futures: dict[str, Future]
     submit_s: float
@@ -236,7 +236,7 @@ def _fill(driver: _Driver) -> None:
     config, data = driver.setup.config, driver.data
     if driver.link is None:
         _start(driver)
-    last = driver.in_flight[-1].index if driver.in_flight else driver.state.round
+    last = driver.state.round + len(driver.in_flight)  # they follow the last one recorded
     while len(driver.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
@@ -259,7 +259,7 @@ def _fill(driver: _Driver) -> None:
         # t - 1's update) would outlive the next round's start while the round is recorded.
         keys = replace(keys, update_tasks=None)
         submit_s = time.perf_counter() - started
-        driver.in_flight.append(_Submitted(index=t, keys=keys, futures=futures, submit_s=submit_s))
+        driver.in_flight.append(_Submitted(keys=keys, futures=futures, submit_s=submit_s))
         last = t
 
 
