@@ -38,7 +38,7 @@ from . import fetch, run_state
 from .checkpoint import CheckpointWriter
 from .cluster import publish_round
 from .cluster_checks import bounded, check_scheduler
-from .errors import ClusterLost, give_up_after, lost_message
+from .errors import ClusterLost, lost_message
 from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
@@ -131,7 +131,11 @@ def _run(driver: _Driver) -> None:
         except WORKER_LOST as err:
             attempts += 1
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
-            give_up_after(MAX_ROUND_ATTEMPTS, t, attempts, err)
+            if attempts > MAX_ROUND_ATTEMPTS:
+                raise ClusterLost(
+                    f"round {t} failed {MAX_ROUND_ATTEMPTS} times as workers were lost "
+                    f"({type(err).__name__}: {err})"
+                ) from None
             _restart(driver)
             continue
         # Round t's results are on the driver: release its keys (the next round keeps what it
