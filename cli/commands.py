@@ -91,20 +91,17 @@ def prepare(
 ) -> None:
     """Write SOURCE into a sharded zarr store (atomically: complete or not at all)."""
     from ..datasets.partition import PartitionSpec
-    from ..datasets.store import write_store
-    from ..pipeline.api_prepare import load_checked_source
+    from ..pipeline.api_prepare import write_source
 
     spec = PartitionSpec(
         kind=partition, num_shards=shards, seed=seed, classes_per_shard=classes_per_shard,
         alpha=alpha,
     )  # fmt: skip
-    raw = load_checked_source(
+    info = write_source(
         source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
         image_size=image_size, channels=channels, seed=seed, skip_bad=skip_bad, path=path,
+        skipped=lambda count: typer.echo(f"skipped {count} file(s) Pillow cannot read", err=True),
     )  # fmt: skip
-    if "skipped_files" in raw.attrs:
-        typer.echo(f"skipped {raw.attrs['skipped_files']} file(s) Pillow cannot read", err=True)
-    info = write_store(raw, spec, out, force=force)
     typer.echo(
         f"wrote {out}: {info.num_train} train / {info.num_test} test samples of shape "
         f"{info.sample_shape}, {info.num_shards} shards ({spec.kind})"
@@ -166,13 +163,9 @@ def evaluate(
     best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
 ) -> None:
     """Print loss and accuracy of a run's checkpoint on its store's test split."""
-    from ..pipeline.setup.config import RunConfig
-    from ..pipeline.trained import evaluate_checkpoint, run_dir_of
+    from ..pipeline.trained import evaluate_checkpoint
 
-    run = run_dir_of(run_dir, config=True)
-    config = RunConfig(**run.saved_config()).validate()
-    checkpoint = run.best if best else run.latest
-    round_index, metrics = evaluate_checkpoint(config, checkpoint)
+    checkpoint, round_index, metrics = evaluate_checkpoint(run_dir, best=best)
     line = f"{checkpoint.name} (round {round_index}): test loss {metrics['loss']:.4f}"
     if "accuracy" in metrics:
         line += f", test accuracy {metrics['accuracy']:.4f}"

@@ -7,6 +7,7 @@ A named source is the CLI's SOURCE argument (`"digits"`, `"fashion-mnist"`, `"im
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..datasets.images import image_source_options
 from ..datasets.partition import PartitionSpec, validate_partition
 from ..datasets.raw import RawDataset, SourceOptions
 from ..datasets.sources import load_source, parse_source_name
-from ..datasets.store import write_store
+from ..datasets.store import StoreInfo, write_store
 from .keywords import reword
 from .run.errors import refuse_in_spawned_import
 
@@ -99,27 +100,26 @@ def prepare(
         if source is not None and (train is not None or test is not None):
             raise TypeError("prepare() takes a source or train= and test= arrays, not both")
         if source is not None:
-            raw = load_checked_source(
+            info = write_source(
                 source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
                 image_size=None if image_size is None else str(image_size), channels=channels,
+                skipped=lambda count: warnings.warn(
+                    f"skipped {count} unreadable file(s)", stacklevel=4  # prepare's caller
+                ),
                 seed=seed, skip_bad=skip_bad, path=None if path is None else str(path),
                 **({"num_classes": num_classes} if num_classes is not None else {}),
             )  # fmt: skip
-            if "skipped_files" in raw.attrs:
-                warnings.warn(
-                    f"skipped {raw.attrs['skipped_files']} unreadable file(s)", stacklevel=2
-                )
         elif train is not None and test is not None:
-            raw = _from_arrays(train, test, num_classes)
+            info = write_store(_from_arrays(train, test, num_classes), spec, out, force=force)
         else:
             raise TypeError("prepare() needs a source ('digits', say) or train= and test= arrays")
-        return Path(write_store(raw, spec, out, force=force).path)
+        return Path(info.path)
     except ValueError as err:  # the store's and sources' checks name the CLI's flags
         reword(err)
         raise
 
 
-def load_checked_source(
+def write_source(
     source: str,
     out: str | Path,
     spec: PartitionSpec,
@@ -129,11 +129,13 @@ def load_checked_source(
     samples: int | None,
     image_size: str | None,
     channels: int | None,
+    skipped: Callable[[int], None],
     **options: Any,
-) -> RawDataset:
-    """SOURCE's data for a store at `out`, as `dane prepare` and `prepare` load it: its options,
-    `out` and the partition checked before any data is loaded. `options` are SourceOptions'
-    other fields; the errors name the CLI's flags (the API rewords them)."""
+) -> StoreInfo:
+    """SOURCE's data written as a store at `out`, as `dane prepare` and `prepare` write it: its
+    options, `out` and the partition checked before any data is loaded; `skipped(count)` where
+    files Pillow cannot read were skipped. `options` are SourceOptions' other fields; the
+    errors name the CLI's flags (the API rewords them)."""
     kind, _ = parse_source_name(source)  # an unknown source fails before any work
     image_options = image_source_options(kind, image_size=image_size, channels=channels)
     if not 0 < test_fraction < 1:
@@ -145,10 +147,13 @@ def load_checked_source(
             f"{out} already exists; pass --force to replace it or choose another --out"
         )
     validate_partition(spec, num_samples=max(spec.num_shards, 1), num_classes=10)
-    return load_source(
+    raw = load_source(
         source,
         SourceOptions(samples=samples, test_fraction=test_fraction, **image_options, **options),
     )
+    if "skipped_files" in raw.attrs:
+        skipped(raw.attrs["skipped_files"])
+    return write_store(raw, spec, out, force=force)
 
 
 def _from_arrays(train: Arrays, test: Arrays, num_classes: int | None) -> RawDataset:

@@ -23,21 +23,18 @@ from .round import tasks
 from .run.checkpoint import atomic_write_bytes, load_checkpoint
 from .run.rundir import RunDir
 from .setup.config import RunConfig
-from .setup.run_setup import initial_weights, prepare_run
+from .setup.run_setup import prepare_run
 
 FORMATS = ("program", "state-dict")
+_FIX = "pass the --out of a `dane train`"
 
 
-def run_dir_of(run_dir: str | Path, *, config: bool = False) -> RunDir:
-    """A trained run's directory (with its config.toml if `config`); ValueError naming what
-    is missing, worded for the commands that read a finished run (evaluate, export, load)."""
+def run_dir_of(run_dir: str | Path) -> RunDir:
+    """A trained run's directory; ValueError naming what is missing, worded for the commands
+    that read a finished run (evaluate, export, load)."""
     run = RunDir(Path(run_dir))
-    fix = "pass the --out of a `dane train`"
     if not run.root.is_dir():
-        raise ValueError(f"{run.root} is not a run directory; {fix}")
-    if config and not run.config.exists():
-        # RunDir's own message is --resume's ("drop --resume"): these commands have none.
-        raise ValueError(f"{run.root} holds no run (no config.toml); {fix}")
+        raise ValueError(f"{run.root} is not a run directory; {_FIX}")
     return run
 
 
@@ -80,16 +77,28 @@ def build_trained(
     return load_state(network, saved["weights"], saved.get("buffers") or {}).eval()
 
 
-def evaluate_checkpoint(config: RunConfig, checkpoint: Path) -> tuple[int, dict[str, float]]:
-    """(round, {loss, accuracy}) of the weights in `checkpoint`."""
+def evaluate_checkpoint(
+    run_dir: str | Path, *, best: bool = False
+) -> tuple[Path, int, dict[str, float]]:
+    """(checkpoint, round, {loss, accuracy}) of the run's latest (or best) checkpoint, scored
+    on its store's test split with the settings its latest rounds ran with."""
+    run = run_dir_of(run_dir)
+    if not run.config.exists():
+        # RunDir's own message is --resume's ("drop --resume"): evaluate has none.
+        raise ValueError(f"{run.root} holds no run (no config.toml); {_FIX}")
+    config = RunConfig(**run.saved_config()).validate()
+    checkpoint = run.best if best else run.latest
     setup = prepare_run(config)
     saved = load_checkpoint(checkpoint)
     weights = saved["weights"].to(getattr(torch, config.dtype))
-    if weights.numel() != initial_weights(setup.spec, 0).numel():
+    if weights.numel() != setup.weights.numel():  # the model as prepare_run built it
         raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
-    test = setup.load_test()
     buffers = saved.get("buffers") or {}
-    return int(saved["round"]), tasks.evaluate(setup.spec, test, weights, buffers)
+    return (
+        checkpoint,
+        int(saved["round"]),
+        tasks.evaluate(setup.spec, setup.load_test(), weights, buffers),
+    )
 
 
 class NormalizedModel(nn.Module):

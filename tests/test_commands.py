@@ -8,10 +8,10 @@ conftest.py), on the shared cluster where a run needs one. All carry `cluster`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -87,24 +87,24 @@ def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run, dane_here
     assert float(accuracy) == pytest.approx(summary["test_accuracy_at_best"], abs=1e-4)
 
 
-def test_a_checkpoint_scored_in_this_process_gives_the_runs_own_figures(adam_run):
+def test_a_checkpoint_scored_in_this_process_gives_the_runs_own_figures(adam_run, tmp_path):
     # The same scoring as `dane evaluate`, in the test process (so coverage sees it): the
     # saved weights of rounds 5 and the best one, on the test split, equal what the run
     # measured with them on its cluster.
-    from dask_dane.pipeline.run.rundir import RunDir
-    from dask_dane.pipeline.setup.config import RunConfig
     from dask_dane.pipeline.trained import evaluate_checkpoint
 
-    run = RunDir(adam_run)
-    config = RunConfig(**run.saved_config()).validate()
     rows = {r["round"]: r for r in _rows(adam_run) if r["test_accuracy"] is not None}
 
-    for checkpoint in (run.latest, run.best):
-        round_index, metrics = evaluate_checkpoint(config, checkpoint)
+    for best in (False, True):
+        _, round_index, metrics = evaluate_checkpoint(adam_run, best=best)
         assert metrics["accuracy"] == pytest.approx(rows[round_index]["test_accuracy"], abs=1e-6)
         assert metrics["loss"] == pytest.approx(rows[round_index]["test_loss"], rel=1e-5)
+    other = tmp_path / "other"
+    shutil.copytree(adam_run, other)
+    config = (other / "config.toml").read_text()
+    (other / "config.toml").write_text(config.replace('"small-cnn"', '"mlp"'))
     with pytest.raises(ValueError, match="does not fit model 'mlp'"):
-        evaluate_checkpoint(dataclasses.replace(config, model="mlp"), run.latest)
+        evaluate_checkpoint(other)
 
 
 def test_evaluate_refuses_a_checkpoint_of_another_model_or_version(adam_run, tmp_path, dane_here):

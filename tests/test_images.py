@@ -359,3 +359,15 @@ def test_synthetic_refuses_a_non_square_image_size(tmp_path, capfd, run_cli):
     assert status == 2
     assert "synthetic images are square" in capfd.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_api_prepare_warns_of_skipped_files_at_its_caller(tmp_path):
+    import dask_dane
+
+    _tree(tmp_path / "tree", per_class=5)
+    _bad_files(tmp_path / "tree")
+
+    with pytest.warns(UserWarning, match="skipped 2 unreadable file") as caught:
+        dask_dane.prepare(tmp_path / "s.zarr", f"images:{tmp_path / 'tree'}", skip_bad=True)
+
+    assert caught[0].filename == __file__

@@ -44,7 +44,8 @@ def checked_start(config: ClusterSettings, start: Callable[[], Any]) -> Any:
     """The cluster `start()` returns, refused before it starts where --device cuda finds no
     GPU, and with a taken dashboard port said in one line."""
     refuse_missing_gpu(config)
-    with quiet_port_warning():
+    with warnings.catch_warnings():  # Dask's warning, said in one line below instead
+        warnings.filterwarnings("ignore", message=PORT_TAKEN, category=UserWarning)
         cluster = start()
     note_dashboard_port(config.dashboard_address, cluster.dashboard_link)
     return cluster
@@ -69,14 +70,6 @@ def refuse_missing_gpu(config: ClusterSettings) -> None:
             f"{setting('device', 'cpu')}, or pass {setting('scheduler')} of a cluster whose "
             "workers have GPUs"
         )
-
-
-@contextmanager
-def quiet_port_warning() -> Iterator[None]:
-    """Dask's warning about a taken dashboard port, silenced (note_dashboard_port says it)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=PORT_TAKEN, category=UserWarning)
-        yield
 
 
 def note_dashboard_port(asked: str, link: str) -> str | None:

@@ -45,15 +45,6 @@ class QueueStalled(ClusterLost):
     never came up, so nothing was trained (exit 4, as a lost cluster)."""
 
 
-def give_up_after(max_attempts: int, t: int, attempts: int, err: BaseException) -> None:
-    """ClusterLost once round t has failed `max_attempts` times as workers were lost."""
-    if attempts > max_attempts:
-        raise ClusterLost(
-            f"round {t} failed {max_attempts} times as workers were lost "
-            f"({type(err).__name__}: {err})"
-        ) from None
-
-
 def lost_message(config: RunConfig, run_dir: Path, t: int, reason: str, saved: int) -> str:
     """The line a lost cluster ends the run with: what was saved in `run_dir` (rounds
     1..saved, the last checkpoint, which --checkpoint-every may leave behind round t - 1) and

@@ -77,13 +77,11 @@ def train(
                 span("dane-train"),
             ):
                 info = active.scheduler_info(n_workers=-1)
-                placed = place_shards(setup, info, callbacks.on_shards)
+                placed, placement, note = place_shards(setup, info, callbacks.on_shards)
                 # Start: config.toml as planned (auto stays auto), the shards loaded.
-                run_state.begin_run(
-                    setup.config, run_dir, state, resume=resume, notes=(placed.note,)
-                )
-                setup = placed.setup
-                data = _load_shards(active, setup, placed.placement)  # a damaged shard raises here
+                run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=(note,))
+                setup = placed
+                data = _load_shards(active, setup, placement)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(info["workers"]))
                 # Rounds.
                 run_chained(active, setup, run_dir, state, data, callbacks)
@@ -113,13 +111,11 @@ def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> Shard
 
     # Each shard, then its scoring piece (a slice of the test split and that shard's
     # held-out validation rows: round/scoring.py), on its worker.
-    loads = setup.loads()
-    shards = [
-        load(f"load_shard-{i}-{token}", placement[i], args) for i, (args, _) in enumerate(loads)
-    ]
+    pieces = range(setup.store.num_shards)
+    shards = [load(f"load_shard-{i}-{token}", placement[i], setup.shard_args(i)) for i in pieces]
     test = [
-        load(f"load_test-{i}-{token}", placement[i], piece, tasks.load_evaluation)
-        for i, (_, piece) in enumerate(loads)
+        load(f"load_test-{i}-{token}", placement[i], setup.piece_args(i), tasks.load_evaluation)
+        for i in pieces
     ]
     try:
         wait_for(client, [*shards, *test], setup.config.timeout)

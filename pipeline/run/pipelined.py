@@ -38,7 +38,7 @@ from . import fetch, run_state
 from .checkpoint import CheckpointWriter
 from .cluster import publish_round
 from .cluster_checks import bounded, check_scheduler
-from .errors import ClusterLost, give_up_after, lost_message
+from .errors import ClusterLost, lost_message
 from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState
@@ -55,9 +55,9 @@ WORKER_LOST = (KilledWorker, FutureCancelledError, CommClosedError, OSError)
 
 @dataclass
 class _Submitted:
-    """A round on the cluster: its output keys and the futures that hold them."""
+    """A round on the cluster: its output keys and the futures that hold them. The rounds in
+    flight are the ones after the last recorded, in order: the first is state.round + 1."""
 
-    index: int
     keys: RoundKeys
     futures: dict[str, Future]
     submit_s: float
@@ -131,7 +131,11 @@ def _run(driver: _Driver) -> None:
         except WORKER_LOST as err:
             attempts += 1
             check_scheduler(client, config.timeout)  # the scheduler itself gone: stop now
-            give_up_after(MAX_ROUND_ATTEMPTS, t, attempts, err)
+            if attempts > MAX_ROUND_ATTEMPTS:
+                raise ClusterLost(
+                    f"round {t} failed {MAX_ROUND_ATTEMPTS} times as workers were lost "
+                    f"({type(err).__name__}: {err})"
+                ) from None
             _restart(driver)
             continue
         # Round t's results are on the driver: release its keys (the next round keeps what it
@@ -236,7 +240,7 @@ def _fill(driver: _Driver) -> None:
     config, data = driver.setup.config, driver.data
     if driver.link is None:
         _start(driver)
-    last = driver.in_flight[-1].index if driver.in_flight else driver.state.round
+    last = driver.state.round + len(driver.in_flight)  # they follow the last one recorded
     while len(driver.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
         started = time.perf_counter()
         t = last + 1
@@ -259,7 +263,7 @@ def _fill(driver: _Driver) -> None:
         # t - 1's update) would outlive the next round's start while the round is recorded.
         keys = replace(keys, update_tasks=None)
         submit_s = time.perf_counter() - started
-        driver.in_flight.append(_Submitted(index=t, keys=keys, futures=futures, submit_s=submit_s))
+        driver.in_flight.append(_Submitted(keys=keys, futures=futures, submit_s=submit_s))
         last = t
 
 

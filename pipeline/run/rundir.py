@@ -11,14 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..setup.config import RunConfig, read_record, to_toml
-from ..setup.resumed import (
-    IDENTITY_KEYS,
-    RESUMABLE_KEYS,
-    Change,
-    Resume,
-    RunRecord,
-    add_resume,
-)
+from ..setup.resumed import Resume, RunRecord, add_resume, check_same_run
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .metrics import read_metrics
 
@@ -55,10 +48,6 @@ class RunDir:
         """The latest checkpoint's flat weights (a torch tensor)."""
         return load_checkpoint(self.latest)["weights"]
 
-    def holds_run(self) -> bool:
-        """True once a run has finished a round here (a checkpoint or a metrics line)."""
-        return self.latest.exists() or bool(read_metrics(self.metrics))
-
     def saved_config(self) -> dict[str, Any]:
         """The settings the run's latest rounds ran with (for --resume): those it was started
         with, and what each resume changed."""
@@ -84,7 +73,7 @@ class RunDir:
     def check_usable(self, *, resume: bool) -> None:
         """ValueError where a new run (not `resume`) would overwrite one that finished a
         round here, or where the directory cannot be created or written."""
-        if not resume and self.holds_run():
+        if not resume and (self.latest.exists() or read_metrics(self.metrics)):
             raise ValueError(
                 f"{self.root} already holds a run; pass --resume to continue it or choose "
                 "another --out"
@@ -121,27 +110,3 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_bytes(self.summary, lambda h: h.write(text.encode()))
-
-
-def check_same_run(saved: dict[str, Any], config: RunConfig) -> dict[str, Change]:
-    """What `config` changes of a run's `saved` settings, {setting: (old, new)}: only
-    RESUMABLE_KEYS may change; ValueError naming the first other one (IDENTITY_KEYS first).
-
-    A setting missing from `saved` was unset, or did not exist when the file was written: it
-    counts as its default, so an older config.toml resumes.
-    """
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    keys = [*IDENTITY_KEYS, *(key for key in defaults if key not in IDENTITY_KEYS)]
-    changes: dict[str, Change] = {}
-    for key in keys:
-        old, new = saved.get(key, defaults[key]), getattr(config, key)
-        if old == new:
-            continue
-        if key not in RESUMABLE_KEYS:
-            made = f"{key} = {old!r}" if old is not None else f"no {key}"
-            raise ValueError(
-                f"--resume: this run directory was made with {made}, not {new!r}; resume with "
-                f"the same {key} or choose another --out"
-            )
-        changes[key] = (old, new)
-    return changes

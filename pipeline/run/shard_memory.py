@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import NamedTuple
 
 import numpy as np
 
@@ -137,22 +136,17 @@ def resolve_split_memory(
     )
 
 
-class Placed(NamedTuple):
-    """The shards placed (place_shards): the setup with their memory resolved, each shard's
-    worker address, and the choice's reason, for config.toml (a comment)."""
+def place_shards(
+    setup: RunSetup, scheduler_info: dict, announce: Callable[[str], None]
+) -> tuple[RunSetup, list[str], str]:
+    """The shards placed on the workers of Client.scheduler_info(): (setup, placement, note).
 
-    setup: RunSetup
-    placement: list[str]
-    note: str
-
-
-def place_shards(setup: RunSetup, scheduler_info: dict, announce: Callable[[str], None]) -> Placed:
-    """The shards placed on the workers of Client.scheduler_info(): each pinned to a worker
-    (sorted addresses: the placement is reproducible), and `setup` with --shard-memory
-    resolved for those workers and the smallest memory limit (worker_memory_limit), for the
-    training shards and, on each worker, the test split and the validation rows. The choice
-    with its reason is noted in config.toml (a comment: the setting itself stays as given, so
-    auto resumes as auto), announced as a phrase for the run's first line (Callbacks.on_shards)."""
+    Each shard pinned to a worker (`placement`: sorted addresses, so it is reproducible), and
+    `setup` with --shard-memory resolved for those workers and the smallest memory limit
+    (worker_memory_limit), for the training shards and, on each worker, the test split and
+    the validation rows. The choice with its reason is the `note` for config.toml (a comment:
+    the setting itself stays as given, so auto resumes as auto), announced as a phrase for the
+    run's first line (Callbacks.on_shards)."""
     workers = sorted(scheduler_info["workers"])
     limit = worker_memory_limit(scheduler_info)
     config = setup.config
@@ -172,7 +166,7 @@ def place_shards(setup: RunSetup, scheduler_info: dict, announce: Callable[[str]
         val_memory=held["val"],
     )
     placement = shard_placement(setup.store.num_shards, workers)
-    return Placed(held_setup, placement, f"shard_memory {why}{evaluation}")
+    return held_setup, placement, f"shard_memory {why}{evaluation}"
 
 
 def killed_loading(index: int, err: BaseException) -> str:

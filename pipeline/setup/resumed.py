@@ -10,8 +10,8 @@ adds one table, the round it resumed after and what it changed, old and new:
 A side is left out where the setting was unset (TOML has no null). The settings a resumed run
 trains with are the original ones with every table's new values applied in order (`effective`).
 
-Which settings a resume may change at all is declared here too (RESUMABLE_KEYS): every other
-one would splice two different runs into one.
+Which settings a resume may change at all is declared and checked here too (RESUMABLE_KEYS,
+check_same_run): every other one would splice two different runs into one.
 """
 
 from __future__ import annotations
@@ -101,3 +101,28 @@ def add_resume(resumes: tuple[Resume, ...], new: Resume) -> tuple[Resume, ...]:
         if first != value:
             changes[key] = (first, value)
     return (*resumes[:-1], Resume(after_round=new.after_round, changes=changes))
+
+
+def check_same_run(saved: dict[str, Any], config: Any) -> dict[str, Change]:
+    """What `config` (a RunConfig: config.py imports this module, so not by name here)
+    changes of a run's `saved` settings, {setting: (old, new)}: only
+    RESUMABLE_KEYS may change; ValueError naming the first other one (IDENTITY_KEYS first).
+
+    A setting missing from `saved` was unset, or did not exist when the file was written: it
+    counts as its default, so an older config.toml resumes.
+    """
+    defaults = {f.name: f.default for f in fields(config)}
+    keys = [*IDENTITY_KEYS, *(key for key in defaults if key not in IDENTITY_KEYS)]
+    changes: dict[str, Change] = {}
+    for key in keys:
+        old, new = saved.get(key, defaults[key]), getattr(config, key)
+        if old == new:
+            continue
+        if key not in RESUMABLE_KEYS:
+            made = f"{key} = {old!r}" if old is not None else f"no {key}"
+            raise ValueError(
+                f"--resume: this run directory was made with {made}, not {new!r}; resume with "
+                f"the same {key} or choose another --out"
+            )
+        changes[key] = (old, new)
+    return changes

@@ -64,11 +64,6 @@ class RunSetup:
         args = _load_args(self.config, self.store, split="test", start=0, stop=stop, index=-1)
         return {**args, "shard_memory": self.test_memory or args["shard_memory"]}
 
-    def loads(self) -> list[tuple[dict, dict]]:
-        """What the driver loads on the workers, one pair a training shard in shard order:
-        its tasks.load_shard arguments and its scoring piece's (piece_args)."""
-        return [(self.shard_args(i), self.piece_args(i)) for i in range(self.store.num_shards)]
-
     # In-process loading, exactly as the workers load: the reference, evaluation and the
     # benchmarks' single-process baselines read the same normalised rows through these.
     def load_train(self, index: int) -> ShardData:
@@ -152,15 +147,14 @@ def prepare_store(
     seed: int = 0,
     options: SourceOptions | None = None,
     replace: bool = False,
-    **partition: object,
 ) -> Path:
-    """`dane prepare SOURCE --shards N --seed S` as a call: write the store unless it exists
-    (or always, `replace`); `partition` holds PartitionSpec's fields (kind="iid" unless given)
-    and `options` the source's (its seed is `seed` unless given)."""
+    """`dane prepare SOURCE --shards N --seed S` as a call: write the store (iid shards)
+    unless it exists (or always, `replace`); `options` are the source's (its seed is `seed`
+    unless given)."""
     path = Path(path)
     if replace or not path.exists():
         raw = load_source(source, options or SourceOptions(seed=seed))
-        spec = PartitionSpec(**{"kind": "iid", **partition}, num_shards=shards, seed=seed)
+        spec = PartitionSpec(kind="iid", num_shards=shards, seed=seed)
         write_store(raw, spec, path, force=replace)
     return path
 
