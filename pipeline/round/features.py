@@ -17,13 +17,57 @@ import torch
 Rows = int | slice | torch.Tensor
 
 
-class StoredRows:
+class FeatureRows:
+    """What StoredRows and StreamedRows (streamed.py) share: rows handed out in the run's
+    `dtype` and normalised with `mean` and `std` (None: no normalisation), from the rows as
+    stored (`_stored`); the objective reads shape, dtype, device, element_size, len and
+    indexing of them, as of the converted tensor."""
+
+    dtype: torch.dtype
+    mean: torch.Tensor | None
+    std: torch.Tensor | None
+
+    @property
+    def shape(self) -> torch.Size:
+        raise NotImplementedError
+
+    def _stored(self, rows: slice | torch.Tensor) -> torch.Tensor:
+        """The given rows in their stored dtype."""
+        raise NotImplementedError
+
+    def element_size(self) -> int:
+        """Bytes per element of the rows handed out (the run's dtype), for memory budgets."""
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __getitem__(self, rows: Rows) -> torch.Tensor:
+        """The given rows, in the run's dtype and normalised: a new tensor, never a view that
+        a caller could write through into the held rows (unless nothing needed converting)."""
+        if isinstance(rows, int):  # one row: normalised as a batch of one (channels at dim 1)
+            return self[rows : rows + 1 or None][0]
+        picked = self._stored(rows).to(self.dtype)
+        if self.mean is None:
+            return picked
+        # Out of place first: with a float32 store in a float32 run `picked` may be a view.
+        return torch.sub(picked, self.mean).div_(self.std)
+
+    def dense(self) -> torch.Tensor:
+        """All rows converted: a shard-sized copy (tests, single-process baselines)."""
+        return self[:]
+
+    def _normalizer_on(self, device: torch.device | str) -> list[torch.Tensor | None]:
+        """(mean, std) moved to `device`."""
+        return [None if t is None else t.to(device) for t in (self.mean, self.std)]
+
+
+class StoredRows(FeatureRows):
     """Rows of features in their stored dtype; indexing returns normalised run-dtype tensors.
 
     `stored`: the features as read (N, ...); `dtype`: the run's dtype; `mean`, `std`:
     per-channel tensors shaped to broadcast over a batch (None: no normalisation, as for
-    tabular stores). Behaves like the converted tensor for what the objective reads of it:
-    shape, dtype, device, element_size, len and indexing.
+    tabular stores).
     """
 
     def __init__(
@@ -39,7 +83,7 @@ class StoredRows:
         self.std = std
 
     @classmethod
-    def of(cls, x: torch.Tensor | StoredRows) -> StoredRows:
+    def of(cls, x: torch.Tensor | FeatureRows) -> FeatureRows:
         """Features already in their final form (tests, in-memory problems), as StoredRows."""
         # A streamed shard (streamed.py) has the same interface and passes through too.
         return cls(x, x.dtype) if isinstance(x, torch.Tensor) else x
@@ -53,35 +97,20 @@ class StoredRows:
         return self.stored.device
 
     @property
-    def is_cuda(self) -> bool:
-        return self.stored.is_cuda
-
-    @property
     def nbytes(self) -> int:
         """Bytes held: the stored rows, not their converted size."""
         return self.stored.element_size() * self.stored.nelement()
 
-    def element_size(self) -> int:
-        """Bytes per element of the rows handed out (the run's dtype), for memory budgets."""
-        return torch.empty((), dtype=self.dtype).element_size()
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        return self.stored.dtype
 
-    def __len__(self) -> int:
-        return int(self.stored.shape[0])
+    def _stored(self, rows: slice | torch.Tensor) -> torch.Tensor:
+        return self.stored[rows]
 
-    def __getitem__(self, rows: Rows) -> torch.Tensor:
-        """The given rows, in the run's dtype and normalised: a new tensor, never a view that
-        a caller could write through into the held rows (unless nothing needed converting)."""
-        if isinstance(rows, int):  # one row: normalised as a batch of one (channels at dim 1)
-            return self[rows : rows + 1 or None][0]
-        picked = self.stored[rows].to(self.dtype)
-        if self.mean is None:
-            return picked
-        # Out of place first: with a float32 store in a float32 run `picked` may be a view.
-        return torch.sub(picked, self.mean).div_(self.std)
-
-    def dense(self) -> torch.Tensor:
-        """All rows converted: a shard-sized copy (tests, single-process baselines)."""
-        return self[:]
+    def read_all(self) -> torch.Tensor:
+        """Every row in its stored dtype: the held rows themselves."""
+        return self.stored
 
     def release(self) -> None:
         """Nothing to drop: resident rows are the shard itself (StreamedRows drops its cache)."""
@@ -92,21 +121,19 @@ class StoredRows:
 
     def to(self, device: torch.device | str) -> StoredRows:
         """The same rows held on `device` (the conversion then runs there)."""
-        moved = [None if t is None else t.to(device) for t in (self.mean, self.std)]
-        return StoredRows(self.stored.to(device), self.dtype, *moved)
+        return StoredRows(self.stored.to(device), self.dtype, *self._normalizer_on(device))
 
     @staticmethod
-    def concat(parts: list[StoredRows]) -> StoredRows:
+    def concat(parts: list[FeatureRows]) -> StoredRows:
         """Shards' rows in order, as one (the reference's whole training set, the validation
         rows of every shard). Streamed parts (streamed.py) are read whole, one at a time into
         the result: what asks for all rows holds them, but never twice."""
         first = parts[0]
         shape = (sum(len(p) for p in parts), *first.shape[1:])
-        dtype = first.stored.dtype if isinstance(first, StoredRows) else first.stored_dtype
-        joined = torch.empty(shape, dtype=dtype, device=first.device)
+        joined = torch.empty(shape, dtype=first.stored_dtype, device=first.device)
         start = 0
         for part in parts:
-            rows = part.stored if isinstance(part, StoredRows) else part.read_all()
+            rows = part.read_all()
             joined[start : start + len(rows)] = rows
             start += len(rows)
             del rows  # a streamed part's copy goes before the next is read
@@ -144,5 +171,5 @@ def normalizer(
     return mean, torch.tensor(normalization["std"], dtype=dtype, device=device).view(shape)
 
 
-# What the objective accepts as features: a shard's StoredRows, or a tensor used as it is.
-Features = torch.Tensor | StoredRows
+# What the objective accepts as features: a shard's rows, or a tensor used as it is.
+Features = torch.Tensor | FeatureRows

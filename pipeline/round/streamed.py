@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ...datasets.store.stream import ChunkReader
-from .features import Rows, StoredRows
+from .features import FeatureRows, Rows, StoredRows
 
 # Chunks a minibatch is drawn from (ChunkWindow's shuffle buffer), and the chunks kept decoded:
 # the window, the one the prefetch thread reads ahead, and one a full pass is on.
@@ -37,7 +37,7 @@ PASS_CACHE_CHUNKS = 2
 KEPT_SAMPLES = 2
 
 
-class StreamedRows:
+class StreamedRows(FeatureRows):
     """Rows `rows` (sorted indices into the split) of a store's features, read chunk by chunk.
 
     `reader`: the split's features (datasets/store/stream.py); `dtype`, `mean`, `std`: as
@@ -76,10 +76,6 @@ class StreamedRows:
         return torch.Size((len(self.rows), *self._sample_shape))
 
     @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
-
-    @property
     def num_chunks(self) -> int:
         return len(self.bounds) - 1
 
@@ -95,21 +91,9 @@ class StreamedRows:
     def stored_dtype(self) -> torch.dtype:
         return self._stored_dtype
 
-    def element_size(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, rows: Rows) -> torch.Tensor:
-        """The given rows in the run's dtype, normalised: a new tensor, never a cache view."""
-        if isinstance(rows, int):
-            return self[rows : rows + 1 or None][0]
-        picked = self._gather(self._positions(rows))
-        return StoredRows(picked, self.dtype, self.mean, self.std)[:]
-
-    def dense(self) -> torch.Tensor:
-        return self[:]
+    def _stored(self, rows: slice | torch.Tensor) -> torch.Tensor:
+        """The given rows, gathered from the chunks: a new tensor, never a cache view."""
+        return self._gather(self._positions(rows))
 
     def read_all(self) -> torch.Tensor:
         """Every row in its stored dtype, read a chunk at a time (a fresh tensor, not kept)."""
@@ -141,7 +125,7 @@ class StreamedRows:
         return self._with(self.rows, torch.device(device))
 
     def _with(self, rows: np.ndarray, device: torch.device) -> StreamedRows:
-        moved = [None if t is None else t.to(device) for t in (self.mean, self.std)]
+        moved = self._normalizer_on(device)
         return StreamedRows(
             self.reader, rows, dtype=self.dtype, mean=moved[0], std=moved[1], device=device,
             cache_chunks=self.cache_chunks,
