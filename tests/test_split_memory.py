@@ -22,6 +22,7 @@ from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round import tasks
 from dask_dane.pipeline.round.features import StoredRows
+from dask_dane.pipeline.round.scoring import combine_scores, score_piece
 from dask_dane.pipeline.round.streamed import PASS_CACHE_CHUNKS, StreamedRows
 from dask_dane.pipeline.run import shard_memory
 from dask_dane.pipeline.run.metrics import read_metrics
@@ -173,8 +174,8 @@ def test_pieces_scored_apart_add_up_to_the_whole_splits_score(big_test_split):
     weights, buffers = initial_state(setup.spec, 5)
 
     pieces = setup.load_pieces()
-    scored = [(i, tasks.score_piece(setup.spec, p, weights)) for i, p in enumerate(pieces)]
-    combined = tasks.combine_scores(scored)
+    scored = [(i, score_piece(setup.spec, p, weights)) for i, p in enumerate(pieces)]
+    combined = combine_scores(scored)
     whole = tasks.evaluate(setup.spec, setup.load_evaluation(), weights, buffers)
 
     assert [len(p.y) for p in pieces] == [748, 749]  # the test split's 1497 rows, halved
@@ -185,5 +186,5 @@ def test_pieces_scored_apart_add_up_to_the_whole_splits_score(big_test_split):
     assert combined["loss"] == pytest.approx(whole["loss"], rel=1e-6)
     assert combined["val_loss"] == pytest.approx(whole["val_loss"], rel=1e-6)
     # Scored on two workers, whichever finishes first: the same sums in the same order.
-    apart = tasks.combine_scores(scored[1:], scored[:1])
+    apart = combine_scores(scored[1:], scored[:1])
     assert apart == {**combined, "eval_s": apart["eval_s"]}

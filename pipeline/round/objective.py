@@ -119,14 +119,16 @@ class ShardObjective:
             self.batch_dependent or self.stochastic or self.buffers or self.augmentation.active
         )
 
-    def _spans(self) -> Iterator[tuple[int, int]]:
-        """A full pass's row ranges: memory-sized chunks, or near-equal local-step batches."""
+    def _pass_losses(self, w: torch.Tensor) -> Iterator[torch.Tensor]:
+        """A full pass at w: the loss summed over each of its row ranges in order (memory-sized
+        chunks, or near-equal local-step batches), each with its fixed draws."""
         if self.batch_dependent and self.train_batch:
             count = full_pass_batches(self.num_samples, self.train_batch)
             bounds = np.linspace(0, self.num_samples, count + 1).round().astype(int).tolist()
         else:
             bounds = [*range(0, self.num_samples, self.chunk), self.num_samples]
-        yield from itertools.pairwise(bounds)
+        for start, stop in itertools.pairwise(bounds):
+            yield self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
 
     def _forward(
         self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool = True, at: int = 0
@@ -215,16 +217,15 @@ class ShardObjective:
     def loss(self, w: torch.Tensor) -> float:
         """Full-shard mean loss at w (the L2 penalty included), without a gradient."""
         total = 0.0
-        for start, stop in self._spans():
-            total += float(self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start))
+        for loss in self._pass_losses(w):
+            total += float(loss)
         return total / self.num_samples + float(self._penalty(w))
 
     def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]:
         """Full-shard mean loss and its gradient at w, in chunks of `self.chunk` rows."""
         w = w.detach().requires_grad_(True)
         total = 0.0
-        for start, stop in self._spans():
-            loss = self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
+        for loss in self._pass_losses(w):
             loss = loss / self.num_samples
             loss.backward()
             total += float(loss.detach())
@@ -243,8 +244,7 @@ class ShardObjective:
         """
         w = w.detach().requires_grad_(True)
         total = self._penalty(w)
-        for start, stop in self._spans():
-            chunk = self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
+        for chunk in self._pass_losses(w):
             total = total + chunk / self.num_samples
         (grad,) = torch.autograd.grad(total, w, create_graph=True)
 

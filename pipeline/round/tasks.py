@@ -22,11 +22,7 @@ from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strateg
 from . import comm, transport
 from .aggregate import Partial, ShardReport, buffer_mean, mean_of
 from .objective import derived_seed
-
-# Scoring is spread over the shards' workers (scoring.py); its tasks are sent from here too.
-from .scoring import combine_scores as combine_scores
-from .scoring import score_piece as score_piece
-from .scoring import score_pieces as score_pieces
+from .scoring import combine_scores, score_piece
 
 # load_shard is a task too: it lives with the shard it builds (shards.py).
 from .shards import ShardData, make_objective, to_device, worker_id

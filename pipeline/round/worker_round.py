@@ -30,7 +30,7 @@ from ...models.registry import ModelSpec
 from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
-from .scoring import Scored
+from .scoring import Scored, score_pieces
 from .shards import ShardData
 from .tasks import (
     PhaseEnd,
@@ -39,7 +39,6 @@ from .tasks import (
     RoundStatic,
     finish_phase,
     run_local,
-    score_pieces,
     update_round,
 )
 from .wire import register_dataclasses
