@@ -155,10 +155,15 @@ def build_round(
     own: list[str] = []
     for p, name in enumerate(static.strategy.phases):
         received = ended if reduce else [list(outputs) for outputs in shared]
-        own = [
-            b.add(name, k, _phase_task(static, p, k, link, received, held[k], nodes[k], token), w)
-            for k, w in enumerate(workers)
-        ]
+        own = []
+        for k, w in enumerate(workers):
+            # The round's carry: in the first phase, round t - 1's update made inline where the
+            # link holds its task (allgather), else its result. `token`: the chain under which
+            # each worker keeps its shards' reports.
+            carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
+            before = link.before[k] if link.before is not None else None
+            args = (static, p, held[k], nodes[k], carry, received, before, token)
+            own.append(b.add(name, k, (worker_round.run_worker_phase, *args), w))
         shared.append(_shared(b, static, p, own, workers))
         if reduce and p < len(static.strategy.phases) - 1:
             task = (worker_round.end_phase, static, link.carry[0], ended, shared[-1])
@@ -194,25 +199,6 @@ def _scores(
         task = (worker_round.score_result, static.spec, indices, pieces, made[k])
         scores.append(b.add("score", k, task, worker))
     return scores
-
-
-def _phase_task(
-    static: RoundStatic,
-    p: int,
-    k: int,
-    link: ChainLink,
-    received: str | list,
-    shards: list[Any],
-    nodes: list[Any],
-    token: str,
-) -> tuple:
-    """Worker k's task of phase p, on its `shards`, summing its subtrees `nodes`. What it
-    takes as the round's carry: in the first phase, round t - 1's update made inline where
-    the link holds its task (allgather), else its result."""
-    carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
-    before = link.before[k] if link.before is not None else None
-    # `token`: the chain under which each worker keeps its shards' reports.
-    return (worker_round.run_worker_phase, static, p, shards, nodes, carry, received, before, token)
 
 
 def _updates(

@@ -204,13 +204,12 @@ def update_round(
     state: Any,
     ends: list[PhaseEnd],
     last: Partial,
-    shard_states: list[Any] | None = None,
 ) -> RoundResult:
     """The round's last task: finish the last phase, then the strategy's update.
 
     `ends` are the earlier phases, each finished once by finish_phase; `last` is the last
-    phase's sum. `shard_states` (strategies with per-shard state only) is each shard's state
-    for the next round, as its last phase returned it; it is passed through untouched.
+    phase's sum. The shards' states for the next round are not in it: each worker's stay
+    with its output of the last phase (worker_round.py), the driver fetching them apart.
     """
     mean = mean_of(last)
     previous = ends[-1] if ends else None
@@ -246,7 +245,6 @@ def update_round(
         # A phase a strategy skips (DANE's solve after a safeguard rejection) moves nothing.
         comm_phases=sum(1 for e in ends if e.communicated),
         compute_by_worker=dict(compute),
-        shard_states=shard_states,
         rows=sum(e.rows for e in ends),
         diagnostics=diagnostics,
         buffers=buffers,

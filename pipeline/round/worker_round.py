@@ -192,7 +192,7 @@ def update_on_worker(
     round_input, _ = open_round(static, carry)
     ends = phase_ends(round_input, received, static.num_shards, carry.weights)
     total = phase_total(last, static.num_shards, carry.weights, static.layout.transport)
-    return update_round(round_input, carry.weights, carry.state, ends, total, None)
+    return update_round(round_input, carry.weights, carry.state, ends, total)
 
 
 def score_result(
