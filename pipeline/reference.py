@@ -7,6 +7,7 @@ shard used twice) shows up as a difference between `train` and `run_reference`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 from .algorithms import Broadcast
 from .round import comm, tasks, transport
 from .round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
+from .round.scoring import combine_scores, score_pieces
 from .round.shards import ShardData
 from .round.worker_round import WorkerPhase, phase_total
 from .run.metrics import round_row
@@ -55,8 +57,8 @@ def run_reference(
         evaluation = None
         if t % config.eval_every == 0 or t == rounds:
             every = list(range(len(pieces)))  # one group: sums in piece order, as on workers
-            scored = tasks.score_pieces(setup.spec, every, pieces, result.weights, result.buffers)
-            evaluation = tasks.combine_scores(scored)
+            scored = score_pieces(setup.spec, every, pieces, result)
+            evaluation = combine_scores(scored)
         row = round_row(
             round_index=t,
             strategy=setup.strategy,
@@ -105,10 +107,11 @@ def _round(
         previous = reports
         if phase < len(strategy.phases) - 1:
             ended.append(tasks.finish_phase(round_input, phase, total, previous_end, state.weights))
-    next_states = None
-    if state.shard_states is not None:
-        next_states = [report.output.shard_state for report in previous]
-    return tasks.update_round(round_input, state.weights, state.state, ended, total, next_states)
+    result = tasks.update_round(round_input, state.weights, state.state, ended, total)
+    if state.shard_states is None:
+        return result
+    next_states = [report.output.shard_state for report in previous]
+    return dataclasses.replace(result, shard_states=next_states)
 
 
 def _phase_sum(

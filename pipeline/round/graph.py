@@ -32,6 +32,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from . import worker_round
 from .aggregate import owned_nodes
+from .scoring import score_pieces
 from .worker_round import RoundStatic
 
 
@@ -196,7 +197,7 @@ def _scores(
     for k, worker in enumerate(dict.fromkeys(placement)):
         indices = [i for i, at in enumerate(placement) if at == worker]
         pieces = [evaluate[i] for i in indices]
-        task = (worker_round.score_result, static.spec, indices, pieces, made[k])
+        task = (score_pieces, static.spec, indices, pieces, made[k])
         scores.append(b.add("score", k, task, worker))
     return scores
 

@@ -128,7 +128,8 @@ class ShardObjective:
         else:
             bounds = [*range(0, self.num_samples, self.chunk), self.num_samples]
         for start, stop in itertools.pairwise(bounds):
-            yield self._loss_sum(w, self.x[start:stop], self.y[start:stop], at=start)
+            out = self._forward(w, self.x[start:stop], step=False, at=start)
+            yield self._summed_loss(out, self.y[start:stop])
 
     def _forward(
         self, w: torch.Tensor, x: torch.Tensor, *, step: bool, train: bool = True, at: int = 0
@@ -167,11 +168,6 @@ class ShardObjective:
     def num_samples(self) -> int:
         return int(self.x.shape[0])
 
-    def _loss_sum(
-        self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *, step: bool = False, at: int = 0
-    ) -> torch.Tensor:
-        return self._summed_loss(self._forward(w, x, step=step, at=at), y)
-
     def _summed_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The loss of the model's outputs `out` summed over their rows."""
         if self.task == "classification":
@@ -180,7 +176,7 @@ class ShardObjective:
 
     def batch_loss(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Mean loss over `rows` (plus the L2 penalty), differentiable with respect to w."""
-        loss = self._loss_sum(w, self.x[rows], self.y[rows], step=True)
+        loss = self._summed_loss(self._forward(w, self.x[rows], step=True), self.y[rows])
         return loss / len(rows) + self._penalty(w)
 
     def _penalty(self, w: torch.Tensor) -> torch.Tensor | float:

@@ -14,6 +14,7 @@ import operator
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -62,13 +63,12 @@ Scored = list[tuple[int, Score]]
 
 
 def score_pieces(
-    spec: ModelSpec,
-    indices: list[int],
-    pieces: list[ShardData],
-    weights: torch.Tensor,
-    buffers: dict[str, torch.Tensor] | None = None,
+    spec: ModelSpec, indices: list[int], pieces: list[ShardData], result: Any
 ) -> Scored:
-    """score_piece() of each of a worker's pieces, one after the other: one task a worker."""
+    """score_piece() of each of a worker's pieces for a round's weights and buffers (`result`,
+    a tasks.RoundResult, which imports this module), one after the other: one task a worker
+    (graph.py), or every piece in the reference."""
+    weights, buffers = result.weights, result.buffers
     return [
         (i, score_piece(spec, p, weights, buffers)) for i, p in zip(indices, pieces, strict=True)
     ]

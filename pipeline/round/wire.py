@@ -34,8 +34,7 @@ from distributed.protocol import dask_deserialize, dask_serialize
 
 from ..algorithms.base import LocalOutput
 from .aggregate import Partial, ShardReport
-from .features import StoredRows
-from .streamed import StreamedRows
+from .features import FeatureRows
 
 # Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
 # the in-band pickle on the same objects; the engine never changes it.
@@ -129,9 +128,8 @@ def _tensor_size(tensor: torch.Tensor) -> int:
     return sys.getsizeof(tensor) + tensor.element_size() * tensor.nelement()
 
 
-@sizeof.register(StoredRows)
-@sizeof.register(StreamedRows)
-def _stored_rows_size(rows: StoredRows | StreamedRows) -> int:
+@sizeof.register(FeatureRows)
+def _stored_rows_size(rows: FeatureRows) -> int:
     # The held bytes (uint8 images count 1 byte a value; a streamed shard, its cached
     # chunks), not the converted size.
     return sys.getsizeof(rows) + rows.nbytes

@@ -26,11 +26,9 @@ from typing import Any
 
 import torch
 
-from ...models.registry import ModelSpec
 from ..algorithms import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
-from .scoring import Scored, score_pieces
 from .shards import ShardData
 from .tasks import (
     PhaseEnd,
@@ -194,13 +192,6 @@ def update_on_worker(
     ends = phase_ends(round_input, received, static.num_shards, carry.weights)
     total = phase_total(last, static.num_shards, carry.weights, static.layout.transport)
     return update_round(round_input, carry.weights, carry.state, ends, total)
-
-
-def score_result(
-    spec: ModelSpec, indices: list[int], pieces: list[ShardData], result: RoundResult
-) -> Scored:
-    """A worker's scoring pieces' sums (scoring.py) for a round's weights and buffers."""
-    return score_pieces(spec, indices, pieces, result.weights, result.buffers)
 
 
 def weights_finite(result: RoundResult) -> bool:
