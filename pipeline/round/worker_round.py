@@ -64,8 +64,8 @@ NO_WEIGHTS = torch.empty(0)
 
 def open_round(static: RoundStatic, carry: RoundResult) -> tuple[RoundInput, Any]:
     """Round t's input, and its opening as phase 0 receives it (None if the strategy sends
-    none): every task of the round, on a worker or in the reference, makes them with this one
-    function, from the round's carry (a RoundResult, or the reference's RunState)."""
+    none): the reference's round_start and every worker make them with this one function,
+    from the round's carry (a RoundResult, or the reference's RunState)."""
     opening = static.strategy.opening(carry.state)
     round_input = RoundInput(
         **vars(static),
