@@ -158,7 +158,7 @@ def _train_step(
     loss = minibatch_loss(ddp, data, rows, l2)
     loss.backward()  # returns once DDP's all-reduce of every bucket has completed
     optimizer.step()
-    if data.x.is_cuda:
+    if data.x.device.type == "cuda":
         torch.cuda.synchronize()
     timings.step_s.append(time.perf_counter() - started)
     timings.comm_s.append(clock.exposed())
