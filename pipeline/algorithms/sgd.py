@@ -60,9 +60,12 @@ class Sgd(Strategy):
     def update(self, end: RoundEnd) -> RoundUpdate:
         g = end.mean.tensors["grad"]
         b = self.momentum * end.state.momentum + g
-        lr = self.local_lr * lr_factor(self.lr_schedule, end.round_index, self.rounds)
         return RoundUpdate(
-            weights=end.weights - lr * b,
+            weights=end.weights - self.lr(end.round_index) * b,
             state=SgdState(momentum=b),
             metrics=gradient_figures(end.mean),
         )
+
+    def lr(self, round_index: int) -> float:
+        """The step of round `round_index` (from 1), after --lr-schedule."""
+        return self.local_lr * lr_factor(self.lr_schedule, round_index, self.rounds)

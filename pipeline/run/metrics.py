@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from ..algorithms import Strategy
 from ..algorithms.parts.local_solver import LocalSolver
 from ..algorithms.parts.noise_scale import FIGURES, ratio
-from ..algorithms.parts.schedule import lr_factor
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
 from .checkpoint import atomic_write_bytes
@@ -104,12 +103,10 @@ def scheduled(strategy: Strategy, round_index: int) -> dict[str, Any]:
             "local_lr": solver.lr(round_index),
             "scheduled_local_steps": solver.steps(round_index),
         }
-    if hasattr(strategy, "local_lr"):
-        # sgd, gd, agd: the rate is the step itself. Written out as sgd.update computes it
-        # (algorithms/ report no rate of their own); gd and agd have no schedule: constant.
-        schedule = getattr(strategy, "lr_schedule", "constant")
-        rounds = getattr(strategy, "rounds", 1)
-        return {"local_lr": strategy.local_lr * lr_factor(schedule, round_index, rounds)}
+    if hasattr(strategy, "lr"):  # sgd: the rate is the scheduled step itself
+        return {"local_lr": strategy.lr(round_index)}
+    if hasattr(strategy, "local_lr"):  # gd, agd: a constant step, no schedule
+        return {"local_lr": strategy.local_lr}
     return {"local_lr": None}
 
 

@@ -23,6 +23,7 @@ from ..algorithms import make_strategy
 from ..algorithms.parts.local_steps_schedule import (
     local_steps_at,
     rounds_for_epochs,
+    steps_for_epochs,
     steps_per_epoch,
 )
 from ..algorithms.parts.schedule import lr_factor
@@ -45,11 +46,9 @@ COUNT_OF_EPOCHS = {**STEPS_FROM_EPOCHS, **ROUNDS_FROM_EPOCHS}
 
 def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
     """`config` with every epochs setting resolved on `store` (unchanged where none is set)."""
-    per_epoch = steps_per_epoch(
-        store.num_train, store.num_shards, config.batch_size, config.val_fraction
-    )
+    shape = (store.num_train, store.num_shards, config.batch_size, config.val_fraction)
     given = {count: getattr(config, epochs) for epochs, count in STEPS_FROM_EPOCHS.items()}
-    resolved = {k: max(1, round(e * per_epoch)) for k, e in given.items() if e is not None}
+    resolved = {k: steps_for_epochs(e, *shape) for k, e in given.items() if e is not None}
     steps = {**dataclasses.asdict(config), **resolved}
 
     def steps_at(round_index: int) -> int:
@@ -66,7 +65,7 @@ def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
     for epochs_key, rounds_key in ROUNDS_FROM_EPOCHS.items():
         epochs = getattr(config, epochs_key)
         if epochs is not None:
-            resolved[rounds_key] = rounds_for_epochs(epochs, per_epoch, steps_at)
+            resolved[rounds_key] = rounds_for_epochs(epochs, steps_per_epoch(*shape), steps_at)
     changed = {key: value for key, value in resolved.items() if getattr(config, key) != value}
     return dataclasses.replace(config, **changed).validate() if changed else config
 
