@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dask_dane.models.flat import flatten_parameters, forward_flat
+from dask_dane.models.flat import flatten_parameters, forward_flat, unflatten
 from dask_dane.models.registry import MODELS, ModelSpec, build_model, check_model_fits
 
 # Parameter counts worked out by hand from each architecture (weights + biases):
@@ -42,6 +42,23 @@ def test_forward_shape_parameter_count_and_no_state_outside_the_weights(name, sh
     # DANE averages flat weight vectors only: a buffer (BatchNorm statistics) would be lost.
     assert list(model.buffers()) == []
     torch.testing.assert_close(forward_flat(model, flatten_parameters(model), x), out)
+
+
+def test_the_gradient_on_the_flat_weights_is_the_module_s_and_comes_from_one_split():
+    model = build_model(ModelSpec(name="resnet8", sample_shape=(1, 8, 8), num_classes=10))
+    x, y = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    w = flatten_parameters(model).requires_grad_(True)
+
+    torch.nn.functional.cross_entropy(forward_flat(model, w, x), y).backward()
+
+    assert torch.equal(w.grad, torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    # One backward node hands every parameter its part: a slice a parameter would make a
+    # gradient the size of the whole vector for each (18x the step at 64 tensors).
+    views = unflatten(model, w).values()
+    nodes = {view.grad_fn.next_functions[0][0] for view in views}
+    assert len(views) > 20 and len(nodes) == 1
+    assert type(nodes.pop()).__name__.startswith("SplitWithSizesBackward")
 
 
 @pytest.mark.parametrize(("name", "shape"), list(PARAMETER_COUNTS))
