@@ -80,7 +80,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "precision": (
         "gpu",
-        "One process's time a local step in fp32 and in bf16 (--precision), on DEVICE.",
+        "One process's time a local step in fp32, in bf16 (--precision) and in plain PyTorch.",
     ),
     "prepare-memory": (
         "prepare",

@@ -110,13 +110,16 @@ def test_bench_precision_times_both_precisions_from_the_same_start(digits_stores
     result = run_precision(spec)
 
     rows = result["precisions"]
-    assert list(rows) == ["fp32", "bf16"]
+    assert list(rows) == ["fp32", "bf16", "plain"]
     assert all(len(row["runs_step_s"]) == 2 and row["step_s"] > 0 for row in rows.values())
     # Same weights, same minibatches: the losses differ only by the precision, and a little.
     fp32_loss, bf16_loss = rows["fp32"]["final_batch_loss"], rows["bf16"]["final_batch_loss"]
     assert fp32_loss != bf16_loss
     assert bf16_loss == pytest.approx(fp32_loss, rel=0.05)
     assert result["bf16_over_fp32"] == rows["bf16"]["step_s"] / rows["fp32"]["step_s"]
+    # Plain PyTorch's steps on the module's own parameters: the same steps as the engine's.
+    assert rows["plain"]["final_batch_loss"] == pytest.approx(fp32_loss, rel=1e-5)
+    assert result["fp32_over_plain"] == rows["fp32"]["step_s"] / rows["plain"]["step_s"]
     assert "| bf16 | cpu |" in precision_table(result)
 
 

@@ -36,7 +36,7 @@ def gpu_correctness(
 
 @spec_options(PrecisionSpec)
 def precision(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) -> None:
-    """One process's time a local step in fp32 and in bf16 (--precision), on DEVICE."""
+    """One process's time a local step in fp32, in bf16 (--precision) and in plain PyTorch."""
     from .precision import precision_plot, precision_table, run_precision
 
     result = run_precision(spec_from_flags(PrecisionSpec, flags))

@@ -5,6 +5,9 @@ loss and its gradient at the weights, an SGD update of the float32 weights. Both
 start from the same weights and draw the same minibatches; the first steps warm the kernels
 up and are not timed. It answers whether `--precision bf16` pays on this device: on a GPU
 with bfloat16 tensor cores it should; on a CPU without bfloat16 units it may cost time.
+The same fp32 steps taken by plain PyTorch (the module's own parameters, loss.backward())
+give the engine's cost beside a plain step: the flat weights and functional_call should cost
+next to nothing (`fp32_over_plain` near 1).
 
     dane bench precision --store S --model lenet --device cuda --json precision.json
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -49,10 +53,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) -> dict[str, Any]:
-    """Median seconds a step over `repeats` runs of `steps` steps; the loss reached."""
+def _timed(
+    step: Callable[[Any], tuple[Any, float]], w: Any, spec: PrecisionSpec, device: torch.device
+) -> dict:
+    """Median seconds a step over `repeats` runs of `steps` steps, after the warm-up; the
+    last batch's loss. `step(w)` takes one step from w and gives (new w, its batch loss)."""
+    for _ in range(WARMUP_STEPS):
+        w, loss = step(w)
+    runs = []
+    for _ in range(spec.repeats):
+        _sync(device)
+        started = time.perf_counter()
+        for _ in range(spec.steps):
+            w, loss = step(w)
+        _sync(device)
+        runs.append((time.perf_counter() - started) / spec.steps)
+    return {"step_s": statistics.median(runs), "runs_step_s": runs, "final_batch_loss": loss}
+
+
+def _engine_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) -> dict:
+    """The workers' local step: the loss at the flat weights, its gradient, an SGD update."""
     rng = torch.Generator().manual_seed(spec.run.seed)
-    w = weights.to(objective.x.device)
 
     def step(w: torch.Tensor) -> tuple[torch.Tensor, float]:
         w = w.detach().requires_grad_(True)
@@ -60,33 +81,64 @@ def _time_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) -> d
         (grad,) = torch.autograd.grad(loss, w)
         return (w - spec.run.local_lr * grad).detach(), float(loss.detach())
 
-    for _ in range(WARMUP_STEPS):
-        w, loss = step(w)
-    runs = []
-    for _ in range(spec.repeats):
-        _sync(w.device)
-        started = time.perf_counter()
-        for _ in range(spec.steps):
-            w, loss = step(w)
-        _sync(w.device)
-        runs.append((time.perf_counter() - started) / spec.steps)
-    return {"step_s": statistics.median(runs), "runs_step_s": runs, "final_batch_loss": loss}
+    return _timed(step, weights.to(objective.x.device), spec, objective.x.device)
+
+
+def _plain_steps(
+    objective: Any, weights: torch.Tensor, spec: PrecisionSpec, model_spec: Any
+) -> dict:
+    """The same steps as plain PyTorch takes them (a DDP rank's): a module of its own
+    parameters (the engine's holds none: functional_call lends it the flat weights),
+    loss.backward() and an SGD update, in fp32, on the same minibatches."""
+    import torch.nn.functional as F
+
+    from ...models.flat import load_state
+    from ...models.registry import build_model
+
+    model = load_state(build_model(model_spec), weights).to(objective.x.device).train()
+    params = list(model.parameters())
+    rng = torch.Generator().manual_seed(spec.run.seed)
+
+    def step(_: None) -> tuple[None, float]:
+        rows = objective.sample_rows(spec.run.batch_size, rng)
+        for param in params:
+            param.grad = None
+        loss = F.cross_entropy(model(objective.x[rows]), objective.y[rows])
+        if objective.l2:
+            loss = loss + objective.l2 * sum(param.pow(2).sum() for param in params)
+        loss.backward()
+        with torch.no_grad():
+            for param in params:
+                param -= spec.run.local_lr * param.grad
+        return None, float(loss.detach())
+
+    return _timed(step, None, spec, objective.x.device)
 
 
 def run_precision(spec: PrecisionSpec) -> dict[str, Any]:
-    """fp32 then bf16 on shard 0 of the store, in this process; JSON-able."""
+    """fp32 then bf16 on shard 0 of the store, in this process, and the same fp32 steps in
+    plain PyTorch (what the engine's step costs beside a plain one); JSON-able."""
     from ...pipeline import initial_weights, prepare_run
 
     spec = spec.validate()
     rows: dict[str, Any] = {}
-    for precision in ("fp32", "bf16"):
-        setup = prepare_run(replace(spec.run, precision=precision).validate())
+    for precision in ("fp32", "bf16", "plain"):
+        setup = prepare_run(
+            replace(spec.run, precision=precision.replace("plain", "fp32")).validate()
+        )
         objective = setup.objectives()[0]
         weights = initial_weights(setup.spec, spec.run.seed)
-        rows[precision] = _time_steps(objective, weights, spec)
-        rows[precision]["device"] = str(objective.x.device)
-    ratio = rows["bf16"]["step_s"] / rows["fp32"]["step_s"]
-    return {"spec": spec_record(spec), "precisions": rows, "bf16_over_fp32": ratio}
+        if precision == "plain":
+            timed = _plain_steps(objective, weights, spec, setup.spec)
+        else:
+            timed = _engine_steps(objective, weights, spec)
+        rows[precision] = timed | {"device": str(objective.x.device)}
+    return {
+        "spec": spec_record(spec),
+        "precisions": rows,
+        "bf16_over_fp32": rows["bf16"]["step_s"] / rows["fp32"]["step_s"],
+        "fp32_over_plain": rows["fp32"]["step_s"] / rows["plain"]["step_s"],
+    }
 
 
 def precision_table(result: dict[str, Any]) -> str:
@@ -98,6 +150,7 @@ def precision_table(result: dict[str, Any]) -> str:
             f"{row['final_batch_loss']:.4f} |"
         )
     lines.append(f"bf16 / fp32 time a step: {result['bf16_over_fp32']:.2f}")
+    lines.append(f"the engine's fp32 step / plain PyTorch's: {result['fp32_over_plain']:.2f}")
     return "\n".join(lines)
 
 
@@ -108,7 +161,7 @@ def precision_plot(result: dict[str, Any], path: Any) -> None:
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     names = list(result["precisions"])
     times = [result["precisions"][n]["step_s"] * 1e3 for n in names]
-    ax.bar(names, times, color=["tab:blue", "tab:orange"])
+    ax.bar(names, times, color=["tab:blue", "tab:orange", "tab:gray"][: len(names)])
     spec = result["spec"]
     ax.set_ylabel("ms a local step")
     ax.set_title(f"{spec['model']}, batch {spec['batch_size']}, {spec['device']}")
