@@ -228,7 +228,7 @@ class LocalSolver:
             opt = torch.optim.SGD([v], lr=lr, momentum=self.momentum)
         first_loss, steps, drawn = float("nan"), 0, 0
         for step in range(self.steps(round_index)):
-            opt.zero_grad(set_to_none=False)
+            opt.zero_grad()  # None: the backward hands its gradient over, no zeroing or adding
             drawn += 1
             loss = objective.batch_loss(v, objective.sample_rows(self.batch_size, rng))
             loss.backward()
