@@ -6,67 +6,46 @@ workers hung the driver this way)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import os
+import signal
+import time
 
 import pytest
+from distributed import Client, LocalCluster
+
+from dask_dane.pipeline.run.cluster_checks import stranded, wait_for
 
 pytestmark = pytest.mark.cluster
 
 
-# Run in a process of its own: it starts a second LocalCluster and SIGKILLs its workers, and
-# nothing of that should share a process with the session's cluster (its client once found
-# its IO loop closed right after this test, in one CI run of many).
-STRANDED_SCENARIO = """
-import json, os, signal, sys, time
-from distributed import Client, LocalCluster
-from dask_dane.pipeline.run.cluster_checks import stranded, wait_for
-
-def slow(value):
+def _slow(value: int) -> int:
     time.sleep(60)
     return value
 
-if __name__ == "__main__":
+
+def test_a_task_stranded_by_losing_every_worker_fails_the_wait():
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
-        as cluster,
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,  # fmt: skip
         Client(cluster) as client,
     ):
         client.wait_for_workers(2, timeout=60)
         first = sorted(client.scheduler_info()["workers"])[0]
-        task = client.submit(slow, 1, workers=[first], allow_other_workers=True, pure=False)
+        task = client.submit(_slow, 1, workers=[first], allow_other_workers=True, pure=False)
         while not client.processing(workers=[first])[first]:
             time.sleep(0.1)
-        report = {"while_running": client.run_on_scheduler(stranded, keys=[task.key])}
-        for pid in client.run(os.getpid).values():  # every worker at once, as memory-killed go
+        assert client.run_on_scheduler(stranded, keys=[task.key]) == []  # running: fine
+        pids = client.run(os.getpid)
+
+        for pid in pids.values():  # every worker at once, as memory-killed workers go
             os.kill(pid, signal.SIGKILL)
         started = time.perf_counter()
-        try:
+        with pytest.raises(OSError, match="wait for workers that are gone"):
             wait_for(client, [task], timeout=10)
-            report["error"] = None
-        except OSError as err:
-            report["error"] = str(err)
-        report["seconds"] = time.perf_counter() - started
-        report["after"] = client.run_on_scheduler(stranded, keys=[task.key])
-        report["key"] = task.key
-    print(json.dumps(report))
-"""
 
-
-def test_a_task_stranded_by_losing_every_worker_fails_the_wait(tmp_path):
-    script = tmp_path / "stranded.py"
-    script.write_text(STRANDED_SCENARIO)
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-
-    assert report["while_running"] == []  # running: fine
-    assert "wait for workers that are gone" in (report["error"] or "")
-    assert report["seconds"] < 45  # the new workers' start and a poll, not 60 s
-    assert report["key"] in report["after"]
+        assert time.perf_counter() - started < 45  # the new workers' start and a poll, not 60 s
+        assert task.key in client.run_on_scheduler(stranded, keys=[task.key])
 
 
 class _PausedCluster:
@@ -88,12 +67,11 @@ class _Pending:
         return False
 
 
-def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory(monkeypatch):
+def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory():
     from dask_dane.pipeline.run import cluster_checks
 
     clock = iter([0.0, 30.0, 61.0])
-    monkeypatch.setattr(cluster_checks.time, "monotonic", lambda: next(clock))
-    stuck = cluster_checks.Stuck()
+    stuck = cluster_checks.Stuck(clock=lambda: next(clock))  # not time.monotonic: see Stuck
 
     stuck.check(_PausedCluster(True), [_Pending()])  # paused since 0 s
     stuck.check(_PausedCluster(True), [_Pending()])  # 30 s: still waiting
@@ -102,12 +80,11 @@ def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory(monkey
         stuck.check(_PausedCluster(True), [_Pending()])
 
 
-def test_a_worker_that_resumes_starts_the_pause_clock_again(monkeypatch):
+def test_a_worker_that_resumes_starts_the_pause_clock_again():
     from dask_dane.pipeline.run import cluster_checks
 
     clock = iter([0.0, 50.0, 100.0, 150.0])
-    monkeypatch.setattr(cluster_checks.time, "monotonic", lambda: next(clock))
-    stuck = cluster_checks.Stuck()
+    stuck = cluster_checks.Stuck(clock=lambda: next(clock))  # not time.monotonic: see Stuck
 
     for paused in (True, False, True, True):  # paused 0-50 s, resumed, paused again at 100 s
         stuck.check(_PausedCluster(paused), [_Pending()])

@@ -168,7 +168,8 @@ class Stuck:
     if a pending future depends on one), and every worker paused for PAUSED_GIVE_UP_S (a
     ValueError in one line: more memory is the fix, so the round is not rerun)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock  # a test's own clock: patching time.monotonic stops event loops
         self.paused_since: float | None = None
 
     def check(self, client: Any, futures: list[Any]) -> None:
@@ -180,7 +181,7 @@ class Stuck:
                 "was lost at once (their memory limits exceeded?)"
             )
         paused = client.run_on_scheduler(_paused)
-        now = time.monotonic()
+        now = self.clock()
         if not paused or self.paused_since is None:
             self.paused_since = now if paused else None
         if paused and now - self.paused_since >= PAUSED_GIVE_UP_S:
