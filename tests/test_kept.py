@@ -32,6 +32,33 @@ def test_a_report_is_taken_once_and_a_later_round_drops_the_earlier_ones():
     assert kept.take("run-a1", 4, 1, 0) is None  # another phase, never kept
 
 
+class _Update:
+    """A stand-in for a RoundResult (weakly referable, as it is)."""
+
+
+def test_a_round_s_update_is_made_once_while_a_task_holds_it():
+    made = []
+
+    def make():
+        made.append(1)
+        return _Update()
+
+    held = kept.update_once("run-a1", 3, make)  # the update task: Dask holds its result
+    assert kept.update_once("run-a1", 3, make) is held  # inline in round 4's first phase
+    assert len(made) == 1
+    assert kept.update_once("run-a2", 3, make) is not held  # another chain: made again
+    kept.update_once("run-a1", 4, make)  # the next round's update replaces the note
+    assert kept.update_once("run-a1", 3, make) is not held and len(made) == 4
+
+
+def test_a_released_update_is_made_again_and_not_kept_alive():
+    made = []
+    kept.update_once("run-a1", 3, lambda: made.append(1) or _Update())
+    # Nothing holds the update any more (Dask released it): the note does not keep it.
+    kept.update_once("run-a1", 3, lambda: made.append(1) or _Update())
+    assert len(made) == 2
+
+
 def test_only_the_latest_chains_are_kept():
     for chain in ("run-a1", "run-a2", "other-a1"):  # a restart, then another run's rounds
         kept.put(chain, 1, 0, {0: chain})

@@ -9,7 +9,8 @@ worker hands on the sums alone. Then the run's collective (comm.collective_of,
 - allgather: every worker takes every worker's sums and finishes the phase itself; after the
   last phase, `update-{t}-{k}` makes round t's result on every worker, for the round's later
   phases, its evaluation and the driver. Round t + 1's first task on worker k does not wait
-  for it: it runs the same update inline (ChainLink.update), from the same inputs;
+  for it: it runs the same update inline (ChainLink.update), from the same inputs, and
+  finds it already made where the update task ran first (kept.update_once);
 - reduce: the first worker takes the sums, finishes the phase once (`reduce_{phase}-{t}-0`)
   and, after the last, runs the one `update-{t}-0`; the other workers fetch each phase's end
   and the update from it (the fan-out: Dask's own transfers, one copy to each), and round
@@ -25,7 +26,7 @@ token (and the chain's attempt).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
@@ -56,7 +57,8 @@ class ChainLink:
 
     `update` (allgather): per worker, round t - 1's update task itself, which round t's first
     task runs inline rather than wait for the `update` task's result: the update is a few
-    vector operations on inputs every worker already holds, and made again it costs no step.
+    vector operations on inputs every worker already holds, so inline it costs no step, and
+    each worker makes it once for all its tasks that take it (kept.update_once).
     """
 
     carry: list[Any]
@@ -145,6 +147,7 @@ def build_round(
     lives, `evaluate` the scoring pieces' futures, one per shard (None: no evaluation this
     round), each scored on its shard's worker; with `light`, a task of the round's figures
     without its weights (the driver's fetch when it does not take them)."""
+    static = replace(static, chain=token)
     b = _Builder(token=token, index=static.index)
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
@@ -159,11 +162,10 @@ def build_round(
         own = []
         for k, w in enumerate(workers):
             # The round's carry: in the first phase, round t - 1's update made inline where the
-            # link holds its task (allgather), else its result. `token`: the chain under which
-            # each worker keeps its shards' reports.
+            # link holds its task (allgather), else its result.
             carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
             before = link.before[k] if link.before is not None else None
-            args = (static, p, held[k], nodes[k], carry, received, before, token)
+            args = (static, p, held[k], nodes[k], carry, received, before)
             own.append(b.add(name, k, (worker_round.run_worker_phase, *args), w))
         shared.append(_shared(b, static, p, own, workers))
         if reduce and p < len(static.strategy.phases) - 1:

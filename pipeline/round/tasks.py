@@ -45,6 +45,9 @@ class RoundStatic:
     # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
     # index, so the order they finish in changes nothing).
     threads: int = 1
+    # The chain the round belongs to (the run's token and attempt, graph.py): what a worker
+    # keeps between its tasks is kept under it (kept.py). "": none (the reference runner).
+    chain: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

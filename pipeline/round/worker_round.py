@@ -124,15 +124,14 @@ def run_worker_phase(
     carry: RoundResult,
     received: Received,
     before: WorkerPhase | None,
-    chain: str,
 ) -> WorkerPhase:
     """Phase `phase` of every shard this worker holds, and the sums of its subtrees `nodes`.
 
     `received` holds the earlier phases of this round (Received), `before` this worker's
     output of the previous round's last phase, which holds its shards' states (None: they
     come with the carry, or there are none). Each shard's report of the phase before is
-    taken from what the worker kept (kept.py, under `chain`: the run's token and attempt),
-    and this phase's reports are kept for the next.
+    taken from what the worker kept (kept.py, under the round's chain: the run's token and
+    attempt), and this phase's reports are kept for the next.
     """
     round_input, opening = open_round(static, carry)
     ends = phase_ends(round_input, received, static.num_shards, carry.weights)
@@ -143,7 +142,7 @@ def run_worker_phase(
     def report(shard: ShardData, p: int) -> ShardReport:
         """The shard's report of phase p: kept by its earlier phase, or computed (again)."""
         if p < phase:
-            found = kept.take(chain, static.index, p, shard.index)
+            found = kept.take(static.chain, static.index, p, shard.index)
             if found is not None:
                 return found
         previous = report(shard, p - 1) if p > 0 else None
@@ -159,7 +158,7 @@ def run_worker_phase(
     reports = {shard.index: r for shard, r in zip(shards, done, strict=True)}
     last = phase == len(static.strategy.phases) - 1
     if not last:
-        kept.put(chain, static.index, phase, reports)
+        kept.put(static.chain, static.index, phase, reports)
     leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
     keeps_states = last and static.strategy.shard_state_type is not None
     encoding = static.layout.transport
@@ -185,13 +184,18 @@ def update_on_worker(
     static: RoundStatic, carry: RoundResult, received: Received, last: list[WorkerPhase]
 ) -> RoundResult:
     """The round's update (tasks.update_round) from the earlier phases (Received) and every
-    worker's sums of the last phase.
+    worker's sums of the last phase, made once on this worker for every task of its that
+    takes it (kept.update_once).
 
     Shard states are not in it: each stays with its worker's last phase output."""
-    round_input, _ = open_round(static, carry)
-    ends = phase_ends(round_input, received, static.num_shards, carry.weights)
-    total = phase_total(last, static.num_shards, carry.weights, static.layout.transport)
-    return update_round(round_input, carry.weights, carry.state, ends, total)
+
+    def make() -> RoundResult:
+        round_input, _ = open_round(static, carry)
+        ends = phase_ends(round_input, received, static.num_shards, carry.weights)
+        total = phase_total(last, static.num_shards, carry.weights, static.layout.transport)
+        return update_round(round_input, carry.weights, carry.state, ends, total)
+
+    return kept.update_once(static.chain, static.index, make)
 
 
 def weights_finite(result: RoundResult) -> bool:
