@@ -6,14 +6,14 @@ They differ in how many parameter tensors hold the weights: 8 in `wide`, 64 in `
 around it shows.
 """
 
+import math
+
 from torch import nn
 
 
 def wide(num_classes: int, sample_shape: tuple[int, ...]) -> nn.Module:
     """11.7 M weights in 8 tensors."""
-    features = 1
-    for size in sample_shape:
-        features *= size
+    features = math.prod(sample_shape)
     return nn.Sequential(
         nn.Flatten(),
         nn.Linear(features, 2048),
@@ -28,9 +28,7 @@ def wide(num_classes: int, sample_shape: tuple[int, ...]) -> nn.Module:
 
 def deep(num_classes: int, sample_shape: tuple[int, ...]) -> nn.Module:
     """10.9 M weights in 64 tensors: 32 layers of 600 units."""
-    features = 1
-    for size in sample_shape:
-        features *= size
+    features = math.prod(sample_shape)
     hidden = [nn.Sequential(nn.ReLU(), nn.Linear(600, 600)) for _ in range(30)]
     return nn.Sequential(
         nn.Flatten(), nn.Linear(features, 600), *hidden, nn.ReLU(), nn.Linear(600, num_classes)
