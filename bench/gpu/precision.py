@@ -84,18 +84,14 @@ def _engine_steps(objective: Any, weights: torch.Tensor, spec: PrecisionSpec) ->
     return _timed(step, weights.to(objective.x.device), spec, objective.x.device)
 
 
-def _plain_steps(
-    objective: Any, weights: torch.Tensor, spec: PrecisionSpec, model_spec: Any
-) -> dict:
-    """The same steps as plain PyTorch takes them (a DDP rank's): a module of its own
-    parameters (the engine's holds none: functional_call lends it the flat weights),
-    loss.backward() and an SGD update, in fp32, on the same minibatches."""
-    import torch.nn.functional as F
+def _plain_steps(objective: Any, spec: PrecisionSpec, model_spec: Any) -> dict:
+    """The same steps as plain PyTorch takes them (a DDP rank's, plain_torch.py): a module of
+    its own parameters (the engine's holds none: functional_call lends it the flat weights),
+    loss.backward() and an SGD update, in fp32, from the same start on the same minibatches.
+    """
+    from ..ddp.plain_torch import initial_model, minibatch_loss
 
-    from ...models.flat import load_state
-    from ...models.registry import build_model
-
-    model = load_state(build_model(model_spec), weights).to(objective.x.device).train()
+    model = initial_model(model_spec, spec.run.seed, objective.x.device).train()
     params = list(model.parameters())
     rng = torch.Generator().manual_seed(spec.run.seed)
 
@@ -103,9 +99,8 @@ def _plain_steps(
         rows = objective.sample_rows(spec.run.batch_size, rng)
         for param in params:
             param.grad = None
-        loss = F.cross_entropy(model(objective.x[rows]), objective.y[rows])
-        if objective.l2:
-            loss = loss + objective.l2 * sum(param.pow(2).sum() for param in params)
+        # The objective stands for the rows: minibatch_loss reads its x, y and task.
+        loss = minibatch_loss(model, objective, rows, objective.l2)
         loss.backward()
         with torch.no_grad():
             for param in params:
@@ -116,23 +111,22 @@ def _plain_steps(
 
 
 def run_precision(spec: PrecisionSpec) -> dict[str, Any]:
-    """fp32 then bf16 on shard 0 of the store, in this process, and the same fp32 steps in
-    plain PyTorch (what the engine's step costs beside a plain one); JSON-able."""
+    """fp32 then bf16 on shard 0 of the store, in this process, then the fp32 steps in plain
+    PyTorch (what the engine's step costs beside a plain one); JSON-able."""
     from ...pipeline import initial_weights, prepare_run
 
     spec = spec.validate()
     rows: dict[str, Any] = {}
-    for precision in ("fp32", "bf16", "plain"):
-        setup = prepare_run(
-            replace(spec.run, precision=precision.replace("plain", "fp32")).validate()
-        )
+    for precision in ("fp32", "bf16"):
+        setup = prepare_run(replace(spec.run, precision=precision).validate())
         objective = setup.objectives()[0]
         weights = initial_weights(setup.spec, spec.run.seed)
-        if precision == "plain":
-            timed = _plain_steps(objective, weights, spec, setup.spec)
-        else:
-            timed = _engine_steps(objective, weights, spec)
-        rows[precision] = timed | {"device": str(objective.x.device)}
+        rows[precision] = _engine_steps(objective, weights, spec)
+        rows[precision]["device"] = str(objective.x.device)
+        if precision == "fp32":
+            plain = _plain_steps(objective, spec, setup.spec)
+            plain["device"] = rows["fp32"]["device"]
+    rows["plain"] = plain
     return {
         "spec": spec_record(spec),
         "precisions": rows,
