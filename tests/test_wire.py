@@ -6,6 +6,7 @@ import copyreg
 import io
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from distributed.protocol import (
@@ -147,8 +148,40 @@ def test_a_read_only_or_misaligned_frame_is_copied_into_a_tensor_of_its_own():
     shifted = memoryview(bytearray(b"x" + raw))[1:]
     misaligned = wire._tensor_from_frame(shifted, "float32", (2, 5), "cpu", False)
     assert torch.equal(read_only, tensor) and torch.equal(misaligned, tensor.reshape(2, 5))
-    assert misaligned.data_ptr() % 4 == 0
+    assert misaligned.data_ptr() % wire.ALIGNMENT == 0
     read_only += 1  # writable: its own memory
+    empty = wire._tensor_from_frame(memoryview(b""), "float64", (0, 3), "cpu", False)
+    assert empty.shape == (0, 3) and empty.dtype == torch.float64
+
+
+def _frame_at(tensor: torch.Tensor, offset: int) -> memoryview:
+    """The tensor's bytes in a writable buffer, starting `offset` bytes past a 64-byte
+    boundary (where a comm's message may put a frame)."""
+    raw = tensor.view(torch.uint8).numpy().tobytes()
+    buffer = torch.empty(len(raw) + 2 * wire.ALIGNMENT, dtype=torch.uint8)
+    start = (-buffer.data_ptr()) % wire.ALIGNMENT + offset
+    buffer[start : start + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    return memoryview(buffer.numpy())[start : start + len(raw)]
+
+
+@pytest.mark.parametrize("offset", range(0, 64, 8))
+def test_a_tensor_from_a_frame_anywhere_computes_the_bits_it_computes_where_torch_put_it(offset):
+    # MKL orders a product's sums by where its operands start: a float64 matrix-vector
+    # product gives other bits for a matrix an odd multiple of 8 bytes past a 64-byte
+    # boundary (on this machine). An arrived tensor must compute what the reference's,
+    # which torch allocated, computes.
+    torch.manual_seed(offset)
+    matrix, vector = (
+        torch.randn(10, 512, dtype=torch.float64),
+        torch.randn(512, dtype=torch.float64),
+    )
+    frame = _frame_at(matrix, offset)
+    arrived = wire._tensor_from_frame(frame, "float64", (10, 512), "cpu", False)
+
+    assert arrived.data_ptr() % wire.ALIGNMENT == 0
+    assert torch.equal(arrived @ vector, matrix @ vector)
+    if offset == 0:  # writable and on the boundary: a view of the frame, no copy
+        assert arrived.data_ptr() == np.frombuffer(frame, dtype=np.uint8).ctypes.data
 
 
 def test_requires_grad_is_kept_and_plain_torch_pickling_is_untouched():
@@ -212,3 +245,48 @@ def test_the_bench_measures_both_forms_on_the_same_object():
     assert rows["in-band"]["frames"] < rows["frames"]["frames"]  # the pickle holds them
     assert rows["frames"]["largest_frame"] == 38_282 * 4  # the weights' sum, its own frame
     assert wire._STATE["frames"]  # the in-band form was selected for its measure only
+
+
+def _land_frames_past_a_boundary(offset: int | None) -> None:
+    """In a worker: every frame a tensor arrives in lands `offset` bytes past a 64-byte
+    boundary before wire.py reads it, as a comm's message may put it (None: undone)."""
+    import numpy as np
+    import torch
+
+    from dask_dane.pipeline.round import wire
+
+    real = wire.__dict__.setdefault("_unlanded", wire._tensor_from_frame)
+    if offset is None:
+        wire._tensor_from_frame = real
+        return
+
+    def landed(frame, *args):  # type: ignore[no-untyped-def]
+        data = np.frombuffer(memoryview(frame).cast("B"), dtype=np.uint8)
+        buffer = torch.empty(data.nbytes + 2 * wire.ALIGNMENT, dtype=torch.uint8).numpy()
+        start = (-buffer.ctypes.data) % wire.ALIGNMENT + offset
+        buffer[start : start + data.nbytes] = data
+        return real(memoryview(buffer)[start : start + data.nbytes], *args)
+
+    wire._tensor_from_frame = landed
+
+
+@pytest.mark.cluster
+def test_frames_landing_off_a_64_byte_boundary_change_no_bit_of_a_run(
+    digits_stores, cluster_client, tmp_path
+):
+    # Left where it landed, 8 bytes past a boundary, a float64 DANE run differs from the
+    # reference in the last bit (5.6e-17 after 3 rounds, here); each tensor is realigned.
+    config = RunConfig(
+        store=str(digits_stores[4]), out=str(tmp_path / "run"), algorithm="dane",
+        model="small-cnn", dtype="float64", rounds=3, seed=7, mu=0.1, local_steps=5,
+        local_lr=0.05, batch_size=16,
+    ).validate()  # fmt: skip
+    cluster_client.run(_land_frames_past_a_boundary, 8)
+    try:
+        train(config, client=cluster_client)
+    finally:
+        cluster_client.run(_land_frames_past_a_boundary, None)
+    reference = run_reference(prepare_run(config), rounds=3, num_workers=2)
+    assert torch.equal(
+        load_checkpoint(RunDir(tmp_path / "run").latest)["weights"], reference.weights
+    )
