@@ -19,7 +19,7 @@ from dask_dane.datasets.sources import load_source
 from dask_dane.datasets.store import open_store, write_store
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.round import tasks  # registers the sizes Dask uses
-from dask_dane.pipeline.round.features import StoredRows, stored_rows
+from dask_dane.pipeline.round.features import ALIGNMENT, StoredRows, stored_rows
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.round.shards import architecture, make_objective
 from dask_dane.pipeline.setup.run_setup import initial_state
@@ -71,6 +71,25 @@ def test_rows_already_as_wide_as_the_run_are_converted_once_and_never_written_th
     batch = table[:4]
     batch += 1.0  # a caller's edit of its batch must not reach the held rows
     assert torch.equal(table[:4], torch.from_numpy(images.reshape(len(images), -1)[:4]).double())
+
+
+@pytest.mark.parametrize("offset", [8, 24, 40, 56])
+def test_rows_held_off_a_64_byte_boundary_are_handed_out_on_one(offset):
+    # Rows read into NumPy's memory start where its allocator put them; a view of them handed
+    # to MKL would compute other bits than the same rows where torch puts them.
+    torch.manual_seed(offset)
+    table = torch.randn(40, 512, dtype=torch.float64)
+    buffer = torch.empty(table.numel() + 2 * ALIGNMENT // 8, dtype=torch.float64)
+    start = ((-buffer.data_ptr()) % ALIGNMENT + offset) // 8
+    held = buffer[start : start + table.numel()].view_as(table)
+    held.copy_(table)
+    rows = stored_rows(held, torch.float64, None)
+
+    for part in (rows[:16], rows[16:40], rows[3]):
+        assert part.data_ptr() % ALIGNMENT == 0
+    weights = torch.randn(512, dtype=torch.float64)
+    assert torch.equal(rows[:16] @ weights, table[:16] @ weights)
+    assert torch.equal(rows.dense(), table)
 
 
 def test_a_digits_shard_is_held_as_uint8_and_sized_so_for_dask(tmp_path):

@@ -16,6 +16,19 @@ import torch
 
 Rows = int | slice | torch.Tensor
 
+# torch's CPU allocator starts every tensor on a 64-byte boundary, and MKL orders a product's
+# sums by where its operands start: a tensor that computes off a boundary (a view into rows
+# read into NumPy's memory, a frame where a message put it: wire.py) can give other bits
+# than the same values where torch put them, and a worker other bits than the reference.
+ALIGNMENT = 64
+
+
+def on_boundary(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor, or where it starts off an ALIGNMENT boundary on the CPU, a copy of it."""
+    if tensor.device.type == "cpu" and tensor.data_ptr() % ALIGNMENT:
+        return tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
+
 
 class FeatureRows:
     """What StoredRows and StreamedRows (streamed.py) share: rows handed out in the run's
@@ -48,8 +61,8 @@ class FeatureRows:
         if isinstance(rows, int):  # one row: normalised as a batch of one (channels at dim 1)
             return self[rows : rows + 1 or None][0]
         picked = self._stored(rows).to(self.dtype)
-        if self.mean is None:
-            return picked
+        if self.mean is None:  # a view of the held rows where nothing needed converting
+            return on_boundary(picked)
         # Out of place first: with a float32 store in a float32 run `picked` may be a view.
         return torch.sub(picked, self.mean).div_(self.std)
 

@@ -11,7 +11,9 @@ it, in nested dataclasses, dicts, lists, tuples or a strategy's state, replaced 
 reference to an out-of-band pickle-5 buffer: the tensor's own bytes, with no copy where the
 tensor is a contiguous CPU one. Those buffers are the comm's frames; on arrival the tensor
 is a view of its frame where the frame is writable and starts on a 64-byte boundary, as
-torch's own allocations do, else a copy that does (ALIGNMENT).
+torch's own allocations do, else a copy that does (features.ALIGNMENT): a frame starts where
+its message put it (seen at 24, 32, 40 and 56 mod 64), and left there, tensors made a float64
+DANE run end 5.6e-17 off the reference in the rare run whose frames landed 8 bytes past one.
 
 A tensor arrives on the CPU, contiguous, with its dtype (bfloat16 included: its bytes travel
 as bytes) and shape; a non-contiguous one sends its elements, not its whole storage. A CUDA
@@ -36,14 +38,7 @@ from distributed.protocol import dask_deserialize, dask_serialize
 
 from ..algorithms.base import LocalOutput
 from .aggregate import Partial, ShardReport
-from .features import FeatureRows
-
-# Where a tensor's bytes start: torch's CPU allocator puts every tensor on a 64-byte boundary,
-# and MKL orders a product's sums by where its operands start (a float64 matrix-vector product
-# gives other bits for a matrix 8 bytes past a boundary). A comm's frame starts where its
-# message put it (seen at 24, 32, 40 and 56 mod 64), so tensors left on their frames made a
-# float64 DANE run end 5.6e-17 off the reference in the rare run whose frames landed there.
-ALIGNMENT = 64
+from .features import ALIGNMENT, FeatureRows
 
 # Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
 # the in-band pickle on the same objects; the engine never changes it.
