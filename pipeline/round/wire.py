@@ -76,12 +76,14 @@ def _tensor_from_frame(
     frame: Any, dtype: str, shape: tuple[int, ...], device: str, requires_grad: bool
 ) -> torch.Tensor:
     """A tensor on its frame's bytes: a view of them where they are writable and start on an
-    ALIGNMENT boundary, else a copy in memory of torch's own (which starts on one)."""
+    ALIGNMENT boundary, else a copy in memory of torch's own (which starts on one). Bound for
+    a GPU, the bytes need only suit the dtype: the copy to the device is the tensor."""
     kind = getattr(torch, dtype)
     data = memoryview(frame).cast("B")
+    alignment = ALIGNMENT if device == "cpu" else kind.itemsize
     if data.nbytes == 0:
         raw = torch.empty(0, dtype=torch.uint8)
-    elif data.readonly or np.frombuffer(data, dtype=np.uint8).ctypes.data % ALIGNMENT:
+    elif data.readonly or np.frombuffer(data, dtype=np.uint8).ctypes.data % alignment:
         raw = torch.empty(data.nbytes, dtype=torch.uint8)
         raw.numpy()[:] = np.frombuffer(data, dtype=np.uint8)
     else:
