@@ -1,0 +1,113 @@
+"""What the fault tests share (tests/test_worker_faults.py, tests/test_scheduler_faults.py,
+tests/test_driver_faults.py): `dask scheduler` and `dask worker` processes on 127.0.0.1,
+started and killed; the `dane` command line; the run settings they train with; a watch that
+acts once a round's shard task runs. Not a test file: they load it with `_sibling`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+from distributed import Client
+
+from dask_dane.pipeline.setup.config import RunConfig
+
+# Loaded from its file by the test modules (`_sibling`), so a worker cannot import it: the
+# functions sent to the workers (`client.run(_executing)`) go by value, not by name.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+PY = sys.executable
+# Keys of a round's per-shard tasks (graph.py): "{phase}-{round}-{shard}-{token}".
+LOCAL_KEY = re.compile(r"^local_\w+-(\d+)-\d+-")
+SOLVE_KEY = re.compile(r"^local_solve-(\d+)-\d+-")  # DANE's long phase: local_steps of SGD
+LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard"]
+DASK_SCHEDULER = [PY, "-m", "distributed.cli.dask_scheduler", *LOOPBACK]
+DASK_WORKER = [PY, "-m", "distributed.cli.dask_worker", *LOOPBACK]
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen:
+    # A new session per process, so that its whole group (nanny and worker) can be signalled.
+    return subprocess.Popen(
+        args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def start_cluster(folder: Path, num_workers: int) -> tuple[str, list[subprocess.Popen]]:
+    """`dask scheduler` and `dask worker` processes (each worker under a nanny)."""
+    scheduler_file = folder / "scheduler.json"
+    procs = [
+        start(
+            [*DASK_SCHEDULER, "--port", "0", "--scheduler-file", str(scheduler_file)],
+            folder / "scheduler.log",
+        )
+    ]
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists():
+        assert time.monotonic() < deadline, "the scheduler did not start"
+        time.sleep(0.1)
+    address = json.loads(scheduler_file.read_text())["address"]
+    for i in range(num_workers):
+        procs.append(
+            start(
+                [*DASK_WORKER, address, "--nthreads", "1", "--name", f"w{i}"],
+                folder / f"worker{i}.log",
+            )
+        )
+    return address, procs
+
+
+def run_config(store: Path, out: Path, **overrides) -> RunConfig:
+    settings = dict(
+        store=str(store),
+        out=str(out),
+        model="small-cnn",
+        rounds=3,
+        local_steps=40,
+        seed=5,
+        dtype="float64",
+    )
+    return RunConfig(**{**settings, **overrides}).validate()
+
+
+def _executing(dask_worker) -> list[str]:  # type: ignore[no-untyped-def]
+    return [str(ts.key) for ts in dask_worker.state.executing]
+
+
+def when_local_task_runs(
+    client: Client, round_index: int, act, pattern: re.Pattern = LOCAL_KEY
+) -> threading.Thread:
+    """Call act(worker) once a shard task of `round_index` or a later round is executing on
+    some worker (rounds chain on the cluster: round_index may be done by the time the driver
+    records the round before it)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for worker, keys in client.run(_executing).items():
+                if any((m := pattern.match(k)) and int(m.group(1)) >= round_index for k in keys):
+                    act(worker)
+                    return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def dane(*args: str) -> list[str]:
+    return [PY, "-m", "dask_dane.cli", *args]
