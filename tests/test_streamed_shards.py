@@ -1,8 +1,9 @@
 """Shards streamed from the store (`--shard-memory stream`, issue 36 item 2): every slice equals
 the resident shard's, full passes and exact solves give the very weights resident shards
-give, minibatches come from a moving window of chunks as a function of the round's seed, and
-the recipe pickles to another process. Stores here have chunks of a few dozen rows, so each
-shard spans many chunks and shard bounds fall inside chunks."""
+give, minibatches come from a moving window of chunks as a function of the round's seed, the
+recipe pickles to another process, auto's size rule, and a streamed Dask run equals the
+streamed reference. Stores here have chunks of a few dozen rows, so each shard spans many
+chunks and shard bounds fall inside chunks. The option at the CLI: tests/test_shard_memory.py."""
 
 from __future__ import annotations
 
@@ -266,13 +267,6 @@ def test_auto_streams_a_shard_above_a_quarter_of_a_worker_and_resident_refuses_a
         resolve_shard_memory("resident", info, largest)
 
 
-def test_an_unknown_shard_memory_is_exit_2_and_one_line(run_cli, capfd, assert_one_line_error):
-    status = run_cli(["train", "--shard-memory", "swap", "--rounds", "1"])
-    assert_one_line_error(
-        status, capfd, ["--shard-memory", "'swap'", "resident, converted, stream, auto"]
-    )
-
-
 @pytest.mark.cluster
 @pytest.mark.parametrize("algorithm", ["dane", "sgd"])
 def test_a_streamed_dask_run_equals_the_streamed_reference(
@@ -300,37 +294,3 @@ def test_a_streamed_dask_run_equals_the_streamed_reference(
         num_workers=2,
     )
     assert not torch.equal(resident.weights, reference.weights)  # other minibatches
-
-
-@pytest.mark.cluster
-def test_auto_says_what_it_chose_in_the_first_line_and_config_toml(
-    digits_stores, cluster_client, tmp_path, dane_here
-):
-    out = tmp_path / "run"
-    done = dane_here(
-        "train", str(digits_stores[2]), "--model", "mlp", "--rounds", "1", "--out", str(out),
-        "--shard-memory", "auto", "--scheduler", cluster_client.scheduler.address, cwd=tmp_path,
-    )  # fmt: skip
-
-    assert done.returncode == 0, done.stderr
-    first = done.stderr.splitlines()[0]
-    assert first.startswith("dashboard: ") and "shards auto: resident (shard " in first, first
-    config = (out / "config.toml").read_text()
-    assert 'shard_memory = "auto"' in config and "# shard_memory auto: resident (shard" in config
-
-
-@pytest.mark.cluster
-def test_a_shard_too_big_to_hold_is_one_line_naming_it_and_the_fix(
-    digits_stores, cluster_client, tmp_path, run_cli, capfd, assert_one_line_error, monkeypatch
-):
-    from dask_dane.pipeline.run import shard_memory
-
-    monkeypatch.setattr(shard_memory, "RESIDENT_FITS_SHARE", 1e-6)  # a worker of a few bytes
-    out = tmp_path / "run"
-    address = cluster_client.scheduler.address
-    status = run_cli(["train", str(digits_stores[2]), "--model", "mlp", "--rounds", "1",
-                      "--out", str(out), "--scheduler", address,
-                      "--shard-memory", "resident"])  # fmt: skip
-
-    assert_one_line_error(status, capfd, ["shard 0 holds", "--shard-memory stream"])
-    assert not out.exists()  # nothing written
