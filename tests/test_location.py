@@ -1,5 +1,5 @@
 """Where a store lives (datasets/location.py): paths made absolute, URLs kept, and one line
-for what cannot work. Fast: no server (tests/test_s3.py runs against a real one)."""
+for what cannot work. Fast: no server (tests/test_s3_server.py runs against a real one)."""
 
 from __future__ import annotations
 
