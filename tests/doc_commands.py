@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import typer
-from doc_checks import code_spans, fenced_blocks  # a sibling file, loaded by test_docs.py
+from doc_checks import code_spans, fenced_blocks  # beside it in tests/
 from typer._click import exceptions as cx
 from typer._click.core import Command, Parameter
 from typer.core import TyperGroup, TyperOption

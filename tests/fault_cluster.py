@@ -1,7 +1,7 @@
 """What the fault tests share (tests/test_worker_faults.py, tests/test_scheduler_faults.py,
 tests/test_driver_faults.py): `dask scheduler` and `dask worker` processes on 127.0.0.1,
 started and killed; the `dane` command line; the run settings they train with; a watch that
-acts once a round's shard task runs. Not a test file: they load it with `_sibling`.
+acts once a round's shard task runs. Not a test file: they import it by name.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from distributed import Client
 
 from dask_dane.pipeline.setup.config import RunConfig
 
-# Loaded from its file by the test modules (`_sibling`), so a worker cannot import it: the
+# Imported from tests/, which only the pytest process has on its path, never a worker's: the
 # functions sent to the workers (`client.run(_executing)`) go by value, not by name.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 PY = sys.executable

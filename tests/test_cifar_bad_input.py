@@ -3,13 +3,11 @@ builds; malicious pickles refused without running); every bad folder a one-line 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import cifar_batches
 import numpy as np
 import pytest
 
@@ -19,17 +17,6 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cifar_batches = _sibling("cifar_batches")
 _dump, _batch = cifar_batches._dump, cifar_batches._batch
 _cifar10, _cifar100 = cifar_batches._cifar10, cifar_batches._cifar100
 

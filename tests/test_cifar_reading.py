@@ -3,11 +3,9 @@ exactly, their class names in the store and in `dane info`."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import cifar_batches
 import numpy as np
 import pytest
 import zarr
@@ -17,17 +15,6 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cifar_batches = _sibling("cifar_batches")
 ROWS, CIFAR10_NAMES = cifar_batches.ROWS, cifar_batches.CIFAR10_NAMES
 _cifar10, _cifar100 = cifar_batches._cifar10, cifar_batches._cifar100
 

@@ -4,11 +4,10 @@ the real command (click's make_context: nothing runs). No cluster, no subprocess
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import doc_checks as checks
+import doc_commands as commands
 import pytest
 import typer
 from typer.core import TyperGroup
@@ -20,19 +19,6 @@ from dask_dane.presets import list_presets
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-checks = _sibling("doc_checks")
-commands = _sibling("doc_commands")
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 PRESETS = {p.name for p in list_presets() if p.kind != "script"}

@@ -5,14 +5,12 @@ last good checkpoint.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
+import fault_cluster
 import pytest
 import torch
 
@@ -27,17 +25,6 @@ pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fault_cluster = _sibling("fault_cluster")
 PY, _config, _dane = fault_cluster.PY, fault_cluster.run_config, fault_cluster.dane
 _start, _stop = fault_cluster.start, fault_cluster.stop
 

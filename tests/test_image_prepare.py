@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import image_trees
 import numpy as np
 import pytest
 import zarr
@@ -19,17 +17,6 @@ from dask_dane.datasets.store import open_store
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-image_trees = _sibling("image_trees")
 _grey, _write = image_trees._grey, image_trees._write
 _tree, _expected = image_trees._tree, image_trees._expected
 

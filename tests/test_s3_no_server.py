@@ -6,13 +6,11 @@ tests/test_s3_server.py.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+import s3_cli  # the URL and `dane`, shared with test_s3_server.py
 
 pytest.importorskip("s3fs", reason="s3fs is the s3 extra")
 
@@ -20,17 +18,6 @@ pytestmark = pytest.mark.cluster  # CLI subprocesses
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-s3_cli = _sibling("s3_cli")  # the URL and `dane`, shared with test_s3_server.py
 STORE = s3_cli.STORE
 dane, _one_line = s3_cli.dane, s3_cli.one_line
 

@@ -7,7 +7,6 @@ streamed chunk by chunk. URLs that cannot work, with no server: tests/test_s3_no
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,10 +14,10 @@ import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+import s3_cli  # shared with test_s3_no_server.py
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
 pytest.importorskip("s3fs", reason="s3fs is the s3 extra")
@@ -27,17 +26,6 @@ pytestmark = pytest.mark.cluster  # a server thread and CLI subprocesses
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-s3_cli = _sibling("s3_cli")  # shared with test_s3_no_server.py
 BUCKET, STORE, dane, _one_line = s3_cli.BUCKET, s3_cli.STORE, s3_cli.dane, s3_cli.one_line
 
 

@@ -6,17 +6,15 @@ as an undisturbed one does.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
+import fault_cluster
 import psutil
 import pytest
 import torch
@@ -32,17 +30,6 @@ pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fault_cluster = _sibling("fault_cluster")
 PY, SOLVE_KEY = fault_cluster.PY, fault_cluster.SOLVE_KEY
 _stop, _start_cluster = fault_cluster.stop, fault_cluster.start_cluster
 _dane, _when_local_task_runs = fault_cluster.dane, fault_cluster.when_local_task_runs

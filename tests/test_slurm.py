@@ -6,7 +6,6 @@ they must run: a skip there fails.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,9 +14,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+import slurm_node
 import torch
 
 import dask_dane
@@ -34,17 +33,6 @@ RUN = [word for k, v in SETTINGS.items() for word in (f"--{k.replace('_', '-')}"
 QUEUE_TIMEOUT_S = 3
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-slurm_node = _sibling("slurm_node")
 SKIP_REASON = slurm_node.unavailable_reason()
 IN_CI = os.environ.get("CI") == "true"
 

@@ -3,14 +3,12 @@ attributes, and atomic writes (an existing store kept or replaced whole, never h
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+import store_datasets
 import zarr
 
 from dask_dane.datasets.partition import PartitionSpec, partition_rows
@@ -26,17 +24,6 @@ from dask_dane.datasets.store import write as store_module
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-store_datasets = _sibling("store_datasets")
 # Fixtures: bound in this module so that pytest finds them for its tests.
 digits, synthetic = store_datasets.digits, store_datasets.synthetic
 

@@ -5,16 +5,14 @@ worker stalled mid-round makes the round wait and shows as the straggler.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
+import fault_cluster
 import pytest
 import torch
 from distributed import Client
@@ -28,17 +26,6 @@ pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parent
 
 
-def _sibling(name: str) -> ModuleType:
-    """tests/NAME.py as module NAME (--import-mode=importlib puts no test folder on sys.path)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fault_cluster = _sibling("fault_cluster")
 SOLVE_KEY = fault_cluster.SOLVE_KEY
 _stop, _start_cluster = fault_cluster.stop, fault_cluster.start_cluster
 _config, _when_local_task_runs = fault_cluster.run_config, fault_cluster.when_local_task_runs
