@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,14 +65,11 @@ def _wait_for(condition, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
-    digits_stores, tmp_path
-):
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    train = subprocess.Popen(
+def _start_training(store: Path, tmp_path: Path, port: int) -> subprocess.Popen:
+    """`dane train` of 40 rounds, its dashboard on `port`, its output captured."""
+    return subprocess.Popen(
         [
-            sys.executable, "-m", "dask_dane.cli", "train", str(digits_stores[2]),
+            sys.executable, "-m", "dask_dane.cli", "train", str(store),
             "--out", str(tmp_path / "run"), "--workers", "2", "--rounds", "40",
             "--model", "small-cnn", "--local-steps", "40", "--dashboard-address",
             f"127.0.0.1:{port}",
@@ -81,6 +79,23 @@ def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
         text=True,
         env={**os.environ, "DANE_CACHE": str(tmp_path / "cache")},
     )  # fmt: skip
+
+
+def _open_and_close(browser: Any, urls: list[str]) -> None:
+    """Each page opened, left to load and draw for 1.5 s, and closed."""
+    for url in urls:
+        other = browser.new_page()
+        other.goto(url, wait_until="load")
+        other.wait_for_timeout(1500)
+        other.close()
+
+
+def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
+    digits_stores, tmp_path
+):
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    train = _start_training(digits_stores[2], tmp_path, port)
     try:
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -91,11 +106,7 @@ def test_the_dane_page_follows_a_run_and_closed_pages_leave_the_terminal_clean(
             assert page.locator("canvas").count() >= 7
             plotted_first = _wait_for(lambda: page.evaluate(PLOTTED), 30, "the plotted rows")
             # Other pages opened and closed while it trains, as the user in the issue did.
-            for route in ("/status", "/dane", "/status"):
-                other = browser.new_page()
-                other.goto(base + route, wait_until="load")
-                other.wait_for_timeout(1500)
-                other.close()
+            _open_and_close(browser, [base + r for r in ("/status", "/dane", "/status")])
             later = _wait_for(
                 lambda: (shown := _round_shown(page)) and shown[1] > first[1] and shown,
                 120,

@@ -52,6 +52,22 @@ class _RoundLog:
     # The driver's time in each round, as the engine reports it (Callbacks.on_timings).
     timings: dict[int, dict[str, float]] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)  # Dask's bytes per worker, last round
+    client: Any = None  # the run's client: each round's transfers are read from it
+    last_round: int = 0  # the run's last round, whose held bytes are read
+    # When the previous round ended: perf_counter for its period, wall time for its transfers.
+    since: list[float] = field(default_factory=lambda: [time.perf_counter(), time.time()])
+
+    def on_start(self, dashboard: str, count: int) -> None:
+        self.since[:] = [time.perf_counter(), time.time()]
+
+    def on_round(self, row: dict[str, Any]) -> None:
+        now, wall_now = time.perf_counter(), time.time()
+        self.periods.append(now - self.since[0])
+        self.transfers.append(_transfers_between(self.client, self.since[1], wall_now))
+        self.rows.append(row)
+        if row["round"] == self.last_round:  # the last round (left out of the medians)
+            self.held.update(_held_after_rounds(self.client))
+        self.since[:] = [time.perf_counter(), time.time()]
 
     def on_timings(self, round_index: int, timings: dict[str, float]) -> None:
         self.timings[round_index] = timings
@@ -136,29 +152,17 @@ def run_workers(
     from ...pipeline import Callbacks, train
 
     config = spec.config(workers)
-    roundlog = _RoundLog()
     with _cluster(config) as client:
+        roundlog = _RoundLog(client=client, last_round=config.rounds)
         setup = prepare_run(config)
         bare = memory.worker_rss(client, setup)  # no data yet
         memory.start_trace(client)
-        last = [time.perf_counter(), time.time()]
-
-        def on_round(row: dict[str, Any]) -> None:
-            now, wall_now = time.perf_counter(), time.time()
-            roundlog.periods.append(now - last[0])
-            roundlog.transfers.append(_transfers_between(client, last[1], wall_now))
-            roundlog.rows.append(row)
-            if row["round"] == config.rounds:  # the last round (left out of the medians)
-                roundlog.held.update(_held_after_rounds(client))
-            last[:] = [time.perf_counter(), time.time()]
-
-        def on_start(dashboard: str, count: int) -> None:
-            last[:] = [time.perf_counter(), time.time()]
-
         if profile_round:
             client.get_task_stream(count=0)  # the scheduler records tasks from the first call
         started = time.time()
-        callbacks = Callbacks(on_start=on_start, on_round=on_round, on_timings=roundlog.on_timings)
+        callbacks = Callbacks(
+            on_start=roundlog.on_start, on_round=roundlog.on_round, on_timings=roundlog.on_timings
+        )
         train(config, client=client, callbacks=callbacks)
         trace = memory.stop_trace(client)  # first: the peak below then covers all samples
         peak = memory.worker_peak_rss(client)
