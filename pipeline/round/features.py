@@ -23,9 +23,10 @@ Rows = int | slice | torch.Tensor
 ALIGNMENT = 64
 
 
-def on_boundary(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor, or where it starts off an ALIGNMENT boundary on the CPU, a copy of it."""
-    if tensor.device.type == "cpu" and tensor.data_ptr() % ALIGNMENT:
+def on_boundary(tensor: torch.Tensor, alignment: int = ALIGNMENT) -> torch.Tensor:
+    """The tensor, or where it starts off an `alignment`-byte boundary on the CPU, a copy of
+    it (torch's own allocation, which starts on an ALIGNMENT one)."""
+    if tensor.device.type == "cpu" and tensor.data_ptr() % alignment:
         return tensor.clone(memory_format=torch.contiguous_format)
     return tensor
 

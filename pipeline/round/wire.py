@@ -38,7 +38,7 @@ from distributed.protocol import dask_deserialize, dask_serialize
 
 from ..algorithms.base import LocalOutput
 from .aggregate import Partial, ShardReport
-from .features import ALIGNMENT, FeatureRows
+from .features import ALIGNMENT, FeatureRows, on_boundary
 
 # Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
 # the in-band pickle on the same objects; the engine never changes it.
@@ -80,15 +80,15 @@ def _tensor_from_frame(
     a GPU, the bytes need only suit the dtype: the copy to the device is the tensor."""
     kind = getattr(torch, dtype)
     data = memoryview(frame).cast("B")
-    alignment = ALIGNMENT if device == "cpu" else kind.itemsize
     if data.nbytes == 0:
         raw = torch.empty(0, dtype=torch.uint8)
-    elif data.readonly or np.frombuffer(data, dtype=np.uint8).ctypes.data % alignment:
+    elif data.readonly:  # torch's own memory, on a boundary
         raw = torch.empty(data.nbytes, dtype=torch.uint8)
         raw.numpy()[:] = np.frombuffer(data, dtype=np.uint8)
     else:
         raw = torch.frombuffer(data, dtype=torch.uint8)
-    tensor = raw.view(kind).reshape(shape)
+    tensor = on_boundary(raw, ALIGNMENT if device == "cpu" else kind.itemsize)
+    tensor = tensor.view(kind).reshape(shape)
     if device != "cpu":
         tensor = tensor.to(device)
     return tensor.requires_grad_(True) if requires_grad else tensor
