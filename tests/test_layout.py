@@ -24,6 +24,10 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/run/loop.py",
     "pipeline/run/pipelined.py",  # the driver of chained rounds
     "pipeline/run/fetch.py",  # what the driver takes from the cluster each round
+    # --collective torch: the driver of segments (its lock, its queue) and their tasks (the
+    # group's rendezvous through a Variable, the rows through a Queue).
+    "pipeline/run/segments.py",
+    "pipeline/run/segment.py",
     "pipeline/observe/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
     # Registers how our dataclasses cross a comm (their tensors as frames) with distributed's
     # serialization, in every process that imports the worker tasks.

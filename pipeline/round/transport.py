@@ -45,6 +45,12 @@ def collective_of(broadcast: str) -> str:
     return "reduce" if broadcast in ("reduce", *LEGACY_BROADCASTS) else "allgather"
 
 
+def round_form(collective: str, broadcast: str) -> str:
+    """How a run's rounds cross, as its rows name it: its Dask graph's collective (allgather |
+    reduce), or `torch-gloo`, a torch.distributed group's (--collective torch)."""
+    return "torch-gloo" if collective == "torch" else collective_of(broadcast)
+
+
 # An algorithm's outputs that it averages as weights (algorithms/*.py name them so): they
 # travel as their change from the round's weights.
 DELTA_TENSORS = frozenset({"weights"})

@@ -14,6 +14,7 @@ import shutil
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained
 from .rundir import RunDir
+from .segments import choose_collective, run_segments
 from .shard_memory import killed_loading, place_shards
 
 __all__ = ["Callbacks", "TrainingDiverged", "train"]
@@ -77,14 +79,21 @@ def train(
                 span("dane-train"),
             ):
                 info = active.scheduler_info(n_workers=-1)
-                placed, placement, note = place_shards(setup, info, callbacks.on_shards)
+                collective, why = choose_collective(config)
+
+                def announce(held: str) -> None:
+                    callbacks.on_shards(f"{held}; rounds: {why}")
+
+                placed, placement, note = place_shards(setup, info, announce)
                 # Start: config.toml as planned (auto stays auto), the shards loaded.
-                run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=(note,))
-                setup = placed
+                notes = (note, f"collective {why}")
+                run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=notes)
+                setup = replace(placed, config=replace(placed.config, collective=collective))
                 data = _load_shards(active, setup, placement)  # a damaged shard raises here
                 callbacks.on_start(active.dashboard_link, len(info["workers"]))
-                # Rounds.
-                run_chained(active, setup, run_dir, state, data, callbacks)
+                # Rounds: a Dask graph each, or segments of them in one task per worker.
+                segments = run_segments if collective == "torch" else None
+                run_chained(active, setup, run_dir, state, data, callbacks, rounds=segments)
     except BaseException:
         trackers.finish(failed=True)
         if created is not None and state.round == 0:  # no scheduler answered, say

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,6 +34,7 @@ from distributed.scheduler import KilledWorker
 from ..round import comm
 from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
 from ..round.tasks import RoundResult
+from ..round.transport import round_form
 from ..setup.run_setup import RunSetup
 from . import fetch, run_state
 from .checkpoint import CheckpointWriter
@@ -101,14 +103,16 @@ def run_chained(
     state: RunState,
     data: ShardSet,
     callbacks: Any,
+    rounds: Callable[[_Driver], None] | None = None,
 ) -> None:
     """Rounds state.round + 1 .. config.rounds, recorded in order (loop.train's contract),
     their checkpoints written in the background; a lost cluster's error (ClusterLost: the
     scheduler went, or a round failed too often) names what was saved (the last write
-    finished first)."""
+    finished first). `rounds` runs them: a Dask graph per round (here), or segments of
+    rounds inside one task per worker (segments.py, --collective torch)."""
     try:
         with CheckpointWriter() as writer:
-            _run(_Driver(client, setup, run_dir, writer, state, data, callbacks))
+            (rounds or _run)(_Driver(client, setup, run_dir, writer, state, data, callbacks))
     except ClusterLost as err:
         t = state.round + 1  # the first round not recorded
         saved = state.saved_round
@@ -166,12 +170,15 @@ def _run(driver: _Driver) -> None:
     driver.drop()
 
 
-def _ends(driver: _Driver, row: dict[str, Any]) -> bool:
-    """Whether the run stops after this round (its weights then taken, saved); on_weights."""
+def _ends(
+    driver: _Driver, row: dict[str, Any], take: Callable[[_Driver], None] | None = None
+) -> bool:
+    """Whether the run stops after this round (its weights then taken, by `take` (default:
+    from the round left on the cluster), and saved); on_weights."""
     state = driver.state
     stop = stops_early(driver.setup.config, row, state.since_best)
     if stop and state.weights_round < state.round:  # the run ends here: its weights saved
-        _take_held(driver)
+        (take or _take_held)(driver)
         run_state.save_run(
             driver.run_dir, state, driver.setup, improved=False, writer=driver.writer
         )
@@ -211,7 +218,7 @@ def _record(driver: _Driver, taken: Taken, attempts: int, wall_s: float) -> dict
             "attempts": attempts,
             "shards_reloaded": driver.reloaded,
             "driver_bytes": taken.fetched + driver.scatter_bytes,
-            "round_form": comm.collective_of(setup.config.broadcast),
+            "round_form": round_form(setup.config.collective, setup.config.broadcast),
         },
     )
     state.rows.append(row)

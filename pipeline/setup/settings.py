@@ -27,7 +27,7 @@ from ..algorithms.parts.checks import (
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
-from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS
+from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS, collective_of
 from .job_settings import JobSettings, check_bytes, scheduler_file_address
 
 
@@ -158,6 +158,22 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         "itself) | reduce (one worker finishes each phase, the others fetch it) | auto "
         "(allgather). Rounds are chained on the cluster either way.",
     )
+    # How a round's sums cross between workers (run/segments.py): a Dask graph per round, or
+    # a torch.distributed group over the same workers, rounds chained inside one task each.
+    collective: str = declare(
+        "auto",
+        one_of("auto", "dask", "torch"),
+        help="dask (a Dask task graph per round) | torch (a gloo group over the Dask workers, "
+        "rounds chained inside one task per worker: a round's fixed cost a fraction of a "
+        "Dask hop) | auto (torch; dask with --broadcast reduce). The same weights bit for bit.",
+    )
+    collective_timeout: float = declare(
+        60.0,
+        positive,
+        help="--collective torch: seconds an all-gather waits for a lost or frozen worker, "
+        "beyond 4x the phase's own compute on the waiting worker; then the round runs again "
+        "on the workers left.",
+    )
     # How the workers' sums travel (transport.py).
     transport: str = declare(
         "float32",
@@ -179,6 +195,11 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         """The checks across fields; each field's own rule is declared with it."""
         if self.broadcast not in LEGACY_BROADCASTS:  # older config files: reduce, unnamed
             one_of("auto", *COLLECTIVES)("broadcast", self.broadcast)
+        if self.collective == "torch" and collective_of(self.broadcast) == "reduce":
+            raise SettingError(
+                f"{setting('broadcast')} {self.broadcast} shapes a Dask graph's round, and "
+                f"{setting('collective')} torch all-gathers the sums; drop one of them"
+            )
         self.check_jobs(scheduler_named=bool(self.scheduler or self.scheduler_file))
         if self.cluster != "local" and self.memory_limit is not None:
             raise SettingError(

@@ -1,0 +1,178 @@
+"""A run's own torch.distributed group over its Dask workers (`--collective torch`).
+
+One gloo group per segment of rounds (segment.py), built in the segment's task on every
+worker and torn down when the task ends, fails or is cancelled. It is never the process's
+default group and reads no environment variables: several runs and threads share a Dask
+worker process, and each gets a group of its own over its own store (torchft builds its
+groups the same way, a store with a prefix per attempt).
+
+Rendezvous: rank 0 opens a TCPStore on its own interface at a port the system picks, and
+hands the address to the others through a Dask Variable named by the segment; the group is
+ProcessGroupGloo over that store, its device bound to the worker's own interface (the one Dask
+reaches it at), so that network namespaces and multi-homed nodes use the right address.
+
+What crosses: any picklable object, its tensors as out-of-band frames (wire.py), packed into
+one uint8 buffer whose frames each start on a 64-byte boundary. All ranks' buffers arrive in
+one all-gather, so every rank unpacks the same bytes; the tensors are views into the gathered
+buffer, on the boundary MKL's sums need to give the reference's bits (features.on_boundary).
+Every operation waits at most a stated timeout (`GroupTimeout`): a killed or frozen peer
+fails the operation instead of blocking the worker for torch's default 30 minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
+
+from .features import ALIGNMENT
+from .wire import from_frames, to_frames
+
+
+class GroupFailed(RuntimeError):
+    """A collective of the group failed or timed out: a peer was lost, frozen or failed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSpec:
+    """What every rank of a segment's group is told: its name (a Dask Variable carries rank
+    0's store address under it), the world and the timeouts."""
+
+    name: str
+    world: int
+    # Seconds an operation waits for its peers, beyond the time this rank's own work of the
+    # phase took (GroupTimeout): the --collective-timeout setting.
+    timeout_s: float
+
+
+# A slot's header: the size of what the rank sent, padded so that its frames stay on the
+# boundary.
+HEADER = ALIGNMENT
+
+
+def _padded(size: int) -> int:
+    return -(-size // ALIGNMENT) * ALIGNMENT
+
+
+def pack(value: Any) -> torch.Tensor:
+    """`value` as one uint8 tensor: a table of frame sizes, then each frame on a boundary."""
+    _, frames = to_frames(value)
+    sizes = [memoryview(f).nbytes for f in frames]
+    table = struct.pack(f"<Q{len(sizes)}Q", len(sizes), *sizes)
+    offsets, at = [], _padded(len(table))
+    for size in sizes:
+        offsets.append(at)
+        at += _padded(size)
+    out = torch.zeros(at, dtype=torch.uint8)
+    raw = out.numpy()
+    raw[: len(table)] = memoryview(table)
+    for start, frame, size in zip(offsets, frames, sizes, strict=True):
+        raw[start : start + size] = memoryview(frame).cast("B")
+    return out
+
+
+def unpack(buffer: torch.Tensor) -> Any:
+    """pack's inverse; the tensors in it are views into `buffer` (which starts on a
+    boundary, as each frame does within it)."""
+    raw = buffer.numpy()
+    (count,) = struct.unpack_from("<Q", raw, 0)
+    sizes = struct.unpack_from(f"<{count}Q", raw, 8)
+    at, frames = _padded(8 * (count + 1)), []
+    for size in sizes:
+        frames.append(memoryview(raw[at : at + size]))
+        at += _padded(size)
+    return from_frames({}, frames)
+
+
+class Group:
+    """One rank of a segment's gloo group; `close` tears it down (idempotent)."""
+
+    def __init__(self, spec: GroupSpec, rank: int, host: str, store_address: tuple[str, int]):
+        self.spec, self.rank, self._capacity = spec, rank, {}
+        wait = timedelta(seconds=spec.timeout_s)
+        address, port = store_address
+        self._store = TCPStore(
+            address, port, spec.world, is_master=False, timeout=wait, wait_for_workers=False
+        )
+        self._open(host, wait)
+
+    @classmethod
+    def hosting(cls, spec: GroupSpec, host: str) -> tuple[Group, tuple[str, int]]:
+        """Rank 0: the store opened here (the port the system picks), then the group."""
+        self = cls.__new__(cls)
+        self.spec, self.rank, self._capacity = spec, 0, {}
+        wait = timedelta(seconds=spec.timeout_s)
+        self._store = TCPStore(
+            host, 0, spec.world, is_master=True, timeout=wait, wait_for_workers=False
+        )
+        return self, (host, self._store.port)
+
+    def join(self, host: str) -> None:
+        """Rank 0, once the address is handed on: the group itself (waits for the others)."""
+        self._open(host, timedelta(seconds=self.spec.timeout_s))
+
+    def _open(self, host: str, wait: timedelta) -> None:
+        options = ProcessGroupGloo._Options()
+        options._devices = [ProcessGroupGloo.create_device(hostname=host)]
+        options._timeout = wait
+        store = PrefixStore(self.spec.name, self._store)
+        try:
+            self._group = ProcessGroupGloo(store, self.rank, self.spec.world, options)
+        except RuntimeError as err:
+            raise GroupFailed(f"the group {self.spec.name} did not form: {err}") from None
+
+    def allgather(self, value: Any, own_seconds: float = 0.0, tag: str = "") -> list[Any]:
+        """Every rank's `value`, in rank order (this rank's too, through the same bytes).
+
+        One all-gather of a capacity agreed per `tag` (a phase's sums are about the same
+        size every round); a second, at a larger capacity, only where a value outgrew it.
+        Waits at most the group's timeout plus 4x `own_seconds` (this rank's own work
+        before the call, a measure of how long a peer doing the same work may take)."""
+        buffer = pack(value)
+        timeout = timedelta(seconds=self.spec.timeout_s + 4 * own_seconds)
+        self._group.set_timeout(timeout)
+        capacity = self._capacity.get(tag, 0)
+        gathered, sizes = self._exchange(buffer, capacity)
+        if max(sizes) > capacity:  # the first call of this tag, or a value that grew
+            capacity = _padded(int(max(sizes) * 1.25) + 256)
+            self._capacity[tag] = capacity
+            gathered, sizes = self._exchange(buffer, capacity)
+        return [unpack(gathered[r, HEADER : HEADER + size]) for r, size in enumerate(sizes)]
+
+    def _exchange(self, buffer: torch.Tensor, capacity: int) -> tuple[torch.Tensor, list[int]]:
+        """One all-gather of every rank's buffer in a slot of HEADER + capacity bytes: the
+        header holds the buffer's size, the slot the buffer where it fits."""
+        slot = torch.zeros(HEADER + capacity, dtype=torch.uint8)
+        slot[:8].view(torch.int64)[0] = buffer.numel()
+        if buffer.numel() <= capacity:
+            slot[HEADER : HEADER + buffer.numel()] = buffer
+        gathered = self._gather(slot).view(self.spec.world, -1)
+        sizes = [int(gathered[r, :8].view(torch.int64)[0]) for r in range(self.spec.world)]
+        return gathered, sizes
+
+    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(self.spec.world * tensor.numel(), dtype=tensor.dtype)
+        try:
+            self._group._allgather_base(out, tensor).wait()
+        except RuntimeError as err:
+            raise GroupFailed(f"an all-gather of {self.spec.name} failed: {err}") from None
+        return out
+
+    def close(self) -> None:
+        """Tear the group down: its connections closed, the store too (on rank 0)."""
+        group = self.__dict__.pop("_group", None)
+        if group is not None:
+            # Already broken by a lost peer: nothing left to close.
+            with contextlib.suppress(RuntimeError):
+                group.shutdown()
+        self.__dict__.pop("_store", None)
+
+
+def store_variable_name(spec: GroupSpec) -> str:
+    """The Dask Variable that carries rank 0's store address to the other ranks."""
+    return f"dane-group-{spec.name}"

@@ -1,0 +1,335 @@
+"""The driver of `--collective torch`: segments of rounds, each one task per worker.
+
+Per segment the driver takes a lease on each of the run's workers (xgboost.dask takes a
+MultiLock: two runs sharing workers never interleave their groups, whose all-gathers would
+wait on each other's tasks), scatters the state it starts from, and submits one task
+per worker (segment.run_segment), pinned with `workers=[addr]` and `allow_other_workers`: a
+task pinned alone would wait forever for a lost worker (dask/distributed#8320), and one run
+elsewhere refuses to join (LandedElsewhere). It then records each round as its messages
+arrive on the segment's Dask Queue: the same rows, checkpoints, events and callbacks as the
+Dask graph's driver (pipelined.py, whose recording this reuses).
+
+A failed segment (a peer killed, frozen past --collective-timeout, or its task moved) is
+settled (every task ended), and the run goes on from the last recorded round: its weights
+from a surviving worker's copy (segment.kept_result) where the driver did not take them,
+the shards where Dask reloaded them; the same weights and seeds, so the same results. After
+MAX_ROUND_ATTEMPTS failures without a recorded round, the run stops (ClusterLost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from distributed import Future, Queue, Semaphore
+
+from ..round import comm
+from ..round.aggregate import owned_nodes
+from ..round.group import GroupFailed, GroupSpec
+from ..round.tasks import RoundResult
+from . import fetch, run_state
+from .cluster_checks import bounded, check_scheduler
+from .errors import ClusterLost
+from .fetch import Taken
+from .pipelined import MAX_ROUND_ATTEMPTS, WORKER_LOST, _Driver, _ends, _record
+from .segment import LandedElsewhere, RoundMessage, SegmentPlan, Selection, kept_result, run_segment
+
+# What ends a segment early, to be run again from the last recorded round.
+SEGMENT_LOST = (*WORKER_LOST, GroupFailed, LandedElsewhere)
+# How often the driver, waiting for a row, looks at the segment's tasks.
+POLL_S = 0.5
+# Seconds to wait for a lock that another run holds before saying so.
+LOCK_NOTE_S = 2.0
+
+
+def choose_collective(config: Any) -> tuple[str, str]:
+    """The collective a run's rounds use, and why (config.toml's note, the run's first line):
+    auto is torch, whose round costs a fraction of a Dask hop (docs/results/scaling.md), but
+    where --broadcast reduce asks for the Dask graph's one-worker reduction."""
+    if config.collective != "auto":
+        return config.collective, f"{config.collective} (as set)"
+    if comm.collective_of(config.broadcast) == "reduce":
+        return "dask", f"dask (auto: --broadcast {config.broadcast} is a Dask graph's)"
+    return "torch", "torch (auto: a gloo group over the workers)"
+
+
+class SegmentFailed(Exception):
+    """A segment lost a worker (SEGMENT_LOST, the `cause`), with the workers found frozen."""
+
+    def __init__(self, cause: BaseException, frozen: set[str]):
+        super().__init__(str(cause))
+        self.cause, self.frozen = cause, frozen
+
+
+@dataclass
+class _Segment:
+    """A segment on the cluster: its plan, its tasks, and the rounds' parts received."""
+
+    plan: SegmentPlan
+    futures: list[Future]
+    parts: dict[int, list[RoundMessage]] = field(default_factory=dict)
+
+
+def run_segments(driver: _Driver) -> None:
+    """Rounds state.round + 1 .. config.rounds, segment after segment (pipelined.run_chained
+    runs this in place of its per-round graphs)."""
+    state, config = driver.state, driver.setup.config
+    attempts = 1  # without a recorded round: each failure leaves it to the next attempt
+    while state.round < config.rounds:
+        recorded = state.round
+        try:
+            if _run_segment(driver, attempts):
+                return
+        except SegmentFailed as failed:
+            err = failed.cause
+            if state.round > recorded:
+                attempts = 1
+            attempts += 1
+            check_scheduler(driver.client, config.timeout)  # the scheduler itself gone: stop
+            if attempts > MAX_ROUND_ATTEMPTS:
+                raise ClusterLost(
+                    f"round {state.round + 1} failed {MAX_ROUND_ATTEMPTS} times as workers "
+                    f"were lost ({type(err).__name__}: {err})"
+                ) from None
+            _restart(driver, failed.frozen)
+            continue
+        attempts = 1
+
+
+def _run_segment(driver: _Driver, attempts: int) -> bool:
+    """One segment, under the workers' locks; whether the run stopped early in it."""
+    workers = list(dict.fromkeys(driver.data.placement))
+    locks = _lock_workers(driver.client, workers)
+    try:
+        segment = _submit(driver, workers)
+        try:
+            stopped = _follow(driver, segment, attempts)
+        except SEGMENT_LOST as err:
+            frozen = _settle(driver, segment, wait=True)
+            raise SegmentFailed(err, frozen) from err
+        except BaseException:  # the run itself failed, or Ctrl-C: nothing to wait for
+            _settle(driver, segment, wait=False)
+            raise
+        _settle(driver, segment, wait=True)  # the tasks end as their last row arrives
+        return stopped
+    finally:
+        for lock in reversed(locks):
+            with contextlib.suppress(Exception):  # the scheduler gone: the lease went too
+                lock.release()
+            lock.close()
+
+
+def _lock_workers(client: Any, workers: list[str]) -> list[Semaphore]:
+    """One lease a worker, taken in the addresses' order (so two runs never hold each a part
+    and wait for the rest). Leases, not locks: a killed driver's lapse after Dask's
+    lease-timeout (30 s), where a lock would stay held for good."""
+    locks = []
+    for worker in sorted(workers):
+        lock = Semaphore(
+            max_leases=1,
+            name=f"dane-collective-{worker}",
+            scheduler_rpc=client.scheduler,
+            loop=client.loop,
+        )
+        if not lock.acquire(timeout=LOCK_NOTE_S):
+            print(
+                f"dane: waiting for another run's --collective torch on {worker} to finish a "
+                "segment (or start this run with --collective dask)",
+                file=sys.stderr,
+            )
+            lock.acquire()
+        locks.append(lock)
+    return locks
+
+
+def _submit(driver: _Driver, workers: list[str]) -> _Segment:
+    """The segment's tasks, one a worker, starting from the driver's state."""
+    client, setup, state, data = driver.client, driver.setup, driver.state, driver.data
+    config, started = setup.config, time.perf_counter()
+    driver.attempt += 1
+    name = f"{data.token}a{driver.attempt}"
+    carry = RoundResult(
+        weights=state.weights,
+        state=state.state,
+        buffers=state.buffers,
+        shard_states=state.shard_states,
+    )
+    try:
+        (sent,) = bounded(
+            client, driver.timeout, client.scatter, [carry], hash=False, broadcast=True
+        )
+    except KeyError as err:
+        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
+    driver.scatter_s += time.perf_counter() - started
+    driver.scatter_bytes += comm.payload_bytes(carry) * len(workers)
+    plan = SegmentPlan(
+        group=GroupSpec(name=name, world=len(workers), timeout_s=config.collective_timeout),
+        first=state.round + 1,
+        rounds=config.rounds,
+        eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every,
+        queue=f"dane-rows-{name}",
+        selection=Selection(
+            best_score=state.best_score,
+            since_best=state.since_best,
+            patience=config.patience,
+            stop_at_accuracy=config.stop_at_accuracy,
+        ),
+        has_states=setup.strategy.shard_state_type is not None,
+    )
+    static = run_state.round_static(setup, plan.first, data.placement)
+    futures = []
+    for rank, worker in enumerate(workers):
+        mine = [i for i, at in enumerate(data.placement) if at == worker]
+        args = (
+            [data.shards[i] for i in mine],
+            owned_nodes(data.placement, worker),
+            (mine, [data.test[i] for i in mine]),
+            sent,
+        )
+        key = f"segment-{plan.first}-{rank}-{name}"
+        futures.append(
+            client.submit(
+                run_segment, plan, static, rank, worker, *args,
+                key=key, workers=[worker], allow_other_workers=True, pure=False,
+            )
+        )  # fmt: skip
+    return _Segment(plan=plan, futures=futures)
+
+
+def _follow(driver: _Driver, segment: _Segment, attempts: int) -> bool:
+    """Record the segment's rounds as their parts arrive; whether the run stops in it."""
+    plan, client = segment.plan, driver.client
+    rows = Queue(plan.queue, client=client)
+    expected = plan.group.world if plan.has_states else 1
+    last_row_at = waited_since = time.perf_counter()
+    while True:
+        try:
+            message = rows.get(timeout=POLL_S)
+        except TimeoutError:
+            _check(segment)
+            continue
+        parts = segment.parts.setdefault(message.round, [])
+        parts.append(message)
+        if len(parts) < expected:
+            continue
+        head = next(part for part in parts if part.rank == 0)
+        now = time.perf_counter()
+        taken = _taken(head, parts, {"wait_s": now - waited_since, "gather_s": 0.0})
+        run_state.check_finite(
+            taken.result, head.round, driver.run_dir, driver.state.saved_round, taken.finite
+        )
+        row = _record(driver, taken, attempts, now - last_row_at)
+        driver.callbacks.on_timings(head.round, {"scatter_s": driver.scatter_s, **taken.waited})
+        driver.scatter_s, driver.scatter_bytes, driver.reloaded = 0.0, 0, 0
+        last_row_at = waited_since = time.perf_counter()
+        driver.callbacks.on_round(row)
+        if _ends(driver, row, take=_take_kept):
+            return True
+        if head.ends:
+            return False
+
+
+def _taken(head: RoundMessage, parts: list[RoundMessage], waited: dict[str, float]) -> Taken:
+    """A round's parts as the Dask driver takes a round (fetch.take_round)."""
+    result = head.result
+    assert result is not None, "rank 0's part holds the round's figures"
+    merged: dict[int, Any] = {}
+    for part in parts:
+        merged.update(part.shard_states or {})
+    if merged:
+        result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
+    fetched = comm.payload_bytes([part.result for part in parts if part.result is not None])
+    fetched += comm.payload_bytes(merged)
+    return Taken(result, head.evaluation, fetched, waited, head.finite, head.weights)
+
+
+def _check(segment: _Segment) -> None:
+    """Raise where one of the segment's tasks failed: a failure of the run itself (a bad
+    shard, a model error) as it is, else the first loss (SEGMENT_LOST)."""
+    errors = [f.exception() for f in segment.futures if f.status == "error"]
+    real = [err for err in errors if not isinstance(err, SEGMENT_LOST)]
+    if real or errors:
+        raise (real or errors)[0]
+    if any(f.status == "cancelled" for f in segment.futures):
+        raise OSError("a segment's task was cancelled as its worker was lost")
+    if all(f.status == "finished" for f in segment.futures):
+        raise OSError("the segment ended before its last round reached the driver")
+
+
+def _settle(driver: _Driver, segment: _Segment, *, wait: bool) -> set[str]:
+    """Cancel the segment's tasks (a running rank ends after its round: segment._cancelled)
+    and with `wait` wait until none runs on its worker any more (a peer waits at most its
+    group's timeout), so that the next segment's tasks do not queue behind them. Returns the
+    workers that did not answer within --collective-timeout: frozen (SIGSTOP, a hung host)."""
+    client, plan = driver.client, segment.plan
+    client.cancel(segment.futures)
+    keys = [future.key for future in segment.futures]
+    busy, frozen = set(driver.data.placement), set()
+    deadline = time.monotonic() + 2 * plan.group.timeout_s + driver.timeout
+    while wait and busy and time.monotonic() < deadline:
+        for worker in sorted(busy):
+            try:
+                running = bounded(
+                    client, plan.group.timeout_s, client.run, _executing, keys,
+                    workers=[worker], on_error="ignore",
+                )  # fmt: skip
+            except OSError:  # TimeoutError too: it did not answer
+                frozen.add(worker)
+                running = {}
+            if not running.get(worker):
+                busy.discard(worker)
+        time.sleep(0.05 if busy else 0)
+    with contextlib.suppress(Exception):  # the scheduler gone: nothing left to release
+        Queue(plan.queue, client=client).close()
+    return frozen
+
+
+def _executing(keys: list[str], dask_worker: Any = None) -> bool:
+    """On a worker: whether one of these tasks still runs there (cancelled or not)."""
+    return any(task.key in keys for task in dask_worker.state.executing)
+
+
+async def _remove_workers(addresses: list[str], dask_scheduler: Any = None) -> None:
+    """On the scheduler: these workers removed, their tasks and data (the shards they held)
+    rescheduled on the others."""
+    for address in addresses:
+        await dask_scheduler.remove_worker(address, stimulus_id=f"dane-frozen-{time.time()}")
+
+
+def _take_kept(driver: _Driver) -> None:
+    """The last recorded round's weights from a worker that kept them (segment.kept_result),
+    into the state: where the driver did not take them with the round."""
+    state, client = driver.state, driver.client
+    chain = f"{driver.data.token}a{driver.attempt}"
+    found = client.run(kept_result, chain, state.round, on_error="ignore")
+    kept = [value for value in found.values() if value is not None]
+    if not kept:
+        raise ClusterLost(
+            f"round {state.round}'s weights were lost with their workers before being fetched"
+        )
+    result, _ = kept[0]
+    state.weights, state.buffers, state.state = result.weights, result.buffers, result.state
+    state.weights_round = state.round
+
+
+def _restart(driver: _Driver, frozen: set[str]) -> None:
+    """After a failed segment: the last recorded round's weights where they were left on the
+    workers, the `frozen` workers removed from the cluster (their shards reload on the
+    others), and where the shards live now (Dask reloaded a lost worker's)."""
+    state, data = driver.state, driver.data
+    if frozen:
+        print(
+            f"dane: removing {len(frozen)} worker(s) that stopped answering "
+            f"({', '.join(sorted(frozen))}); their shards reload on the others",
+            file=sys.stderr,
+        )
+        driver.client.run_on_scheduler(_remove_workers, sorted(frozen))
+    if state.weights_round < state.round:
+        _take_kept(driver)
+    placement = fetch.current_placement(driver.client, data, driver.timeout)
+    driver.reloaded += sum(a != b for a, b in zip(data.placement, placement, strict=True))
+    driver.data = replace(data, placement=placement)

@@ -1,0 +1,163 @@
+"""`--collective torch` under faults, with real `dask scheduler` and `dask worker` processes
+on 127.0.0.1: a worker killed mid-segment (either rank) and a worker frozen by SIGSTOP give
+the undisturbed run's weights; two runs sharing the workers both finish, each with its own
+weights; a killed driver resumes to the same weights."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import fault_cluster
+import pytest
+import torch
+from distributed import Client
+
+from dask_dane.pipeline.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.run.loop import Callbacks, train
+from dask_dane.pipeline.run.metrics import read_metrics
+from dask_dane.pipeline.run.rundir import RunDir
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def workers(tmp_path):
+    """A scheduler and two nanny-managed workers, new for each test (a frozen or killed
+    worker leaves the cluster changed)."""
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    address, procs = fault_cluster.start_cluster(folder, 2)
+    client = Client(address, timeout=60)
+    try:
+        client.wait_for_workers(2, timeout=60)
+        yield client
+    finally:
+        client.close()
+        for proc in procs:  # a SIGSTOPped worker still holds its group: let it die
+            os.killpg(proc.pid, signal.SIGCONT) if proc.poll() is None else None
+        fault_cluster.stop(procs)
+
+
+def _config(store: Path, out: Path, **overrides):
+    settings = dict(collective="torch", collective_timeout=3.0, rounds=6, local_steps=20)
+    return fault_cluster.run_config(store, out, **{**settings, **overrides})
+
+
+def _weights(out: Path) -> torch.Tensor:
+    return load_checkpoint(RunDir(out).latest)["weights"]
+
+
+def _after_first_row(act) -> tuple[Callbacks, list[threading.Thread]]:
+    """Callbacks that start act() in a thread once round 1 is recorded (rounds 2.. still run
+    inside the segment's tasks)."""
+    threads: list[threading.Thread] = []
+
+    def on_round(row: dict) -> None:
+        if row["round"] == 1:
+            threads.append(threading.Thread(target=act, daemon=True))
+            threads[-1].start()
+
+    return Callbacks(on_round=on_round), threads
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_worker_killed_mid_segment_gives_the_undisturbed_weights(
+    workers, digits_stores, tmp_path, rank
+):
+    # Rank 0 holds the group's store, rank 1 only its part: either killed, the survivor's
+    # all-gather fails, the segment is settled and run again from the last recorded round.
+    store = digits_stores[4]
+    train(_config(store, tmp_path / "ref"), client=workers)
+    address = sorted(workers.scheduler_info(n_workers=-1)["workers"])[rank]
+    pid = workers.run(os.getpid, workers=[address])[address]
+    callbacks, threads = _after_first_row(lambda: os.kill(pid, signal.SIGKILL))
+
+    summary = train(_config(store, tmp_path / "run"), client=workers, callbacks=callbacks)
+
+    threads[0].join(timeout=10)
+    assert summary["rounds"] == 6
+    assert torch.equal(_weights(tmp_path / "run"), _weights(tmp_path / "ref"))
+    rows = read_metrics(RunDir(tmp_path / "run").metrics)
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5, 6]  # each recorded once, in order
+    assert any(r["attempts"] >= 2 or r["shards_reloaded"] >= 1 for r in rows[1:]), rows
+
+
+def test_a_frozen_worker_is_found_by_the_timeout_and_the_run_goes_on(
+    workers, digits_stores, tmp_path, capsys
+):
+    # SIGSTOP: its sockets stay open, so only --collective-timeout finds it; the driver
+    # removes it from the cluster and the other worker takes its shards.
+    store = digits_stores[4]
+    train(_config(store, tmp_path / "ref"), client=workers)
+    address = sorted(workers.scheduler_info(n_workers=-1)["workers"])[1]
+    pid = workers.run(os.getpid, workers=[address])[address]
+    callbacks, _ = _after_first_row(lambda: os.kill(pid, signal.SIGSTOP))
+    started = time.monotonic()
+    try:
+        summary = train(_config(store, tmp_path / "run"), client=workers, callbacks=callbacks)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    assert time.monotonic() - started < 120
+    assert summary["rounds"] == 6
+    assert torch.equal(_weights(tmp_path / "run"), _weights(tmp_path / "ref"))
+    assert f"removing 1 worker(s) that stopped answering ({address})" in capsys.readouterr().err
+    rows = read_metrics(RunDir(tmp_path / "run").metrics)
+    assert rows[-1]["num_workers"] == 1
+
+
+def _cli(store: Path, out: Path, client: Client, rounds: int) -> list[str]:
+    args = ["train", str(store), "--out", str(out), "--rounds", str(rounds)]
+    args += ["--local-steps", "20", "--seed", "5", "--dtype", "float64"]
+    return fault_cluster.dane(
+        *args, "--collective", "torch", "--scheduler", client.scheduler.address
+    )
+
+
+def test_two_runs_sharing_the_workers_both_finish_with_their_own_weights(
+    workers, digits_stores, tmp_path
+):
+    # Two drivers (two users' `dane train` on one scheduler): the leases on the workers let
+    # one run's segment at a time, so neither all-gather waits on the other run's task
+    # queued behind it.
+    stores = {"a": digits_stores[4], "b": digits_stores[2]}
+    for name, store in stores.items():
+        train(_config(store, tmp_path / f"alone-{name}", rounds=3), client=workers)
+    logs = {name: tmp_path / f"{name}.log" for name in stores}
+    drivers = {
+        name: fault_cluster.start(_cli(store, tmp_path / name, workers, 3), logs[name])
+        for name, store in stores.items()
+    }
+
+    for name, driver in drivers.items():
+        assert driver.wait(timeout=300) == 0, logs[name].read_text()[-3000:]
+    for name in stores:
+        assert torch.equal(_weights(tmp_path / name), _weights(tmp_path / f"alone-{name}"))
+
+
+def test_a_killed_driver_resumes_to_the_same_weights(workers, digits_stores, tmp_path):
+    store, out = digits_stores[2], tmp_path / "run"
+    train(_config(store, tmp_path / "ref"), client=workers)
+    driver = fault_cluster.start(_cli(store, out, workers, 6), tmp_path / "driver.log")
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "metrics.jsonl").exists() or len(read_metrics(out / "metrics.jsonl")) < 2:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()
+            assert time.monotonic() < deadline, "round 2 was never recorded"
+            time.sleep(0.05)
+    finally:
+        fault_cluster.stop([driver])  # SIGKILL: the segment's tasks see their futures go
+
+    resumed = subprocess.run(
+        fault_cluster.dane("train", "--out", str(out), "--resume"),
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.equal(_weights(out), _weights(tmp_path / "ref"))
+    assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
