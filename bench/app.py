@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "scaling",
         "Strong scaling: the same data and work on 1, 2, 4... workers, each round taken apart.",
     ),
+    "collective": (
+        "collective",
+        "The Dask graph's rounds against a gloo group's, in one run: fixed costs, a round at",
+    ),
     "time-to-accuracy": (
         "scaling",
         "Each method's time to target on m workers, projected from a shards sweep.",

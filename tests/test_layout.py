@@ -28,6 +28,7 @@ DISTRIBUTED_IMPORTERS = {
     # group's rendezvous through a Variable, the rows through a Queue).
     "pipeline/run/segments.py",
     "pipeline/run/segment.py",
+    "pipeline/run/segment_cluster.py",
     "pipeline/observe/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
     # Registers how our dataclasses cross a comm (their tensors as frames) with distributed's
     # serialization, in every process that imports the worker tasks.

@@ -93,7 +93,7 @@ def test_bfloat16_dask_run_equals_the_reference_bit_for_bit(
     config = RunConfig(
         store=str(digits_stores[4]), out=str(tmp_path / "run"), algorithm=algorithm,
         model="small-cnn", rounds=3, seed=7, mu=0.1, local_steps=5, batch_size=16,
-        transport="bfloat16", broadcast=broadcast,
+        transport="bfloat16", broadcast=broadcast, collective="dask",
     ).validate()  # fmt: skip
 
     train(config, client=cluster_client)

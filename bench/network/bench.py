@@ -133,7 +133,14 @@ def _one_run(
         allreduce_s = allreduce_probe.measure(cluster, ddp["model_params"])
         row = _ddp_row(ddp, spec, net, allreduce_s)
     else:
-        config = replace(spec.dask_config(method), broadcast=mode)
+        # torch: the run's rounds through a gloo group (--collective torch); the others name
+        # the Dask graph's collective (--broadcast), as before --collective existed.
+        form = (
+            {"collective": "torch"}
+            if mode == "torch"
+            else {"collective": "dask", "broadcast": mode}
+        )
+        config = replace(spec.dask_config(method), **form)
         if len(spec.broadcasts) > 1:
             config = replace(config, out=f"{config.out}-{mode}")
         shutil.rmtree(config.out, ignore_errors=True)

@@ -86,6 +86,8 @@ def fixed_cost(
                 # The round's fixed cost in hops of this machine, measured in the same run.
                 "hop_ms": hop_ms,
                 "fixed_cost_hops": median["wall_s"] * 1e3 / hop_ms,
+                # ... and in the gloo group's own all-gathers of the same bytes.
+                "fixed_cost_allgathers": median["wall_s"] * 1e3 / run["profile"]["gloo"]["raw_ms"],
                 **run["profile"],
             }
         )

@@ -38,6 +38,7 @@ from ..common.specs import spec_record
 from . import memory
 from . import profile as round_profile
 from .costs import fixed_cost, projection, reference_rounds
+from .gloo import gloo_allgather_ms
 from .profile import tasks_per_round
 from .spec import ScalingSpec
 
@@ -172,6 +173,8 @@ def run_workers(
             profile = {
                 "hop": round_profile.hop_latency(client, payload_bytes=hop_bytes),
                 "timeline": round_profile.round_timeline(stream, profile_round),
+                # The torch collective's floor, measured beside the hop (bench/scaling/gloo.py).
+                "gloo": gloo_allgather_ms(client, hop_bytes or model_bytes),
             }
     rounds = [
         _breakdown(row, roundlog.timings[row["round"]], period, transfer)

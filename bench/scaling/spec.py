@@ -19,7 +19,7 @@ class ScalingSpec:
 
     RUN_FLAGS: ClassVar = ("store", "model", "algorithm", "rounds", "local_steps",
                            "batch_size", "grad_sample", "device", "dtype", "seed",
-                           "shard_memory", "broadcast")  # fmt: skip
+                           "shard_memory", "broadcast", "collective")  # fmt: skip
     REQUIRED: ClassVar = ("store",)
     RUN_HELP: ClassVar = {
         "store": "Store to train on (written by `dane prepare`).",
@@ -27,9 +27,11 @@ class ScalingSpec:
     }
     # The runs' settings; each count W runs rounds + 1 rounds (the warm-up) on W workers, on
     # every row (no validation split): the rows a round reads are what it times and counts.
+    # The Dask graph's rounds by default, whose tasks the timelines, transfer logs and memory
+    # by round read; --collective torch times the gloo group's (`dane bench collective` both).
     run: RunConfig = field(
         default_factory=run_defaults(model="lenet", rounds=5, local_steps=10, batch_size=64,
-                                     device="cpu", val_fraction=0.0)
+                                     device="cpu", val_fraction=0.0, collective="dask")
     )  # fmt: skip
     shards: int | None = option(None, help="Shards the store must hold (checked).")
     workers: tuple[int, ...] = option((1, 2, 4), help="Worker counts, comma-separated.")

@@ -11,6 +11,10 @@ from ..ddp.projection import model_copies
 from ..network.model import Network, allgather_round_comm_s, ring_allreduce_s, tree_depth
 from ..network.model import dask_round_comm_s as comm_s
 
+# Round forms whose dependent steps do not grow with the workers: the Dask graph's
+# all-gather, and a torch group's (--collective torch).
+ALLGATHER_FORMS = ("allgather", "torch-gloo")
+
 
 @dataclass(frozen=True, kw_only=True)
 class FixedCost:
@@ -27,14 +31,14 @@ class FixedCost:
         if workers in self.measured_s:
             return self.measured_s[workers]
         base = max((w for w in self.measured_s if w < workers), default=min(self.measured_s))
-        if self.form == "allgather":
+        if self.form in ALLGATHER_FORMS:
             return self.measured_s[base]
         levels = tree_depth(workers) - tree_depth(base)
         return self.measured_s[base] + self.steps_per_level * levels * self.step_s
 
     def comm_s(self, net: Network, workers: int, payloads: list[float]) -> float:
         """The bytes' time on `net` a round, in the measured form."""
-        if self.form == "allgather":
+        if self.form in ALLGATHER_FORMS:
             return allgather_round_comm_s(net, workers, payloads)
         return comm_s(net, workers, payloads, payloads)
 
@@ -144,7 +148,7 @@ def _copies(timing: dict[str, Any]) -> int:
     """Model-sized copies a measured round moved: the all-gather form's W - 1 per worker and
     phase (blocks of shards: one subtree a worker), else the per-round form's (comm.py)."""
     phases, workers = timing["phases"], timing["workers"]
-    if timing.get("round_form") == "allgather":
+    if timing.get("round_form") in ALLGATHER_FORMS:
         return phases * workers * (workers - 1)
     return model_copies(phases, workers)
 

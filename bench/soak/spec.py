@@ -16,7 +16,11 @@ class SoakSpec:
 
     RUN_FLAGS: ClassVar = ("rounds", "workers", "algorithm", "model", "local_steps", "seed")
     # The soaked run (its store and run directory are the workdir's); `workers` shards.
-    run: RunConfig = field(default_factory=run_defaults(rounds=300, model="mlp", local_steps=5))
+    # The Dask graph's rounds: the census counts the keys the chained rounds leave on the
+    # scheduler (rounds ahead, carries), which a torch collective's segment does not make.
+    run: RunConfig = field(
+        default_factory=run_defaults(rounds=300, model="mlp", local_steps=5, collective="dask")
+    )
     warmup: int = option(30, help="Rounds before the baseline is taken.")
     workdir: str = option("bench-out/soak", help="Where the store and the run directory go.")
 

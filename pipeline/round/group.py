@@ -151,11 +151,12 @@ class Group:
         slot[:8].view(torch.int64)[0] = buffer.numel()
         if buffer.numel() <= capacity:
             slot[HEADER : HEADER + buffer.numel()] = buffer
-        gathered = self._gather(slot).view(self.spec.world, -1)
+        gathered = self.allgather_tensor(slot).view(self.spec.world, -1)
         sizes = [int(gathered[r, :8].view(torch.int64)[0]) for r in range(self.spec.world)]
         return gathered, sizes
 
-    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
+    def allgather_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's `tensor` (the same size on each), concatenated in rank order."""
         out = torch.empty(self.spec.world * tensor.numel(), dtype=tensor.dtype)
         try:
             self._group._allgather_base(out, tensor).wait()

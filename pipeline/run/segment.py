@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from distributed import Queue, Variable, get_client, get_worker
@@ -47,12 +47,8 @@ from ..round.worker_round import (
     update_on_worker,
     weights_finite,
 )
-from .metrics import stops_early
-from .run_state import selection_score
+from .segment_plan import RoundMessage, SegmentPlan
 
-# A segment ends at the first round boundary past this many seconds, so that two runs
-# sharing workers take turns (the driver's lock) and a long run re-plans now and then.
-SEGMENT_SECONDS = 60.0
 # Rounds whose results each rank keeps after the segment moved on (kept_result).
 RECENT_KEPT = 3
 
@@ -60,70 +56,6 @@ RECENT_KEPT = 3
 class LandedElsewhere(RuntimeError):
     """A segment's task ran on another worker than the one it was pinned to (its worker was
     lost and Dask moved it): the group's other ranks are elsewhere, so it must not join."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Selection:
-    """Model selection and the stop rules as the driver's RunState stands (_select,
-    stops_early): carried through a segment by every rank alike."""
-
-    best_score: float
-    since_best: int
-    patience: int
-    stop_at_accuracy: float
-
-    def would_select(self, evaluation: dict[str, float] | None) -> bool:
-        if evaluation is None:
-            return False
-        score = selection_score(evaluation)
-        return score is None or score > self.best_score
-
-    def advance(self, evaluation: dict[str, float] | None) -> Selection:
-        if not self.would_select(evaluation):
-            return replace(self, since_best=self.since_best + (evaluation is not None))
-        score = selection_score(evaluation or {})
-        best = self.best_score if score is None else score
-        return replace(self, best_score=best, since_best=0)
-
-    def stops(self, evaluation: dict[str, float] | None) -> bool:
-        scores = evaluation or {}
-        row = {
-            "val_loss": scores.get("val_loss"),
-            "val_accuracy": scores.get("val_accuracy"),
-            "test_accuracy": scores.get("accuracy"),
-        }
-        return stops_early(self, row, self.since_best)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SegmentPlan:
-    """What every rank of a segment is told: its group, its rounds, the run's cadences, the
-    queue its rows go to, and where the run's model selection stands."""
-
-    group: GroupSpec
-    first: int  # the segment's first round
-    rounds: int  # the run's last round
-    eval_every: int
-    checkpoint_every: int
-    queue: str
-    selection: Selection
-    has_states: bool  # whether every rank sends its shards' states each round
-    seconds: float = SEGMENT_SECONDS
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundMessage:
-    """One rank's part of a round, as the driver receives it. Rank 0's holds the round's
-    figures (its weights where `weights`), its evaluation and whether the segment ends."""
-
-    round: int
-    rank: int
-    result: RoundResult | None = None  # rank 0: the update, stripped unless `weights`
-    finite: bool = True
-    evaluation: dict[str, float] | None = None
-    weights: bool = False
-    ends: bool = False
-    shard_states: dict[int, Any] | None = None
 
 
 _recent_lock = threading.Lock()
@@ -183,7 +115,7 @@ def _cancelled() -> bool:
     return task is None or task.state in ("cancelled", "released", "forgotten")
 
 
-def _form(spec: GroupSpec, rank: int, host: str) -> Group:
+def form_group(spec: GroupSpec, rank: int, host: str) -> Group:
     """The segment's group: rank 0 opens the store and names it in a Dask Variable."""
     variable = Variable(store_variable_name(spec), client=get_client())
     if rank == 0:
@@ -215,7 +147,7 @@ def run_segment(
     worker = get_worker()
     if worker.address != address:
         raise LandedElsewhere(f"rank {rank} of {plan.group.name} meant for {address}")
-    group = _form(plan.group, rank, get_address_host(address))
+    group = form_group(plan.group, rank, get_address_host(address))
     publisher = _Publisher(plan.queue) if rank == 0 or plan.has_states else None
     try:
         chained = replace(static, chain=plan.group.name)

@@ -18,13 +18,12 @@ MAX_ROUND_ATTEMPTS failures without a recorded round, the run stops (ClusterLost
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from distributed import Future, Queue, Semaphore
+from distributed import Future, Queue
 
 from ..round import comm
 from ..round.aggregate import owned_nodes
@@ -35,14 +34,16 @@ from .cluster_checks import bounded, check_scheduler
 from .errors import ClusterLost
 from .fetch import Taken
 from .pipelined import MAX_ROUND_ATTEMPTS, WORKER_LOST, _Driver, _ends, _record
-from .segment import LandedElsewhere, RoundMessage, SegmentPlan, Selection, kept_result, run_segment
+from .segment import LandedElsewhere, kept_result, run_segment
+from .segment_cluster import lock_workers, release, remove_workers, settle
+from .segment_plan import RoundMessage, SegmentPlan, Selection
 
 # What ends a segment early, to be run again from the last recorded round.
 SEGMENT_LOST = (*WORKER_LOST, GroupFailed, LandedElsewhere)
 # How often the driver, waiting for a row, looks at the segment's tasks.
 POLL_S = 0.5
-# Seconds to wait for a lock that another run holds before saying so.
-LOCK_NOTE_S = 2.0
+# Seconds between checks that the scheduler answers, while no row arrives.
+SCHEDULER_CHECK_S = 5.0
 
 
 def choose_collective(config: Any) -> tuple[str, str]:
@@ -71,6 +72,7 @@ class _Segment:
     plan: SegmentPlan
     futures: list[Future]
     parts: dict[int, list[RoundMessage]] = field(default_factory=dict)
+    checked: float = field(default_factory=time.monotonic)  # the scheduler last answered
 
 
 def run_segments(driver: _Driver) -> None:
@@ -102,7 +104,8 @@ def run_segments(driver: _Driver) -> None:
 def _run_segment(driver: _Driver, attempts: int) -> bool:
     """One segment, under the workers' locks; whether the run stopped early in it."""
     workers = list(dict.fromkeys(driver.data.placement))
-    locks = _lock_workers(driver.client, workers)
+    locks = lock_workers(driver.client, workers)
+    gone = False  # the scheduler stopped answering
     try:
         segment = _submit(driver, workers)
         try:
@@ -110,39 +113,16 @@ def _run_segment(driver: _Driver, attempts: int) -> bool:
         except SEGMENT_LOST as err:
             frozen = _settle(driver, segment, wait=True)
             raise SegmentFailed(err, frozen) from err
+        except ClusterLost:  # the scheduler stopped answering: nothing to ask it
+            gone = True
+            raise
         except BaseException:  # the run itself failed, or Ctrl-C: nothing to wait for
             _settle(driver, segment, wait=False)
             raise
         _settle(driver, segment, wait=True)  # the tasks end as their last row arrives
         return stopped
     finally:
-        for lock in reversed(locks):
-            with contextlib.suppress(Exception):  # the scheduler gone: the lease went too
-                lock.release()
-            lock.close()
-
-
-def _lock_workers(client: Any, workers: list[str]) -> list[Semaphore]:
-    """One lease a worker, taken in the addresses' order (so two runs never hold each a part
-    and wait for the rest). Leases, not locks: a killed driver's lapse after Dask's
-    lease-timeout (30 s), where a lock would stay held for good."""
-    locks = []
-    for worker in sorted(workers):
-        lock = Semaphore(
-            max_leases=1,
-            name=f"dane-collective-{worker}",
-            scheduler_rpc=client.scheduler,
-            loop=client.loop,
-        )
-        if not lock.acquire(timeout=LOCK_NOTE_S):
-            print(
-                f"dane: waiting for another run's --collective torch on {worker} to finish a "
-                "segment (or start this run with --collective dask)",
-                file=sys.stderr,
-            )
-            lock.acquire()
-        locks.append(lock)
-    return locks
+        release(locks, 0.0 if gone else driver.timeout)
 
 
 def _submit(driver: _Driver, workers: list[str]) -> _Segment:
@@ -207,10 +187,8 @@ def _follow(driver: _Driver, segment: _Segment, attempts: int) -> bool:
     expected = plan.group.world if plan.has_states else 1
     last_row_at = waited_since = time.perf_counter()
     while True:
-        try:
-            message = rows.get(timeout=POLL_S)
-        except TimeoutError:
-            _check(segment)
+        message = _next_message(driver, segment, rows)
+        if message is None:
             continue
         parts = segment.parts.setdefault(message.round, [])
         parts.append(message)
@@ -223,7 +201,8 @@ def _follow(driver: _Driver, segment: _Segment, attempts: int) -> bool:
             taken.result, head.round, driver.run_dir, driver.state.saved_round, taken.finite
         )
         row = _record(driver, taken, attempts, now - last_row_at)
-        driver.callbacks.on_timings(head.round, {"scatter_s": driver.scatter_s, **taken.waited})
+        timings = {"scatter_s": driver.scatter_s, "submit_s": 0.0, **taken.waited}
+        driver.callbacks.on_timings(head.round, timings)
         driver.scatter_s, driver.scatter_bytes, driver.reloaded = 0.0, 0, 0
         last_row_at = waited_since = time.perf_counter()
         driver.callbacks.on_round(row)
@@ -231,6 +210,21 @@ def _follow(driver: _Driver, segment: _Segment, attempts: int) -> bool:
             return True
         if head.ends:
             return False
+
+
+def _next_message(driver: _Driver, segment: _Segment, rows: Queue) -> RoundMessage | None:
+    """The next part from the segment's Queue, or None after POLL_S without one (its tasks
+    then checked: _check). Bounded by --timeout, since the Queue's own timeout is the
+    scheduler's: a frozen scheduler never answers, and is then found by check_scheduler."""
+    try:
+        return bounded(driver.client, driver.timeout + POLL_S, rows.get, POLL_S)
+    except TimeoutError:
+        now = time.monotonic()
+        if now - segment.checked > SCHEDULER_CHECK_S:
+            check_scheduler(driver.client, driver.timeout)  # ClusterLost if it stopped answering
+            segment.checked = now
+        _check(segment)
+        return None
 
 
 def _taken(head: RoundMessage, parts: list[RoundMessage], waited: dict[str, float]) -> Taken:
@@ -261,43 +255,12 @@ def _check(segment: _Segment) -> None:
 
 
 def _settle(driver: _Driver, segment: _Segment, *, wait: bool) -> set[str]:
-    """Cancel the segment's tasks (a running rank ends after its round: segment._cancelled)
-    and with `wait` wait until none runs on its worker any more (a peer waits at most its
-    group's timeout), so that the next segment's tasks do not queue behind them. Returns the
-    workers that did not answer within --collective-timeout: frozen (SIGSTOP, a hung host)."""
-    client, plan = driver.client, segment.plan
-    client.cancel(segment.futures)
-    keys = [future.key for future in segment.futures]
-    busy, frozen = set(driver.data.placement), set()
-    deadline = time.monotonic() + 2 * plan.group.timeout_s + driver.timeout
-    while wait and busy and time.monotonic() < deadline:
-        for worker in sorted(busy):
-            try:
-                running = bounded(
-                    client, plan.group.timeout_s, client.run, _executing, keys,
-                    workers=[worker], on_error="ignore",
-                )  # fmt: skip
-            except OSError:  # TimeoutError too: it did not answer
-                frozen.add(worker)
-                running = {}
-            if not running.get(worker):
-                busy.discard(worker)
-        time.sleep(0.05 if busy else 0)
-    with contextlib.suppress(Exception):  # the scheduler gone: nothing left to release
-        Queue(plan.queue, client=client).close()
-    return frozen
-
-
-def _executing(keys: list[str], dask_worker: Any = None) -> bool:
-    """On a worker: whether one of these tasks still runs there (cancelled or not)."""
-    return any(task.key in keys for task in dask_worker.state.executing)
-
-
-async def _remove_workers(addresses: list[str], dask_scheduler: Any = None) -> None:
-    """On the scheduler: these workers removed, their tasks and data (the shards they held)
-    rescheduled on the others."""
-    for address in addresses:
-        await dask_scheduler.remove_worker(address, stimulus_id=f"dane-frozen-{time.time()}")
+    """segment_cluster.settle for this segment: the workers found frozen."""
+    workers = list(dict.fromkeys(driver.data.placement))
+    return settle(
+        driver.client, segment.futures, workers,
+        plan=segment.plan, timeout=driver.timeout, wait=wait,
+    )  # fmt: skip
 
 
 def _take_kept(driver: _Driver) -> None:
@@ -327,7 +290,7 @@ def _restart(driver: _Driver, frozen: set[str]) -> None:
             f"({', '.join(sorted(frozen))}); their shards reload on the others",
             file=sys.stderr,
         )
-        driver.client.run_on_scheduler(_remove_workers, sorted(frozen))
+        driver.client.run_on_scheduler(remove_workers, sorted(frozen))
     if state.weights_round < state.round:
         _take_kept(driver)
     placement = fetch.current_placement(driver.client, data, driver.timeout)
