@@ -20,6 +20,11 @@ def markdown_table(result: dict[str, Any]) -> str:
             f"{row['engine_ms']:.1f} ms | {row['engine_hops']:.2f} | "
             f"{row['round_s']:.3f} s ({row['model']}) |"
         )
+    for wide in result.get("wide", []):
+        lines.append(
+            f"\nFedAvg round at {wide['model_bytes'] / 1e6:.1f} MB ({wide['model']}), "
+            f"--collective {wide['collective']}: {wide['round_s']:.3f} s (median)"
+        )
     for collective, projections in result.get("projection", {}).items():
         for basis, projected in projections.items():
             for speed, by_m in projected["speedups"].items():

@@ -24,7 +24,7 @@ from distributed.scheduler import KilledWorker
 
 from ..observe.progress import Callbacks, chain  # re-exported: Callbacks, beside the display
 from ..observe.tracking import Trackers, TrackingContext
-from ..round import tasks
+from ..round import comm, tasks
 from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
@@ -35,7 +35,8 @@ from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained
 from .rundir import RunDir
-from .segments import choose_collective, run_segments
+from .segment_plan import choose_collective
+from .segments import run_segments
 from .shard_memory import killed_loading, place_shards
 
 __all__ = ["Callbacks", "TrainingDiverged", "train"]
@@ -79,7 +80,8 @@ def train(
                 span("dane-train"),
             ):
                 info = active.scheduler_info(n_workers=-1)
-                collective, why = choose_collective(config)
+                model_bytes = comm.payload_bytes([setup.weights, setup.buffers])
+                collective, why = choose_collective(config, model_bytes)
 
                 def announce(held: str) -> None:
                     callbacks.on_shards(f"{held}; rounds: {why}")

@@ -40,21 +40,12 @@ from .segment_plan import RoundMessage, SegmentPlan, Selection
 
 # What ends a segment early, to be run again from the last recorded round.
 SEGMENT_LOST = (*WORKER_LOST, GroupFailed, LandedElsewhere)
-# How often the driver, waiting for a row, looks at the segment's tasks.
+# How often the driver, waiting for a row, looks at the segment's tasks; the longest pause
+# between two reads of the rows' Queue.
 POLL_S = 0.5
+POLL_MAX_S = 0.02
 # Seconds between checks that the scheduler answers, while no row arrives.
 SCHEDULER_CHECK_S = 5.0
-
-
-def choose_collective(config: Any) -> tuple[str, str]:
-    """The collective a run's rounds use, and why (config.toml's note, the run's first line):
-    auto is torch, whose round costs a fraction of a Dask hop (docs/results/scaling.md), but
-    where --broadcast reduce asks for the Dask graph's one-worker reduction."""
-    if config.collective != "auto":
-        return config.collective, f"{config.collective} (as set)"
-    if comm.collective_of(config.broadcast) == "reduce":
-        return "dask", f"dask (auto: --broadcast {config.broadcast} is a Dask graph's)"
-    return "torch", "torch (auto: a gloo group over the workers)"
 
 
 class SegmentFailed(Exception):
@@ -73,6 +64,7 @@ class _Segment:
     futures: list[Future]
     parts: dict[int, list[RoundMessage]] = field(default_factory=dict)
     checked: float = field(default_factory=time.monotonic)  # the scheduler last answered
+    pending: list[RoundMessage] = field(default_factory=list)  # read, not yet recorded
 
 
 def run_segments(driver: _Driver) -> None:
@@ -188,8 +180,6 @@ def _follow(driver: _Driver, segment: _Segment, attempts: int) -> bool:
     last_row_at = waited_since = time.perf_counter()
     while True:
         message = _next_message(driver, segment, rows)
-        if message is None:
-            continue
         parts = segment.parts.setdefault(message.round, [])
         parts.append(message)
         if len(parts) < expected:
@@ -212,19 +202,28 @@ def _follow(driver: _Driver, segment: _Segment, attempts: int) -> bool:
             return False
 
 
-def _next_message(driver: _Driver, segment: _Segment, rows: Queue) -> RoundMessage | None:
-    """The next part from the segment's Queue, or None after POLL_S without one (its tasks
-    then checked: _check). Bounded by --timeout, since the Queue's own timeout is the
-    scheduler's: a frozen scheduler never answers, and is then found by check_scheduler."""
-    try:
-        return bounded(driver.client, driver.timeout + POLL_S, rows.get, POLL_S)
-    except TimeoutError:
+def _next_message(driver: _Driver, segment: _Segment, rows: Queue) -> RoundMessage:
+    """The next part from the segment's Queue. The Queue is read without waiting on the
+    scheduler (a get that times out there logs an error each time), at a pace that backs
+    off from 1 ms to POLL_MAX_S while nothing comes; every POLL_S without a part the tasks
+    are checked (_check), and every SCHEDULER_CHECK_S the scheduler (ClusterLost if it
+    stopped answering; each read is bounded by --timeout, since a frozen one never does)."""
+    pause, since = 1e-3, time.monotonic()
+    while not segment.pending:
+        got = bounded(driver.client, driver.timeout, rows.get, None, True)
+        segment.pending.extend(got)
+        if got:
+            break
         now = time.monotonic()
-        if now - segment.checked > SCHEDULER_CHECK_S:
-            check_scheduler(driver.client, driver.timeout)  # ClusterLost if it stopped answering
-            segment.checked = now
-        _check(segment)
-        return None
+        if now - since > POLL_S:
+            if now - segment.checked > SCHEDULER_CHECK_S:
+                check_scheduler(driver.client, driver.timeout)
+                segment.checked = now
+            _check(segment)
+            since = now
+        time.sleep(pause)
+        pause = min(2 * pause, POLL_MAX_S)
+    return segment.pending.pop(0)
 
 
 def _taken(head: RoundMessage, parts: list[RoundMessage], waited: dict[str, float]) -> Taken:
