@@ -54,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "collective",
         "The Dask graph's rounds against a gloo group's, in one run: fixed costs, a round at",
     ),
+    "collective-crossover": (
+        "collective",
+        "Where a gloo all-gather stops beating a Dask hop: both timed at each size, 2 workers.",
+    ),
     "time-to-accuracy": (
         "scaling",
         "Each method's time to target on m workers, projected from a shards sweep.",

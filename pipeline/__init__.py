@@ -62,6 +62,9 @@ SURFACE: dict[str, tuple[str, str]] = {
     "WorkerPhase": ("round.worker_round", "WorkerPhase"),
     "Partial": ("round.aggregate", "Partial"),
     "use_frames": ("round.wire", "use_frames"),
+    # what bench/scaling/gloo.py times: a segment's group, formed as the engine forms it
+    "GroupSpec": ("round.group", "GroupSpec"),
+    "form_group": ("run.segment", "form_group"),
 }
 __all__ = sorted(SURFACE)
 

@@ -51,4 +51,19 @@ def collective(
     save_result(result, json_out, plot_out=plot_out, plot=plot, table=markdown_table)
 
 
-COMMANDS = {"collective": collective}
+def collective_crossover(
+    sizes: Annotated[str, typer.Option(help="Sizes in MiB, comma-separated.")] = (
+        "0.35,1,2,4,8,16"
+    ),
+    json_out: JsonOut = None,
+) -> None:
+    """Where a gloo all-gather stops beating a Dask hop: both timed at each size, 2 workers."""
+    from .crossover import crossover_table, run_crossover
+
+    values = parse_numbers(sizes, "--sizes", float)
+    if not values or min(values) <= 0:
+        raise ValueError(f"--sizes takes positive MiB, comma-separated (got {sizes})")
+    save_result(run_crossover(values, log=typer.echo), json_out, table=crossover_table)
+
+
+COMMANDS = {"collective": collective, "collective-crossover": collective_crossover}

@@ -18,8 +18,7 @@ import torch
 from distributed import get_worker
 from distributed.comm import get_address_host
 
-from ...pipeline.round.group import GroupSpec
-from ...pipeline.run.segment import form_group
+from ...pipeline import GroupSpec, form_group
 
 
 def gloo_allgather_ms(client: Any, payload_bytes: int, repeats: int = 30) -> dict[str, Any]:

@@ -6,7 +6,8 @@ the round's graph (`figures`, worker_round.stripped beside the update) sends the
 round's figures and whether the weights are finite, so divergence is still caught in the
 round it happens. The scores of an evaluated round come one per worker; the driver adds them
 (scoring.combine_scores), so no task on the cluster waits for the slowest worker's.
-After a lost worker, the driver asks where the shards are now (current_placement).
+After a lost worker, the driver asks where the shards are now (current_placement). Where
+the rounds (re)start, it sends its state (scatter_carry).
 """
 
 from __future__ import annotations
@@ -105,3 +106,24 @@ def current_placement(client: Client, data: ShardSet, timeout: float) -> list[st
         where = sorted(holders.get(future.key, ()))
         placement.append(previous if previous in where or not where else where[0])
     return placement
+
+
+def scatter_carry(driver: Any) -> Future:
+    """What the driver sends: its state as a round's carry, once, replicated on every worker
+    (a broadcast scatter), its bytes counted a copy a worker in `driver.scatter_bytes`
+    (pipelined.py's and segments.py's driver alike)."""
+    state, client = driver.state, driver.client
+    carry = RoundResult(
+        weights=state.weights,
+        state=state.state,
+        buffers=state.buffers,
+        shard_states=state.shard_states,
+    )
+    try:
+        (future,) = bounded(
+            client, driver.timeout, client.scatter, [carry], hash=False, broadcast=True
+        )
+    except KeyError as err:
+        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
+    driver.scatter_bytes += comm.payload_bytes(carry) * len(set(driver.data.placement))
+    return future

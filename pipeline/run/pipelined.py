@@ -31,15 +31,13 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
-from ..round import comm
 from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
-from ..round.tasks import RoundResult
 from ..round.transport import round_form
 from ..setup.run_setup import RunSetup
 from . import fetch, run_state
 from .checkpoint import CheckpointWriter
 from .cluster import publish_round
-from .cluster_checks import bounded, check_scheduler
+from .cluster_checks import check_scheduler
 from .errors import ClusterLost, lost_message
 from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early
@@ -277,24 +275,10 @@ def _fill(driver: _Driver) -> None:
 def _start(driver: _Driver) -> None:
     """(Re)start the chain: the driver's state, sent once, replicated on every worker."""
     started = time.perf_counter()
-    state, client = driver.state, driver.client
-    if state.weights_round < state.round:  # left on the cluster: the chain restarts from them
+    if driver.state.weights_round < driver.state.round:  # left on the cluster: restart there
         _take_held(driver)
     driver.attempt += 1
     driver.workers_seen = None
-    carry = RoundResult(
-        weights=state.weights,
-        state=state.state,
-        buffers=state.buffers,
-        shard_states=state.shard_states,
-    )
-    try:
-        (future,) = bounded(
-            client, driver.timeout, client.scatter, [carry], hash=False, broadcast=True
-        )
-    except KeyError as err:
-        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
-    workers = list(dict.fromkeys(driver.data.placement))
-    driver.link = ChainLink(carry=[future] * len(workers))
+    future = fetch.scatter_carry(driver)
+    driver.link = ChainLink(carry=[future] * len(set(driver.data.placement)))
     driver.scatter_s += time.perf_counter() - started
-    driver.scatter_bytes += comm.payload_bytes(carry) * len(workers)

@@ -13,10 +13,11 @@ from .metrics import stops_early
 from .run_state import selection_score
 
 # auto's bound on the model's bytes (weights and buffers) for the torch form. Measured on
-# the 2-core development machine, loopback, 2 workers (docs/results/scaling.md, "Two forms of
-# a round"): a gloo all-gather of a phase's sums beats a dependent Dask hop passing the same
-# bytes up to about 1 MiB (2.9 against 6.0 ms at 0.35 MiB, 8.1 against 8.9 at 1 MiB, 13.8
-# against 7.5 at 2 MiB: gloo moves about 300 MB/s here, a Dask transfer a few GB/s).
+# the 2-core development machine, loopback, 2 workers (`dane bench collective-crossover`,
+# docs/results/scaling.md "Two forms of a round"): the group's all-gather of a phase's sums
+# beats a dependent Dask hop passing the same bytes up to about 1 MiB (2.6 against 7.0 ms at
+# 0.35 MiB, 6.2 against 7.0 at 1 MiB, 13.1 against 8.0 at 2 MiB: gloo moves about 300 MB/s
+# here, a Dask transfer a few GB/s).
 TORCH_MAX_BYTES = 2**20
 
 

@@ -28,7 +28,6 @@ from distributed import Future, Queue
 from ..round import comm
 from ..round.aggregate import owned_nodes
 from ..round.group import GroupFailed, GroupSpec
-from ..round.tasks import RoundResult
 from . import fetch, run_state
 from .cluster_checks import bounded, check_scheduler
 from .errors import ClusterLost
@@ -123,20 +122,8 @@ def _submit(driver: _Driver, workers: list[str]) -> _Segment:
     config, started = setup.config, time.perf_counter()
     driver.attempt += 1
     name = f"{data.token}a{driver.attempt}"
-    carry = RoundResult(
-        weights=state.weights,
-        state=state.state,
-        buffers=state.buffers,
-        shard_states=state.shard_states,
-    )
-    try:
-        (sent,) = bounded(
-            client, driver.timeout, client.scatter, [carry], hash=False, broadcast=True
-        )
-    except KeyError as err:
-        raise OSError(f"a worker left while the round's inputs were sent ({err})") from None
+    sent = fetch.scatter_carry(driver)
     driver.scatter_s += time.perf_counter() - started
-    driver.scatter_bytes += comm.payload_bytes(carry) * len(workers)
     plan = SegmentPlan(
         group=GroupSpec(name=name, world=len(workers), timeout_s=config.collective_timeout),
         first=state.round + 1,
