@@ -11,6 +11,7 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import torch
@@ -18,6 +19,22 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
+
+# `--collective torch` takes a lease on each worker (pipeline/run/segment_cluster.py); a
+# driver a test kills holding one frees it after Dask's lease-timeout, 30 s by default. The
+# schedulers of the tests (in this process, or started by it) lapse it in 3 s, so that the
+# resumed run does not wait out the default (the behaviour is the same, only sooner).
+LEASES = {
+    "DASK_DISTRIBUTED__SCHEDULER__LOCKS__LEASE_TIMEOUT": "3s",
+    "DASK_DISTRIBUTED__SCHEDULER__LOCKS__LEASE_VALIDATION_INTERVAL": "1s",
+}
+os.environ.update(LEASES)  # the schedulers started as processes
+dask.config.set(
+    {  # and this process's, and its clients'
+        "distributed.scheduler.locks.lease-timeout": "3s",
+        "distributed.scheduler.locks.lease-validation-interval": "1s",
+    }
+)
 
 
 def _fork_workers_from_a_warm_server() -> None:

@@ -121,7 +121,7 @@ def test_every_algorithm_equals_the_reference_on_two_workers(
 
 @pytest.mark.parametrize("workers", [1, 4])
 @pytest.mark.parametrize("transport", ["float32", "bfloat16"])
-@pytest.mark.parametrize("algorithm", ["dane", "fedavg", "scaffold", "sdane-adaptive"])
+@pytest.mark.parametrize("algorithm", ["dane", "scaffold"])  # two phases; shard states
 def test_one_and_four_workers_equal_the_reference(
     algorithm, transport, workers, table, clusters, tmp_path
 ):

@@ -197,7 +197,11 @@ def _next_message(driver: _Driver, segment: _Segment, rows: Queue) -> RoundMessa
     stopped answering; each read is bounded by --timeout, since a frozen one never does)."""
     pause, since = 1e-3, time.monotonic()
     while not segment.pending:
-        got = bounded(driver.client, driver.timeout, rows.get, None, True)
+        try:
+            got = bounded(driver.client, driver.timeout, rows.get, None, True)
+        except OSError:  # unanswered within --timeout: ClusterLost if the scheduler went
+            check_scheduler(driver.client, driver.timeout)
+            raise
         segment.pending.extend(got)
         if got:
             break
