@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import cloudpickle
@@ -111,3 +113,39 @@ def when_local_task_runs(
 
 def dane(*args: str) -> list[str]:
     return [PY, "-m", "dask_dane.cli", *args]
+
+
+@contextmanager
+def running_cluster(folder: Path, num_workers: int) -> Iterator[Client]:
+    """start_cluster's processes and a client of them, all ended on exit (a stopped worker
+    thawed first, so that it can die)."""
+    address, procs = start_cluster(folder, num_workers)
+    client = Client(address, timeout=60)
+    try:
+        client.wait_for_workers(num_workers, timeout=60)
+        yield client
+    finally:
+        client.close()
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGCONT)
+        stop(procs)
+
+
+def when_rows(out: Path, count: int, act) -> threading.Thread:  # type: ignore[no-untyped-def]
+    """Call act(None) once out/metrics.jsonl holds `count` rows (a segment of rounds runs
+    inside one task per worker, `--collective torch`: no round task to watch for)."""
+    from dask_dane.pipeline.run.metrics import read_metrics
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        metrics = out / "metrics.jsonl"
+        while time.monotonic() < deadline:
+            if metrics.exists() and len(read_metrics(metrics)) >= count:
+                act(None)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread

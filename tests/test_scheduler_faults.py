@@ -144,25 +144,6 @@ def _assert_cluster_lost(driver: subprocess.Popen, stderr: str, address: str, ou
     assert f"dane train --out {out} --resume" in last
 
 
-def _when_rows(out: Path, count: int, act) -> threading.Thread:  # type: ignore[no-untyped-def]
-    """Call act(None) once metrics.jsonl holds `count` rows (a segment of rounds runs inside
-    one task per worker: no round task to watch for)."""
-
-    def watch() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if (out / "metrics.jsonl").exists() and len(
-                read_metrics(out / "metrics.jsonl")
-            ) >= count:
-                act(None)
-                return
-            time.sleep(0.01)
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.parametrize("collective", ["dask", "torch"])
 def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws(
     cluster_client, digits_stores, tmp_path, collective
@@ -189,7 +170,7 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
         if collective == "dask":
             _when_local_task_runs(watcher, 3, freeze, SOLVE_KEY)
         else:
-            _when_rows(out, 1, freeze)
+            fault_cluster.when_rows(out, 1, freeze)
         deadline = time.monotonic() + 120
         while not frozen.wait(0.05):
             assert driver.poll() is None, driver.communicate()[1]

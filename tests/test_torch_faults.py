@@ -31,16 +31,8 @@ def workers(tmp_path):
     worker leaves the cluster changed)."""
     folder = tmp_path / "cluster"
     folder.mkdir()
-    address, procs = fault_cluster.start_cluster(folder, 2)
-    client = Client(address, timeout=60)
-    try:
-        client.wait_for_workers(2, timeout=60)
+    with fault_cluster.running_cluster(folder, 2) as client:
         yield client
-    finally:
-        client.close()
-        for proc in procs:  # a SIGSTOPped worker still holds its group: let it die
-            os.killpg(proc.pid, signal.SIGCONT) if proc.poll() is None else None
-        fault_cluster.stop(procs)
 
 
 def _config(store: Path, out: Path, **overrides):

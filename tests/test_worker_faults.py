@@ -27,7 +27,6 @@ HERE = Path(__file__).resolve().parent
 
 
 SOLVE_KEY = fault_cluster.SOLVE_KEY
-_stop, _start_cluster = fault_cluster.stop, fault_cluster.start_cluster
 _when_local_task_runs = fault_cluster.when_local_task_runs
 
 
@@ -40,15 +39,8 @@ def _config(store: Path, out: Path, **overrides):  # type: ignore[no-untyped-def
 @pytest.fixture(scope="module")
 def nanny_cluster(tmp_path_factory):
     """A scheduler and two nanny-managed workers: a killed worker is restarted by its nanny."""
-    folder = tmp_path_factory.mktemp("nanny-cluster")
-    address, procs = _start_cluster(folder, 2)
-    client = Client(address, timeout=60)
-    try:
-        client.wait_for_workers(2, timeout=60)
+    with fault_cluster.running_cluster(tmp_path_factory.mktemp("nanny-cluster"), 2) as client:
         yield client
-    finally:
-        client.close()
-        _stop(procs)
 
 
 def _pids(client: Client) -> dict[str, int]:
