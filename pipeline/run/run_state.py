@@ -117,10 +117,7 @@ class RunState:
 
     def would_select(self, evaluation: dict[str, float] | None) -> bool:
         """Whether a round so evaluated would be selected (best.pt), before advancing."""
-        if evaluation is None:
-            return False
-        score = selection_score(evaluation)
-        return score is None or score > self.best_score
+        return selects(evaluation, self.best_score)
 
     def as_data(self) -> dict[str, Any]:
         """The checkpointed fields, the strategy's states as plain dicts: what a checkpoint
@@ -142,6 +139,15 @@ class RunState:
             values["shard_states"] = [state_from_data(shard_type, s) for s in data["shard_states"]]
         values["cum_comm_bytes"] = int(values["cum_comm_bytes"])
         return cls(**values)
+
+
+def selects(evaluation: dict[str, float] | None, best_score: float) -> bool:
+    """Whether a round so evaluated is selected over the best score so far (the driver's
+    RunState and a segment's ranks alike, segment_plan.Selection)."""
+    if evaluation is None:
+        return False
+    score = selection_score(evaluation)
+    return score is None or score > best_score
 
 
 def selection_score(evaluation: dict[str, float]) -> float | None:

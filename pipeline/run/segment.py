@@ -25,6 +25,7 @@ shards' states where the strategy has them. Each rank keeps its last few rounds'
 
 from __future__ import annotations
 
+import contextlib
 import math
 import queue
 import threading
@@ -87,16 +88,14 @@ class _Publisher:
     def __init__(self, name: str):
         self._queue = Queue(name, client=get_client())
         self._pending: queue.Queue[RoundMessage | None] = queue.Queue()
-        self._failed: BaseException | None = None
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
         while (message := self._pending.get()) is not None:
-            try:
+            # The scheduler gone: the driver sees the run fail, and the segment ends with it.
+            with contextlib.suppress(Exception):
                 self._queue.put(message)
-            except Exception as err:  # the scheduler gone: the driver sees the run fail
-                self._failed = err
 
     def put(self, message: RoundMessage) -> None:
         self._pending.put(message)

@@ -10,7 +10,7 @@ from ..round import comm
 from ..round.group import GroupSpec
 from ..round.tasks import RoundResult
 from .metrics import stops_early
-from .run_state import selection_score
+from .run_state import selection_score, selects
 
 # auto's bound on the model's bytes (weights and buffers) for the torch form. Measured on
 # the 2-core development machine, loopback, 2 workers (`dane bench collective-crossover`,
@@ -52,10 +52,7 @@ class Selection:
     stop_at_accuracy: float
 
     def would_select(self, evaluation: dict[str, float] | None) -> bool:
-        if evaluation is None:
-            return False
-        score = selection_score(evaluation)
-        return score is None or score > self.best_score
+        return selects(evaluation, self.best_score)
 
     def advance(self, evaluation: dict[str, float] | None) -> Selection:
         if not self.would_select(evaluation):
