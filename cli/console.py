@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..pipeline.observe.collapse import CollapseWatch, advice
 from ..pipeline.observe.progress import ProgressLines, number
 from ..pipeline.run.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 
 class TrainingProgress(ProgressLines):
     """ProgressLines with a rich progress bar for the rounds: round, train loss, test accuracy,
-    ETA. The dashboard line, the shards and the noise-scale warning are ProgressLines'."""
+    ETA. The dashboard line, the shards, the noise-scale and collapse warnings are
+    ProgressLines'."""
 
     def __init__(self, config: RunConfig) -> None:
         from rich.progress import (
@@ -31,6 +33,7 @@ class TrainingProgress(ProgressLines):
 
         super().__init__()
         self.rounds, self.batch_size = config.rounds, config.batch_size
+        self.collapse = CollapseWatch(advice(config))
         self.bar = Progress(
             TextColumn("round"),
             MofNCompleteColumn(),

@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -170,7 +169,7 @@ def _lines(rows: list[dict], rounds: int = 3) -> list[str]:
     out = io.StringIO()
     lines = ProgressLines(Console(file=out, width=60))
     lines.begin(
-        SimpleNamespace(rounds=rounds, algorithm="dane", out="runs/a-long-name", batch_size=32),
+        RunConfig(rounds=rounds, algorithm="dane", out="runs/a-long-name", batch_size=32),
         resume=False,
     )
     lines.on_start("http://127.0.0.1:8787/status", 2)

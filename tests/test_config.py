@@ -64,7 +64,7 @@ def test_validate_rejects_bad_value_naming_the_flag(field, value, flag):
         ({"algorithm": "fedavg", "grad_sample": 100}, "--grad-sample 100 applies to --algorithm"),
         ({"algorithm": "sgd", "safeguard": "backtrack"}, "--safeguard backtrack applies to"),
         ({"tls_ca_file": "ca.pem"}, "secure a connection to --scheduler"),
-        ({"algorithm": "sdane"}, "sdane needs --mu above 0"),
+        ({"algorithm": "sdane", "mu": 0.0}, "sdane needs --mu above 0"),
     ],
 )
 def test_settings_that_do_not_go_together_are_refused_with_the_fix(settings, message):

@@ -89,7 +89,7 @@ def test_each_algorithm_labels_itself_with_its_own_settings():
     )
 
     assert labels == {
-        "dane": "dane eta=1 mu=0.5 K=30 lr=0.05 clip=1 B=32",
+        "dane": "dane eta=1 mu=0.5 theta=0.3 K=30 lr=0.05 clip=1 B=32",
         "sdane": "sdane mu=0.5 K=30 lr=0.05 clip=1 B=32",
         "sdane-adaptive": "sdane-adaptive mu=0.5 K=30 lr=0.05 clip=1 B=32",
         "sgd": "sgd lr=0.05 B=32",
@@ -104,12 +104,12 @@ def test_each_algorithm_labels_itself_with_its_own_settings():
     }
     assert exact == "admm rho=0.5 cg"
     assert make_strategy("dane", options).label() == (
-        "dane eta=1 mu=0 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine clip=1 B=32 "
+        "dane eta=1 mu=0.1 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine clip=1 B=32 "
         "server-momentum=0.9"
     )
     skew = _settings(trust_radius=2.0, line_search=4)
     assert make_strategy("dane", skew).label() == (
-        "dane eta=1 mu=0 radius=2 line-search=4 K=30 lr=0.05 clip=1 B=32"
+        "dane eta=1 mu=0.1 theta=0.3 radius=2 line-search=4 K=30 lr=0.05 clip=1 B=32"
     )
 
 

@@ -105,7 +105,9 @@ def test_labels_name_the_algorithm_and_its_key_settings():
     )
     fedprox = run_label(RunConfig(algorithm="fedprox", mu=0.01, local_steps=50).as_dict())
 
-    assert dane.startswith("dane eta=1 mu=0.5 safeguard=adaptive-mu grad-sample=1000 K=30")
+    assert dane.startswith(
+        "dane eta=1 mu=0.5 safeguard=adaptive-mu grad-sample=1000 theta=0.3 K=30"
+    )
     assert fedprox.startswith("fedprox mu=0.01 K=50 lr=0.05 clip=1 B=32")
 
 

@@ -189,9 +189,10 @@ def test_feddyn_reaches_the_global_minimiser_where_fedprox_stops_short(
     assert np.linalg.norm(prox - optimum) > 0.1 * start  # FedProx's fixed point: 0.145
 
 
-def test_feddyn_needs_a_positive_alpha():
+def test_feddyn_needs_a_positive_alpha_and_unset_takes_the_papers():
     with pytest.raises(ValueError, match="feddyn needs --mu above 0"):
-        RunConfig(algorithm="feddyn").validate()
+        RunConfig(algorithm="feddyn", mu=0.0).validate()
+    assert RunConfig(algorithm="feddyn").validate().strategy.mu == 0.01
 
 
 def _rng() -> torch.Generator:

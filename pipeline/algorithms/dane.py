@@ -23,11 +23,12 @@ What the research added is in parts, each the paper's by default:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
-from .parts.checks import non_negative, positive
+from .parts.checks import non_negative, optional, positive
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare
 from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
@@ -42,7 +43,9 @@ from .parts.local_solver import (
 from .parts.noise_scale import gradient_figures
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
+from .parts.stop_rule import SmoothedStop
 from .parts.update_rule import UPDATE_PART, UpdateRule
+from .parts.well_posed import fill_dane
 
 if TYPE_CHECKING:
     import torch
@@ -51,23 +54,28 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True)
 class Dane(Strategy):
     eta: float = declare(1.0, positive, help="DANE: step on the global gradient.")
-    mu: float = MU.field()
+    mu: float = MU.field()  # unset: by model and passes a solve makes (well_posed.py)
     gradient: GradientEstimate = field(default_factory=GradientEstimate, metadata=GRADIENT_PART)
     solver: Solver = field(metadata=SOLVER_PART)
     local_theta: float = declare(
-        0.0,
-        non_negative,
+        None,
+        optional(non_negative),
         exclusive=True,
-        help="DANE: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K.",
+        help="DANE: stop a local solve at ||grad h_i|| <= theta ||g||; 0: K "
+        "[0.3 on networks with mu >= 0.1, else 0].",
     )
     trust_radius: float = TRUST_RADIUS.field()  # 0: none
     update_rule: UpdateRule = field(default_factory=UpdateRule, metadata=UPDATE_PART)
     diagnostics_every: int = DIAGNOSTICS_EVERY.field()
     seed: int = 0  # the run's seed: which rows the per-shard diagnostics read
+    convex_model: bool = False  # the run's model is convex: the unset take the paper's values
+    steps_per_pass: float = 0.0  # minibatch steps in a pass over a shard; 0: store not known
 
     name: ClassVar[str] = "dane"
 
     def __post_init__(self) -> None:
+        long = isinstance(self.solver, LocalSolver) and self.steps_per_pass > 0
+        fill_dane(self, self.solver.local_steps / self.steps_per_pass if long else math.inf)
         super().__post_init__()
         check_trust_radius(self.trust_radius, self.solver)
         if self.gradient.grad_sample_local and not isinstance(self.solver, LocalSolver):
@@ -156,10 +164,13 @@ class Dane(Strategy):
         )
 
     def _stop_rule(self, g: torch.Tensor) -> StopRule | None:
-        """InexactDANE: solved once ||grad h_i(v)|| <= theta * ||g||."""
+        """InexactDANE: solved once ||grad h_i(v)|| <= theta * ||g|| (K steps: on their
+        gradients' moving average, parts/stop_rule.py)."""
         if not self.local_theta:
             return None
         bound = self.local_theta * float(g.norm())
+        if isinstance(self.solver, LocalSolver):
+            return SmoothedStop(bound)
         return lambda grad, v: float(grad.norm()) <= bound
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:

@@ -21,6 +21,7 @@ from .parts.local_solver import MU, LocalProblem, needs_steps
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import setting
 from .parts.solvers import SOLVER_PART, Solver
+from .parts.well_posed import FEDPROX_MU, fill_unset
 
 if TYPE_CHECKING:
     import torch
@@ -76,10 +77,14 @@ class OneShot(SolveAndAverage):
 class FedProx(SolveAndAverage):
     """v_i ~ argmin_v f_i(v) + (mu/2)||v - w||^2; w <- mean_i v_i, or the server step on it."""
 
-    mu: float = MU.field()
+    mu: float = MU.field()  # unset: 0, FedAvg's local problem (bounded for any mu)
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
 
     name: ClassVar[str] = "fedprox"
+
+    def __post_init__(self) -> None:
+        fill_unset(self, {"mu": FEDPROX_MU})
+        super().__post_init__()
 
     @property
     def proximal_mu(self) -> float:  # type: ignore[override]

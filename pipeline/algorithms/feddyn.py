@@ -33,6 +33,7 @@ from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
 from .parts.server import SERVER_PART, ServerStep
 from .parts.setting_error import SettingError, setting
+from .parts.well_posed import FEDDYN_ALPHA, fill_unset
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +49,7 @@ class FedDyn(SolveAndAverage):
     """Solve-and-average whose local problem carries the shard's tilt (its state), from K
     steps; or exact (lbfgs, cg) on convex models, as the paper's analysis."""
 
-    mu: float = MU.field()  # alpha; above 0 (checked below: --mu 0 is the default)
+    mu: float = MU.field()  # alpha; above 0 (checked below); unset: 0.01 (well_posed.py)
     trust_radius: float = TRUST_RADIUS.field()  # 0: none
     server: ServerStep = field(default_factory=ServerStep, metadata=SERVER_PART)
     diagnostics_every: int = DIAGNOSTICS_EVERY.field()
@@ -58,6 +59,7 @@ class FedDyn(SolveAndAverage):
     shard_state_type: ClassVar[type | None] = FedDynShardState
 
     def __post_init__(self) -> None:
+        fill_unset(self, {"mu": FEDDYN_ALPHA})
         super().__post_init__()
         if not self.mu > 0:
             raise SettingError(

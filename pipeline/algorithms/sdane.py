@@ -29,6 +29,7 @@ from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
+from .parts.well_posed import SDANE_LAM, fill_unset
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class Sdane(Strategy):
-    mu: float = MU.field()  # lam; above 0 (checked below: --mu 0 is DANE's default)
+    mu: float = MU.field()  # lam; above 0 (checked below); unset: 0.1 (well_posed.py)
     solver: Solver = field(metadata=SOLVER_PART)
     grad_sample: int = GRAD_SAMPLE.field()  # as DANE's
     seed: int = 0
@@ -47,6 +48,7 @@ class Sdane(Strategy):
     phases: ClassVar[tuple[str, ...]] = ("local_grad", "local_solve")
 
     def __post_init__(self) -> None:
+        fill_unset(self, {"mu": SDANE_LAM})
         super().__post_init__()
         if not self.mu > 0:
             raise SettingError(

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from .collapse import CollapseWatch, advice
+
 if TYPE_CHECKING:
     import torch
     from rich.console import Console
@@ -122,10 +124,12 @@ class ProgressLines:
         self.held = ""  # how the workers hold the shards (--shard-memory as resolved)
         self.batch_size = 0  # --batch-size, for noise_warning (begin sets it)
         self.warned = False  # noise_warning's line is printed once
+        self.collapse: CollapseWatch | None = None  # begin sets it, with the run's settings
 
     def begin(self, config: RunConfig, *, resume: bool) -> None:
         """Before the cluster starts: it takes seconds, and silence reads as a hang."""
         self.rounds, self.batch_size = config.rounds, config.batch_size
+        self.collapse = CollapseWatch(advice(config))
         verb = "resuming" if resume else "training"
         self._print(
             f"dask-dane: {verb} {config.algorithm} for {config.rounds} rounds into {config.out}"
@@ -158,11 +162,15 @@ class ProgressLines:
         self.warn(row)
 
     def warn(self, row: dict[str, Any]) -> None:
-        """noise_warning's line after the round's own, the first time the run has one."""
+        """noise_warning's line after the round's own, the first time the run has one; a
+        collapse's (collapse.py), the first time a round collapses."""
         line = None if self.warned else noise_warning(row, self.batch_size)
         if line is not None:
             self.warned = True
             self._print(line)
+        collapsed = self.collapse.feed(row) if self.collapse is not None else None
+        if collapsed is not None:
+            self._print(collapsed)
 
     def end(self, summary: dict[str, Any], run_dir: object) -> None:
         accuracy = summary.get("final_test_accuracy")

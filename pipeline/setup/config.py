@@ -68,7 +68,14 @@ class RunConfig(*reversed(SECTIONS.values())):
         # Built once per config, by validate(): the strategy is a frozen function of the
         # fields, so the set-up (run_setup.py) takes this one rather than building another.
         # cached_property writes the instance's __dict__, which a frozen dataclass allows.
-        return make_strategy(self.algorithm, self.as_dict())
+        return make_strategy(self.algorithm, self.strategy_settings())
+
+    def strategy_settings(self) -> dict[str, Any]:
+        """The settings an algorithm is built from: the fields, and whether the model is
+        convex (the unset mu and local_theta take the paper's values there, well_posed.py)."""
+        from ...models.registry import is_convex  # imports torch: not for every settings read
+
+        return {**self.as_dict(), "convex_model": is_convex(self.model)}
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -71,7 +71,12 @@ def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
 
 
 def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:
-    """The run's strategy, told the store's m shards (--local-lr-scaling reads them)."""
-    if config.lr_scaling == "none":
-        return config.strategy  # the one validate() built
-    return make_strategy(config.algorithm, {**config.as_dict(), "shards": store.num_shards})
+    """The run's strategy, told the store's m shards (--local-lr-scaling reads them) and the
+    steps a pass over a shard takes (DANE's unset mu reads them: well_posed.py)."""
+    shape = (store.num_train, store.num_shards, config.batch_size, config.val_fraction)
+    settings = {
+        **config.strategy_settings(),
+        "shards": store.num_shards,
+        "steps_per_pass": steps_per_epoch(*shape),
+    }
+    return make_strategy(config.algorithm, settings)

@@ -11,7 +11,8 @@ declarations of one name, so a restated default cannot creep back in.
 A class may take a *part* (a local solver, the server step) as a field whose metadata is
 `part(*types)`: the classes it may build, whose hyperparameters are the algorithm's too (and
 the function that builds it from a run's settings, where it is not `build`). Besides its
-declared fields a class takes only the run's seed, rounds and shards (RUN_SETTINGS).
+declared fields a class takes only the run's seed, rounds, shards, whether its model is
+convex and a pass's steps (RUN_SETTINGS).
 """
 
 from __future__ import annotations
@@ -123,8 +124,10 @@ def gather(classes: Iterable[type]) -> dict[str, Gathered]:
 
 # The run's own values a class may take besides its declared settings, each by its name: the
 # seed its samples draw with, the rounds its schedules span, the shards the store holds (the
-# set-up adds them, epochs.py). No other field is filled from the settings.
-RUN_SETTINGS = ("seed", "rounds", "shards")
+# set-up adds them, epochs.py), whether its model is convex and the steps a pass over a shard
+# takes (the defaults that depend on them, well_posed.py). No other field is filled from the
+# settings.
+RUN_SETTINGS = ("seed", "rounds", "shards", "convex_model", "steps_per_pass")
 
 
 def build(cls: type, settings: Mapping[str, Any], **given: Any) -> Any:

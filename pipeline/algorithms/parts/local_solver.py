@@ -41,10 +41,12 @@ LR_SCALINGS = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}
 DEFAULT_CLIP = 1.0  # --local-clip unset: the local steps' gradients clipped to this norm
 
 # Settings more than one class takes, each declared here once (hyperparameters.py).
+# Unset: by algorithm and model (well_posed.py), so that a network's local problem is bounded.
 MU = Declaration(
-    default=0.0,
-    rule=non_negative,
-    help="Proximal strength (dane, fedprox; sdane lam, feddyn alpha: > 0).",
+    default=None,
+    rule=optional(non_negative),
+    help="Proximal strength (dane, fedprox; sdane lam, feddyn alpha) [dane 0.1 on networks, "
+    "0 on linear/logistic; sdane 0.1; feddyn 0.01; fedprox 0].",
 )
 TRUST_RADIUS = Declaration(
     default=0.0,
