@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "training",
         "Which settings a first run survives: candidates on networks with and without",
     ),
+    "local-steps": (
+        "training",
+        "More local work a round against fewer rounds: DANE (defaults and mu = 0) and FedAvg at",
+    ),
     "skew-summary": (
         "training",
         "The skewed-shard races summed up: per store, each method at its best learning rate.",

@@ -1,5 +1,6 @@
 """The training benchmarks: `dane bench train` (the runs of a TOML, one after another),
-`dane bench shards` (one setting on m = 1, 2, 4... shards), `dane bench skew-summary` (the
+`dane bench shards` (one setting on m = 1, 2, 4... shards), `dane bench local-steps` (more
+local work against fewer rounds), `dane bench skew-summary` (the
 skewed races summed up) and `dane bench correction-noise` (DANE's correction against its
 sampling error)."""
 
@@ -19,6 +20,7 @@ from ..common.options import (
     spec_options,
 )
 from .defaults import DefaultsSpec
+from .local_steps import LocalStepsSpec
 from .shards import ShardsSpec
 
 
@@ -109,6 +111,23 @@ def defaults(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any
     )
 
 
+@spec_options(LocalStepsSpec)
+def local_steps(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) -> None:
+    """More local work a round against fewer rounds: DANE (defaults and mu = 0) and FedAvg at
+    K = 30 ... 1000 on digits and Fashion-MNIST; collapses and rounds to target per K."""
+    from .local_steps import run_study
+    from .local_steps_report import markdown_table, plot
+
+    spec = spec_from_flags(LocalStepsSpec, flags).validate()
+    save_result(
+        run_study(spec, log=typer.echo),
+        json_out,
+        plot_out=plot_out,
+        plot=plot,
+        table=markdown_table,
+    )
+
+
 def skew_summary(
     results: Annotated[
         list[Path],
@@ -160,6 +179,7 @@ COMMANDS = {
     "train": bench_train,
     "shards": shards,
     "defaults": defaults,
+    "local-steps": local_steps,
     "skew-summary": skew_summary,
     "correction-noise": correction_noise,
 }

@@ -109,12 +109,12 @@ def make_store(spec: DefaultsSpec, source: str) -> str:
     if not path.exists():
         raw = load_source(source, SourceOptions())
         if source == "fashion-mnist":
-            raw = _subset(raw, spec.train_rows)
+            raw = subset(raw, spec.train_rows)
         write_store(raw, PartitionSpec(num_shards=spec.shards), path, force=False)
     return str(path)
 
 
-def _subset(raw: Any, train_rows: int) -> Any:
+def subset(raw: Any, train_rows: int) -> Any:
     """`train_rows` training rows and a third as many test rows, chosen by seed 0."""
     rng = np.random.default_rng(0)
     train = rng.permutation(len(raw.y_train))[:train_rows]
