@@ -146,8 +146,14 @@ def place_shards(
     (worker_memory_limit), for the training shards and, on each worker, the test split and
     the validation rows. The choice with its reason is the `note` for config.toml (a comment:
     the setting itself stays as given, so auto resumes as auto), announced as a phrase for the
-    run's first line (Callbacks.on_shards)."""
+    run's first line (Callbacks.on_shards). ValueError where the cluster has no worker (a
+    scheduler whose workers left, or were removed after a failed run on the same client)."""
     workers = sorted(scheduler_info["workers"])
+    if not workers:
+        raise ValueError(
+            "the cluster has no workers to hold the shards; start workers on its scheduler "
+            "(or a fresh client) and run again"
+        )
     limit = worker_memory_limit(scheduler_info)
     config = setup.config
     chosen, why = resolve_shard_memory(config.shard_memory, setup.store, limit, config.dtype)
