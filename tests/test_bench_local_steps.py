@@ -78,7 +78,7 @@ def test_the_command_trains_each_k_and_writes_the_json_and_the_figure(tmp_path):
     out, figure = tmp_path / "r.json", tmp_path / "r.png"
     done = subprocess.run(
         [sys.executable, "-m", "dask_dane.cli", "bench", "local-steps", "--sources", "digits",
-         "--candidates", "dane,dane-mu0", "--digits-steps", "5,20", "--rounds", "2",
+         "--candidates", "dane,dane-mu0", "--digits-steps", "5,100", "--rounds", "2",
          "--workdir", str(tmp_path / "w"), "--json", str(out), "--plot", str(figure)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -86,11 +86,13 @@ def test_the_command_trains_each_k_and_writes_the_json_and_the_figure(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [(r["candidate"], r["steps"]) for r in result["runs"]] == [
-        ("dane", 5), ("dane", 20), ("dane-mu0", 5), ("dane-mu0", 20),
+        ("dane", 5), ("dane", 100), ("dane-mu0", 5), ("dane-mu0", 100),
     ]  # fmt: skip
     for run in result["runs"]:
         assert len(run["test_accuracy"]) == 2 and 0 < run["final"] <= 1
-    assert "mu=0.1 theta=0.3" in result["runs"][0]["label"]
+    # The defaults as resolved: K = 5 is a quarter pass over a 647-row shard, K = 100 five.
+    assert "mu=0.01 K=5" in result["runs"][0]["label"]
+    assert "mu=0.1 theta=0.3 K=100" in result["runs"][1]["label"]
     assert "mu=0 K=5" in result["runs"][2]["label"]
     assert set(result["verdict"]) == {"digits dane", "digits dane-mu0"}
     assert figure.stat().st_size > 0

@@ -19,7 +19,6 @@ from dask_dane.pipeline.observe.collapse import CollapseWatch, advice
         ("dane", "compact-cnn", 0.1, 0.3),
         ("dane", "linear", 0.0, 0.0),  # the paper's DANE, bit for bit
         ("dane", "logistic", 0.0, 0.0),
-        ("sdane", "small-cnn", 0.1, None),  # refused to run unset before
         ("feddyn", "small-cnn", 0.01, None),
         ("fedprox", "small-cnn", 0.0, None),  # bounded for any mu
     ],
@@ -42,6 +41,11 @@ def test_a_solve_of_more_than_four_passes_takes_the_stronger_mu_and_the_stop(
 
     assert (strategy.mu, strategy.local_theta) == (mu, theta)
     assert strategy.label().startswith(f"dane eta=1 mu={mu:g}" + (" theta=0.3" if theta else ""))
+
+
+def test_sdane_still_asks_for_its_lam_no_default_trains_a_network():
+    with pytest.raises(ValueError, match="sdane needs --mu above 0"):
+        RunConfig(algorithm="sdane").validate()
 
 
 def test_an_explicit_mu_is_kept_and_mu_0_is_the_papers_dane_without_a_stop():
@@ -82,7 +86,7 @@ def test_the_default_local_problem_of_a_network_is_bounded_below(digits_stores, 
 
 
 def test_a_solve_past_its_solution_stops_and_a_noisy_minibatch_does_not_stop_it():
-    stop = SmoothedStop(bound=1.0)
+    stop = SmoothedStop(bound=1.0, steps=300)
     rng = torch.Generator().manual_seed(0)
     # Minibatch gradients: mean of norm 0.5 under noise of norm about 3 per step.
     mean = torch.full((100,), 0.05)
@@ -90,8 +94,10 @@ def test_a_solve_past_its_solution_stops_and_a_noisy_minibatch_does_not_stop_it(
 
     assert not any(calls[: WARMUP_STEPS - 1])  # no stop before the average spans its window
     assert not calls[WARMUP_STEPS - 1]  # one noisy minibatch is not a solved problem
-    big = SmoothedStop(bound=1.0)
+    big = SmoothedStop(bound=1.0, steps=300)
     assert not any(big(torch.full((100,), 1.0), mean) for _ in range(50))  # norm 10: never
+    short = SmoothedStop(bound=1.0, steps=8)  # a solve of 8 steps: the window is 4
+    assert [short(torch.zeros(100), mean) for _ in range(5)] == [False] * 3 + [True] * 2
 
 
 def _falls(accuracy: list[float]) -> float:

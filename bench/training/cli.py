@@ -115,12 +115,13 @@ def defaults(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any
 def local_steps(*, json_out: JsonOut = None, plot_out: PlotOut = None, **flags: Any) -> None:
     """More local work a round against fewer rounds: DANE (defaults and mu = 0) and FedAvg at
     K = 30 ... 1000 on digits and Fashion-MNIST; collapses and rounds to target per K."""
+    from ..common.output import saving_partial
     from .local_steps import run_study
     from .local_steps_report import markdown_table, plot
 
     spec = spec_from_flags(LocalStepsSpec, flags).validate()
     save_result(
-        run_study(spec, log=typer.echo),
+        run_study(spec, log=typer.echo, on_run=saving_partial(json_out)),
         json_out,
         plot_out=plot_out,
         plot=plot,

@@ -150,8 +150,13 @@ def measure(rows: list[dict[str, Any]], target: float) -> dict[str, Any]:
     }
 
 
-def run_study(spec: LocalStepsSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every candidate at every K and seed on every store; a verdict per store and candidate."""
+def run_study(
+    spec: LocalStepsSpec,
+    log: Callable[[str], None] = print,
+    on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
+) -> dict[str, Any]:
+    """Every candidate at every K and seed on every store; a verdict per store and candidate.
+    `on_run` receives the result so far after each run (an interrupted study keeps them)."""
     from ...pipeline import make_client
 
     runs: list[dict[str, Any]] = []
@@ -165,6 +170,7 @@ def run_study(spec: LocalStepsSpec, log: Callable[[str], None] = print) -> dict[
                         config = spec.config(stores[source], source, candidate, steps, seed)
                         runs.append(one_run(config, client, source, candidate, steps))
                         log(_line(runs[-1]))
+                        on_run({"spec": spec_record(spec), "runs": list(runs)})
     return {"spec": spec_record(spec), "runs": runs, "verdict": verdict(runs)}
 
 

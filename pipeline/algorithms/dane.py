@@ -144,8 +144,9 @@ class Dane(Strategy):
             mu=self.update_rule.mu(ctx.round_data, self.mu),
             radius=self.trust_radius,
         )
+        stop = self._stop_rule(g, ctx.round_index)
         solution = self.solver.solve(
-            problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=self._stop_rule(g)
+            problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=stop
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
         metrics |= self.update_rule.server.shard_metrics(ctx.weights, solution.weights)
@@ -163,14 +164,14 @@ class Dane(Strategy):
             diagnostics=diagnostics,
         )
 
-    def _stop_rule(self, g: torch.Tensor) -> StopRule | None:
+    def _stop_rule(self, g: torch.Tensor, round_index: int) -> StopRule | None:
         """InexactDANE: solved once ||grad h_i(v)|| <= theta * ||g|| (K steps: on their
         gradients' moving average, parts/stop_rule.py)."""
         if not self.local_theta:
             return None
         bound = self.local_theta * float(g.norm())
         if isinstance(self.solver, LocalSolver):
-            return SmoothedStop(bound)
+            return SmoothedStop(bound, self.solver.steps(round_index))
         return lambda grad, v: float(grad.norm()) <= bound
 
     def broadcast(self, phase: int, mean: LocalOutput, round_data: Any) -> Broadcast:

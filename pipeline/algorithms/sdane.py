@@ -29,7 +29,6 @@ from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
-from .parts.well_posed import SDANE_LAM, fill_unset
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class Sdane(Strategy):
-    mu: float = MU.field()  # lam; above 0 (checked below); unset: 0.1 (well_posed.py)
+    mu: float = MU.field()  # lam; above 0, and no default (checked below; well_posed.py)
     solver: Solver = field(metadata=SOLVER_PART)
     grad_sample: int = GRAD_SAMPLE.field()  # as DANE's
     seed: int = 0
@@ -48,9 +47,8 @@ class Sdane(Strategy):
     phases: ClassVar[tuple[str, ...]] = ("local_grad", "local_solve")
 
     def __post_init__(self) -> None:
-        fill_unset(self, {"mu": SDANE_LAM})
         super().__post_init__()
-        if not self.mu > 0:
+        if self.mu is None or not self.mu > 0:  # unset too: no lam measured trains a network
             raise SettingError(
                 f"{setting('algorithm', self.name)} needs {setting('mu')} above 0, its proximal "
                 f"strength lam (the step on the prox-centre is 1 / lam); e.g. {setting('mu', 0.1)}"

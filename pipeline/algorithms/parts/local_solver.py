@@ -45,8 +45,9 @@ DEFAULT_CLIP = 1.0  # --local-clip unset: the local steps' gradients clipped to 
 MU = Declaration(
     default=None,
     rule=optional(non_negative),
-    help="Proximal strength (dane, fedprox; sdane lam, feddyn alpha) [dane 0.1 on networks, "
-    "0 on linear/logistic; sdane 0.1; feddyn 0.01; fedprox 0].",
+    help="Proximal strength (dane, fedprox; sdane lam, feddyn alpha) [dane on networks: 0.01, "
+    "0.1 past 4 passes a solve; dane on linear/logistic 0; feddyn 0.01; fedprox 0; sdane: "
+    "none].",
 )
 TRUST_RADIUS = Declaration(
     default=0.0,

@@ -7,7 +7,8 @@ B = 32) a test on it stopped solves after 1 or 2 steps in rounds where the shard
 of h_i was nowhere near the bound, and ran all K in the next (`local_steps` per round 30, 2.5,
 30, 30, 3.5, ...). So the test reads a moving average of the steps' gradients (bias-corrected,
 as Adam's, SMOOTHING 0.9: about the last 10 steps), and no solve stops before the average
-has seen WARMUP_STEPS of them. The exact solvers read full gradients and test them as they are.
+has seen WARMUP_STEPS of them, or half its K where that is fewer (a solve of K <= 10 steps
+may still stop). The exact solvers read full gradients and test them as they are.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ class SmoothedStop:
     """A StopRule (local_problem.py) for one solve: True once the averaged gradient's norm
     is at most `bound`. Called with each step's gradient of h_i, from the second step on."""
 
-    def __init__(self, bound: float) -> None:
+    def __init__(self, bound: float, steps: int) -> None:
         self.bound = bound
+        self.warmup = max(1, min(WARMUP_STEPS, steps // 2))  # steps: the solve's K
         self.average: torch.Tensor | None = None
         self.seen = 0
 
@@ -36,7 +38,7 @@ class SmoothedStop:
             self.average = grad.mul(1.0 - SMOOTHING)
         else:
             self.average.mul_(SMOOTHING).add_(grad, alpha=1.0 - SMOOTHING)
-        if self.seen < WARMUP_STEPS:
+        if self.seen < self.warmup:
             return False
         corrected = float(self.average.norm()) / (1.0 - SMOOTHING**self.seen)
         return corrected <= self.bound
