@@ -160,6 +160,7 @@ def test_safeguarded_dask_run_equals_reference_and_counts_each_backtrack(
         safeguard="adaptive-mu",
         grad_sample=200,
         local_clip=0.0,
+        mu=0.0,  # the paper's DANE, as found: adaptive-mu then starts mu at MU_START
     ).validate()
     num_params = initial_weights(prepare_run(config).spec, 0).numel()
 
