@@ -7,7 +7,7 @@ every K of its list, on iid shards and 2 workers, every other setting at its def
 run: the test accuracy every round, the rounds and the examples (the rows the rounds read,
 gradient phases and local steps) to the store's target, the best and final accuracy, and the
 worst fall: how far a round's accuracy lies below the best of the rounds before it. The
-verdict per store and candidate checks issue 61's targets: no fall above MAX_FALL points,
+verdict per store and candidate checks three targets: no fall above MAX_FALL points,
 the final at K = 300 at least the final at K = 30 minus FINAL_SLACK points, and the rounds to
 the target non-increasing in K. The runs go one after another on one cluster.
 """
@@ -48,7 +48,7 @@ SOURCES = {
 }
 CANDIDATES: dict[str, dict[str, Any]] = {
     "dane": {"algorithm": "dane"},  # the defaults (mu, local_theta unset)
-    "dane-mu0": {"algorithm": "dane", "mu": 0.0},  # the paper's, the default before issue 61
+    "dane-mu0": {"algorithm": "dane", "mu": 0.0},  # the paper's, the old default
     "fedavg": {"algorithm": "fedavg"},
 }
 
