@@ -105,11 +105,23 @@ def test_read_toml_reads_a_train_table(tmp_path):
     assert read_toml(path) == {"rounds": 3, "mu": 0.5}
 
 
-def test_read_toml_rejects_unknown_key_naming_it(tmp_path):
-    path = _write(tmp_path, "rounds = 3\nlearning_rate = 0.1\n")
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("local_rl = 0.1", "unknown key 'local_rl'; did you mean 'local_lr'?"),
+        ("lokal-momentum = 0.5", "unknown key 'lokal-momentum'; did you mean 'local_momentum'?"),
+        ("learning_rate = 0.1", "unknown key 'learning_rate'; every key is a `dane train` flag"),
+    ],
+)
+def test_read_toml_rejects_unknown_key_naming_it_and_where_the_keys_are(tmp_path, line, message):
+    path = _write(tmp_path, f"rounds = 3\n{line}\n")
 
-    with pytest.raises(ValueError, match=r"unknown key 'learning_rate'.*local_lr"):
+    with pytest.raises(ValueError) as raised:
         read_toml(path)
+
+    text = str(raised.value)
+    assert message in text and "\n" not in text
+    assert "`dane train --help` or docs/reference/settings.md" in text
 
 
 @pytest.mark.parametrize(

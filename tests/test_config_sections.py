@@ -58,7 +58,7 @@ def test_each_section_is_a_small_dataclass_of_its_component():
 
 
 def test_config_toml_writes_solver_and_server_tables_and_reads_back(tmp_path):
-    config = RunConfig(local_lr=0.2, batch_size=16, server_momentum=0.9, eta=0.5)
+    config = RunConfig(local_lr=0.2, batch_size=16, server_momentum=0.9, eta=0.5, momentum=0.5)
 
     path = _write(tmp_path, to_toml(config), "config.toml")
     tables = tomllib.loads(path.read_text())
@@ -67,6 +67,7 @@ def test_config_toml_writes_solver_and_server_tables_and_reads_back(tmp_path):
     assert tables["solver"]["local_lr"] == 0.2 and tables["solver"]["batch_size"] == 16
     assert tables["server"]["server_momentum"] == 0.9 and tables["algorithm"]["eta"] == 0.5
     assert "local_lr" not in tables["algorithm"]
+    assert tables["solver"]["local_momentum"] == 0.5 and "momentum" not in tables["solver"]
     assert RunConfig(**read_toml(path)) == config
 
 
@@ -95,6 +96,10 @@ def test_a_config_toml_written_before_solver_and_server_tables_reads_the_same(tm
         ),
         ("local-lr = 0.1\nlocal_lr = 0.2\n", r"'local_lr' is given twice, at the top level;"),
         ("solver = 3\n", r"'solver' must be a table \(\[solver\]\) of settings"),
+        (
+            "momentum = 0.5\n[solver]\nlocal_momentum = 0.9\n",
+            r"keys 'momentum' and 'local_momentum' both set local_momentum; keep 'local_momentum'",
+        ),
     ],
     ids=[
         "solver-in-server",
@@ -104,6 +109,7 @@ def test_a_config_toml_written_before_solver_and_server_tables_reads_the_same(tm
         "two-tables",
         "two-spellings",
         "not-a-table",
+        "key-and-former-name",
     ],
 )
 def test_a_misplaced_or_doubled_key_is_one_line_naming_both_places(tmp_path, text, message):

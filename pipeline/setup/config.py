@@ -2,15 +2,19 @@
 
 Settings come in seven sections (data, model, algorithm, solver, server, cluster, run;
 settings.py), each a frozen dataclass that checks its own values. RunConfig joins them into
-one flat, keyword-only dataclass whose field names are the `dane train` flags with '-'
-written as '_': a flag, its TOML key and its field are one name (`flag`); `section(NAME)`
-gives one section's values as its own small dataclass. Checks raise SettingError naming the
-field; `in_flags` words such an error with the flags instead, as the command line shows it.
+one flat, keyword-only dataclass; `section(NAME)` gives one section's values as its own small
+dataclass. A setting's TOML key and API keyword are its `dane train` flag without the dashes
+(--local-momentum: local_momentum, `key_of`); its field is that name too, save the local
+solver's few whose flags took the --local- prefix (FLAG_NAMES: the field is `momentum`). Keys
+become fields where settings are read (check_settings) and fields keys where config.toml is
+written (to_toml), so no surface shows a field's own name. Checks raise SettingError naming
+the field; `in_flags` words such an error with the flags instead, as the command line does.
 
 A TOML file may hold each key at the top level or in its section's table ([solver]
 local_lr = 0.1); a key in another section's table, or given twice, is an error naming both
 places. [algorithm] also takes the solver's and the server's keys: they are the algorithm's
-parts, and config.toml files written before those sections existed hold them there.
+parts, and config.toml files written before those sections existed hold them there. A key's
+former name (the field's, `momentum`) reads as the key, with a note: older files hold it.
 
 Precedence: built-in defaults < a TOML file (--config) < command-line flags. The resolved
 configuration is written to the run directory as config.toml, one [table] per section, and
@@ -23,7 +27,9 @@ resumed.py, which declares what a resume is).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
+import sys
 import tomllib
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,7 +40,7 @@ from typing import Any
 from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.checks import validate
-from ..algorithms.parts.setting_error import SettingError, flag
+from ..algorithms.parts.setting_error import FIELD_OF_KEY, SettingError, flag, key_of
 from .resumed import RESUMED, Change, Resume, RunRecord
 from .settings import GENERATED, SECTIONS
 
@@ -111,36 +117,80 @@ def _value_type(hint: Any) -> type:
 _HINTS = typing.get_type_hints(RunConfig)
 VALUE_TYPES = {f.name: _value_type(_HINTS[f.name]) for f in dataclasses.fields(RunConfig)}
 _HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+# The TOML keys (and the API's keywords): the flags without the dashes, setting_error.key_of.
+KEYS = frozenset(key_of(name) for name in VALUE_TYPES)
+_NOTED: set[tuple[str, str]] = set()  # (origin, former name) check_settings has noted
 
 
-def check_settings(settings: dict[str, Any], origin: str) -> dict[str, Any]:
+def check_settings(settings: dict[str, Any], origin: str, *, noun: str = "key") -> dict[str, Any]:
     """Reject unknown keys, wrong types, keys in another section's table and keys given twice
-    (flat and in a table, or as a-b and a_b), naming the key; return flat settings, '-' as '_'.
+    (flat and in a table, as a-b and a_b, or by a key's former name too), naming the key;
+    return flat settings by RunConfig's field names.
 
-    Keys may stand at the top level or in their section's table ([algorithm] eta = 1).
+    Keys are the flags without the dashes (local_momentum, `key_of`); a key's former name
+    (momentum, the field's own) still reads, with a note on stderr. Keys may stand at the top
+    level or in their section's table ([algorithm] eta = 1). `noun` names a key in messages
+    (the API's are keywords).
     """
     checked: dict[str, Any] = {}
-    given: dict[str, str] = {}  # each key's place, for a second one's error
+    given: dict[str, tuple[str, str]] = {}  # each field's key and place, for a second one's error
+    former: list[tuple[str, str]] = []
     for raw_key, value, table in _entries(settings, origin):
         key, place = raw_key.replace("-", "_"), f"in [{table}]" if table else "at the top level"
-        if key not in VALUE_TYPES:
-            known = ", ".join(sorted(VALUE_TYPES))
-            raise ValueError(f"{origin}: unknown key {raw_key!r}; known keys: {known}")
+        name = field_of(raw_key, origin, noun=noun)
+        if key != key_of(name):
+            former.append((raw_key, key_of(name)))
         # [algorithm] takes its parts' keys too: config.toml files older than [solver], [server]
-        if table and table != _HOME[key] and not (table == "algorithm" and _HOME[key] in GENERATED):
-            raise ValueError(f"{origin}: key {raw_key!r} belongs in [{_HOME[key]}], not [{table}]")
-        if key in given:
-            twice = place if given[key] == place else f"{given[key]} and {place}"
-            raise ValueError(f"{origin}: key {raw_key!r} is given twice, {twice}; keep one")
-        types = (int, float) if VALUE_TYPES[key] is float else (VALUE_TYPES[key],)  # 1 for 1.0
+        home = _HOME[name]
+        if table and table != home and not (table == "algorithm" and home in GENERATED):
+            raise ValueError(f"{origin}: {noun} {raw_key!r} belongs in [{home}], not [{table}]")
+        if name in given:
+            _refuse_twice(origin, noun, name, given[name], (raw_key, place))
+        types = (int, float) if VALUE_TYPES[name] is float else (VALUE_TYPES[name],)  # 1 for 1.0
         # A TOML boolean is a Python bool, which is an int too: only a bool field takes one.
         if isinstance(value, bool) != (types == (bool,)) or not isinstance(value, types):
             expected = " or ".join(t.__name__ for t in types)
             raise ValueError(
-                f"{origin}: key {raw_key!r} must be {expected}, got {type(value).__name__}"
+                f"{origin}: {noun} {raw_key!r} must be {expected}, got {type(value).__name__}"
             )
-        given[key], checked[key] = place, float(value) if float in types else value
+        given[name], checked[name] = (raw_key, place), float(value) if float in types else value
+    for old, new in former:  # after the checks: a refused file gets its error alone
+        if (origin, old) not in _NOTED:  # once: a resume reads config.toml more than once
+            _NOTED.add((origin, old))
+            print(f"{origin}: {noun} {old!r} is now {new!r}; it was read as that", file=sys.stderr)
     return checked
+
+
+def field_of(raw_key: str, origin: str, *, noun: str = "key") -> str:
+    """The RunConfig field a key names (local_momentum, or its former name momentum, ->
+    momentum); ValueError for an unknown key, naming the closest key."""
+    key = raw_key.replace("-", "_")
+    if key in FIELD_OF_KEY:
+        return FIELD_OF_KEY[key]
+    if key in VALUE_TYPES:
+        return key
+    close = difflib.get_close_matches(key, sorted({*KEYS, *SECTIONS}), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(
+        f"{origin}: unknown {noun} {raw_key!r}; {hint}every {noun} is a `dane train` flag "
+        "without the dashes (local_lr for --local-lr): see `dane train --help` or "
+        "docs/reference/settings.md"
+    )
+
+
+def _refuse_twice(
+    origin: str, noun: str, name: str, first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    """ValueError for a setting given twice: by one key in two places, or by a key and its
+    former name (each (key as written, place))."""
+    (first_key, first_place), (key, place) = first, second
+    if first_key.replace("-", "_") != key.replace("-", "_"):  # local_momentum and momentum
+        raise ValueError(
+            f"{origin}: {noun}s {first_key!r} and {key!r} both set {key_of(name)}; "
+            f"keep {key_of(name)!r}"
+        )
+    twice = place if first_place == place else f"{first_place} and {place}"
+    raise ValueError(f"{origin}: {noun} {key!r} is given twice, {twice}; keep one")
 
 
 def _entries(settings: dict[str, Any], origin: str) -> Iterator[tuple[str, Any, str | None]]:
@@ -199,20 +249,21 @@ def _parse_resumes(entries: Any, origin: str) -> tuple[Resume, ...]:
                 check_settings({key: sides[side]}, where).popitem()[1] if side in sides else None
                 for side in ("old", "new")
             )
-            changes[key.replace("-", "_")] = (old, new)
+            changes[field_of(key, where)] = (old, new)
         resumes.append(Resume(after_round=after, changes=changes))
     return tuple(resumes)
 
 
 def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] = ()) -> str:
-    """config.toml text, one table per section, then a [[resumed]] table per resume; None
-    values (unset settings) are left out. `config`: a RunConfig, or flat settings as read."""
+    """config.toml text, one table per section, then a [[resumed]] table per resume, each
+    setting by its key (the flag's name, `key_of`); None values (unset settings) are left
+    out. `config`: a RunConfig, or flat settings by field name, as read."""
     values = config.as_dict() if isinstance(config, RunConfig) else config
     lines = ["# dask-dane run configuration, as resolved when the run started"]
     for name, section in SECTIONS.items():
         lines.append(f"\n[{name}]")
         lines += [
-            f"{f.name} = {_toml_value(values[f.name])}"
+            f"{key_of(f.name)} = {_toml_value(values[f.name])}"
             for f in dataclasses.fields(section)
             if values.get(f.name) is not None
         ]
@@ -226,7 +277,7 @@ def to_toml(config: RunConfig | Mapping[str, Any], *, resumed: Sequence[Resume] 
                 for side, value in (("old", old), ("new", new))
                 if value is not None  # unset: TOML has no null, so the side is left out
             )
-            lines.append(f"{key} = {{ {sides} }}")
+            lines.append(f"{key_of(key)} = {{ {sides} }}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,11 +1,11 @@
 """SettingError: a bad setting, its message naming the settings by their field names.
 
 A message marks each setting it names with `setting("grad_sample")`, or `setting("mu", 0.01)`
-for a value to give it. str(error) then names the fields (`mu=0.01`), as a Python caller
-writes them; `error.worded(namer)` words the same sentence for another surface, so that the
-command line names its flags (`--mu 0.01`, config.in_flags). `setting(name, with_flag=True)`
-shows the flag beside the field in str(error) too (`local_tol (--local-tol)`), where callers
-match on it.
+for a value to give it. str(error) then names the fields (`mu=0.01`), as RunConfig takes
+them; `error.worded(namer)` words the same sentence for another surface, so that the command
+line names its flags (`--mu 0.01`, config.in_flags) and the Python API its keywords (`key_of`,
+keywords.py). `setting(name, with_flag=True)` shows the flag beside the field in str(error)
+too (`local_tol (--local-tol)`), where callers match on it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def setting(name: str, value: object = None, *, with_flag: bool = False) -> str:
 
 
 # Flags spelled otherwise than their field: the local solver's settings share the --local-
-# prefix on the command line. The field names (the API's keywords, the TOML keys) stay.
+# prefix on the command line. The TOML keys and the API's keywords follow the flags
+# (local_momentum, `key_of`); the fields keep their names inside the engine.
 FLAG_NAMES = {
     "lr_schedule": "--local-lr-schedule",
     "lr_warmup": "--local-lr-warmup",
@@ -43,6 +44,19 @@ def flag(name: str, value: str | None = None) -> str:
     """The `dane train` flag of a field (local_lr -> --local-lr), with its value if given."""
     option = FLAG_NAMES.get(name) or former_flag(name)
     return option if value is None else f"{option} {value}"
+
+
+def key_of(name: str) -> str:
+    """A field's TOML key and API keyword: its flag without the dashes (momentum ->
+    local_momentum, local_lr -> local_lr)."""
+    return flag(name).removeprefix("--").replace("-", "_")
+
+
+# The keys spelled otherwise than their field (local_momentum: momentum), and the reverse. A
+# field's own name is such a key's former name: config.toml files and presets written before
+# the keys followed the flags hold it, and it still reads (config.check_settings).
+KEY_NAMES = {name: key_of(name) for name in FLAG_NAMES}
+FIELD_OF_KEY = {key: name for name, key in KEY_NAMES.items()}
 
 
 def former_flag(name: str) -> str:
