@@ -197,7 +197,7 @@ def _train_config(
 ) -> RunConfig:
     """The RunConfig of `train`'s arguments: keywords checked as `dane train` checks its
     flags, then planned as the CLI plans them (plan_run: resume, the default store)."""
-    flags = check_settings(settings, "dask_dane.train")
+    flags = check_settings(settings, "dask_dane.train", noun="keyword")
     flags["model"] = model if isinstance(model, str) else callable_name(model)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     fresh = Path("runs") / f"{settings['algorithm']}-{stamp}-{uuid.uuid4().hex[:6]}"
