@@ -1,15 +1,18 @@
-"""`dane watch RUN_DIR`: follow a run started elsewhere, in the terminal, from its files.
+"""`dane watch RUN_DIR`: follow a run started elsewhere, from its files.
 
 It reads the run directory only (metrics.jsonl, config.toml, summary.json), so it works on
-any machine that sees the folder, beside any cluster, and changes nothing. It redraws as
-rounds are appended and exits once summary.json appears (the run has ended).
+any machine that sees the folder, beside any cluster, and changes nothing. On a terminal it
+redraws a view as rounds are appended; elsewhere (a pipe, nohup, a batch job's log) it
+writes one line a round, since a redrawn view shows nothing there. It exits once
+summary.json appears (the run has ended).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..pipeline.run.metrics import read_metrics
 from ..pipeline.run.rundir import RunDir
@@ -17,6 +20,9 @@ from ..pipeline.setup.config import read_toml
 
 BARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40  # rounds shown in a sparkline: the latest ones
+# The ETA's pace: the mean round time of the latest rounds, which follows a run whose rounds
+# change speed (a resized cluster, a longer schedule) without taking one slow round for it.
+PACE_ROUNDS = 5
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
@@ -29,6 +35,34 @@ def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
     return "".join(BARS[round((v - low) / span * (len(BARS) - 1))] for v in shown)
 
 
+def eta_seconds(rows: list[dict[str, Any]], planned: int | None) -> float | None:
+    """Seconds until round `planned` at the pace of the last PACE_ROUNDS rounds (their mean
+    wall_s); None where unknown: no planned rounds, or no round timed yet."""
+    recent = [r["wall_s"] for r in rows[-PACE_ROUNDS:] if r.get("wall_s") is not None]
+    if not planned or not recent:
+        return None
+    left = max(planned - rows[-1]["round"], 0)
+    return left * sum(recent) / len(recent)
+
+
+def duration(seconds: float) -> str:
+    """`45s`, `1m 05s`, `2h 03m`: a duration as people read it."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, whole = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {whole:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def eta(rows: list[dict[str, Any]], planned: int | None) -> str:
+    """`~ 1m 05s`, or `-` where eta_seconds does not know."""
+    seconds = eta_seconds(rows, planned)
+    return "-" if seconds is None else f"~ {duration(seconds)}"
+
+
 def render(rows: list[dict[str, Any]], planned: int | None, finished: bool) -> str:
     """The view of a run's rows so far (plain text with rich markup)."""
     if not rows:
@@ -37,6 +71,7 @@ def render(rows: list[dict[str, Any]], planned: int | None, finished: bool) -> s
     losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
     accuracy = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
     of = f" of {planned}" if planned else ""
+    left = eta(rows, planned)
     lines = [
         f"[bold]round {last['round']}{of}[/bold]  {last['algorithm']}  "
         f"{'[green]finished[/green]' if finished else 'training'}",
@@ -50,7 +85,40 @@ def render(rows: list[dict[str, Any]], planned: int | None, finished: bool) -> s
         f"of compute (median {last.get('median_worker_compute_s', 0.0):.2f} s), round "
         f"{last['wall_s']:.2f} s",
     ]
+    if not finished:
+        pace = ", from the last rounds' pace" if left != "-" else ""
+        lines.append(f"ETA            {left}{pace}")
     return "\n".join(lines)
+
+
+def round_line(rows: list[dict[str, Any]], planned: int | None) -> str:
+    """The plain line of the last of `rows`, its ETA from those rows, for output that is not
+    a terminal."""
+    last = rows[-1]
+    of = f" of {planned}" if planned else ""
+    loss = last.get("train_loss")
+    accuracy = last.get("test_accuracy")
+    parts = [
+        f"round {last['round']}{of}: train loss {'-' if loss is None else f'{loss:.4f}'}",
+        *([] if accuracy is None else [f"test accuracy {100 * accuracy:.2f} %"]),
+        f"{last['comm_bytes'] / 1e6:.2f} MB this round",
+        f"round {last['wall_s']:.2f} s",
+        f"ETA {eta(rows, planned)}",
+    ]
+    return ", ".join(parts)
+
+
+def finished_line(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The plain line that ends a run: its rounds and time, its final and selected accuracy."""
+    rounds = summary.get("rounds", rows[-1]["round"] if rows else 0)
+    wall = summary.get("total_wall_s", sum(r.get("wall_s") or 0.0 for r in rows))
+    line = f"finished: {rounds} rounds in {duration(wall)}"
+    if (accuracy := summary.get("final_test_accuracy")) is not None:
+        line += f", test accuracy {100 * accuracy:.2f} %"
+    best, at_best = summary.get("best_round"), summary.get("test_accuracy_at_best")
+    if best and at_best is not None:
+        line += f", best round {best} ({100 * at_best:.2f} %)"
+    return line
 
 
 def check_run_dir(run_dir: Path) -> RunDir:
@@ -63,24 +131,61 @@ def check_run_dir(run_dir: Path) -> RunDir:
     return run
 
 
+def read_summary(run: RunDir) -> dict[str, Any]:
+    """summary.json, or {} where it cannot be read (its figures are then the rows')."""
+    try:
+        return json.loads(run.summary.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def follow_lines(run: RunDir, planned: int | None, interval: float, out: IO[str]) -> None:
+    """One line a new round, each flushed (a log read while the run goes on), and one when
+    the run has ended."""
+
+    def write(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    of = f", {planned} rounds planned" if planned else ""
+    write(f"watching {run.root}{of}: a line a round, until the run ends")
+    shown = 0  # the last round written
+    while True:
+        finished = run.summary.exists()  # read before the rows: none can follow it
+        rows = read_metrics(run.metrics)
+        for count, row in enumerate(rows, start=1):
+            if row["round"] > shown:
+                write(round_line(rows[:count], planned))
+                shown = row["round"]
+        if finished:
+            write(finished_line(read_summary(run), rows))
+            return
+        time.sleep(interval)
+
+
 def follow(run_dir: Path, interval: float = 1.0, console: Any = None) -> None:
-    """Redraw the view every `interval` seconds until summary.json appears."""
+    """Redraw the view every `interval` seconds until summary.json appears; where the console
+    is not an interactive terminal, write lines instead (follow_lines)."""
     from rich.console import Console
     from rich.live import Live
 
     run = check_run_dir(run_dir)
     planned = read_toml(run.config).get("rounds") if run.config.exists() else None
     console = console or Console()
+    if not console.is_interactive:  # false off a terminal too
+        follow_lines(run, planned, interval, console.file)
+        return
     with Live(console=console, auto_refresh=False) as live:
         while True:
             finished = run.summary.exists()  # read before the rows: none can follow it
             live.update(render(read_metrics(run.metrics), planned, finished), refresh=True)
             if finished:
-                return
+                return  # Live ends a terminal's view with a newline (test_watch checks)
             time.sleep(interval)
 
 
 def watch(run_dir: Path, interval: float = 1.0) -> None:
-    """Follow a run's rounds live (round, loss and accuracy sparklines, bytes, the slowest
-    worker) from its run directory; exits when the run ends."""
+    """Follow a run's rounds (round, loss and accuracy sparklines, bytes, the slowest worker,
+    the ETA) from its run directory, live on a terminal and a line a round elsewhere; exits
+    when the run ends."""
     follow(run_dir, interval)

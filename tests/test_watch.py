@@ -1,4 +1,5 @@
-"""`dane watch`: follows a run directory another process is writing, and stops with it."""
+"""`dane watch`: follows a run directory another process is writing, and stops with it: a
+redrawn view on a terminal, a line a round elsewhere, an ETA in both."""
 
 from __future__ import annotations
 
@@ -13,17 +14,32 @@ import time
 import pytest
 from rich.console import Console
 
-from dask_dane.cli.watch import follow, render, sparkline
+from dask_dane.cli.watch import duration, eta_seconds, follow, render, sparkline
 from dask_dane.pipeline.setup.config import RunConfig, to_toml
 
 
-def _row(t: int) -> dict:
+def _row(t: int, wall_s: float = 1.75) -> dict:
     return {
         "round": t, "algorithm": "dane", "train_loss": 1.0 / t, "test_accuracy": 0.5 + 0.1 * t,
         "comm_bytes": 2_000_000, "cum_comm_bytes": 2_000_000 * t, "comm_rounds": 2 * t,
-        "max_worker_compute_s": 1.5, "median_worker_compute_s": 1.2, "wall_s": 1.75,
+        "max_worker_compute_s": 1.5, "median_worker_compute_s": 1.2, "wall_s": wall_s,
         "slowest_worker": "host:4242",
     }  # fmt: skip
+
+
+def _finished_run(root, walls: list[float], planned: int):
+    """A run folder as `dane train --out` leaves it after len(walls) rounds of `planned`."""
+    root.mkdir()
+    (root / "config.toml").write_text(to_toml(RunConfig(rounds=planned)))
+    rows = [_row(t, wall) for t, wall in enumerate(walls, start=1)]
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {
+        "rounds": len(rows), "final_test_accuracy": rows[-1]["test_accuracy"],
+        "best_round": len(rows), "test_accuracy_at_best": rows[-1]["test_accuracy"],
+        "total_wall_s": sum(walls),
+    }  # fmt: skip
+    (root / "summary.json").write_text(json.dumps(summary))
+    return root
 
 
 def test_sparkline_scales_between_its_own_extremes():
@@ -76,3 +92,70 @@ def test_a_folder_that_is_not_a_run_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "is not a run directory" in line and "--out" in line
+
+
+def test_the_eta_is_the_rounds_left_at_the_last_rounds_pace():
+    # A slow first round (start-up) is outside the last five rounds, so not in the pace.
+    rows = [_row(t, wall) for t, wall in enumerate([100, 10, 10, 10, 10, 15], start=1)]
+
+    assert eta_seconds(rows, planned=12) == pytest.approx(6 * 11.0)
+    assert eta_seconds(rows, planned=6) == 0.0
+    assert eta_seconds(rows, planned=None) is None and eta_seconds([], planned=12) is None
+    assert [duration(s) for s in (4.4, 65, 3 * 3600 + 125)] == ["4s", "1m 05s", "3h 02m"]
+
+
+def test_the_terminal_view_shows_the_eta_and_ends_with_a_newline(tmp_path):
+    run = _finished_run(tmp_path / "run", [2.0, 2.0], planned=5)
+    out = io.StringIO()
+
+    view = render([_row(1, 20.0), _row(2, 19.0)], planned=6, finished=False)
+    follow(run, interval=0.01, console=Console(file=out, width=120, force_terminal=True))
+
+    assert "ETA            ~ 1m 18s, from the last rounds' pace" in view
+    assert "ETA            -" in render([_row(1)], planned=None, finished=False)
+    assert re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).endswith("\n")
+
+
+def test_piped_it_writes_a_line_a_round_with_the_eta_and_a_final_line(tmp_path, dane_here):
+    _finished_run(tmp_path / "run", [3.0, 2.0, 2.5], planned=4)
+
+    done = dane_here("watch", "run", "--interval", "0.01", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("\n")
+    lines = done.stdout.splitlines()
+    assert lines[1:] == [
+        "round 1 of 4: train loss 1.0000, test accuracy 60.00 %, 2.00 MB this round, "
+        "round 3.00 s, ETA ~ 9s",
+        "round 2 of 4: train loss 0.5000, test accuracy 70.00 %, 2.00 MB this round, "
+        "round 2.00 s, ETA ~ 5s",
+        "round 3 of 4: train loss 0.3333, test accuracy 80.00 %, 2.00 MB this round, "
+        "round 2.50 s, ETA ~ 2s",
+        "finished: 3 rounds in 8s, test accuracy 80.00 %, best round 3 (80.00 %)",
+    ]
+    assert lines[0].startswith("watching run, 4 rounds planned")
+
+
+@pytest.mark.cluster  # starts a `dane watch` process
+def test_a_live_run_through_a_pipe_gets_its_lines_as_the_rounds_come(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text(to_toml(RunConfig(rounds=2)))
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "dask_dane.cli", "watch", str(run), "--interval", "0.05"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert watcher.stdout.readline().startswith(f"watching {run}, 2 rounds planned")
+        with (run / "metrics.jsonl").open("a") as metrics:
+            metrics.write(json.dumps(_row(1)) + "\n")
+        # Read while the run is still going: the line is flushed, not held until the end.
+        assert watcher.stdout.readline().startswith("round 1 of 2: train loss 1.0000")
+        with (run / "metrics.jsonl").open("a") as metrics:
+            metrics.write(json.dumps(_row(2)) + "\n")
+        (run / "summary.json").write_text(json.dumps({"rounds": 2}))
+        rest = watcher.communicate(timeout=60)[0]
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0
+    assert rest.endswith("\n") and "ETA ~ 0s" in rest and "finished: 2 rounds" in rest
