@@ -100,7 +100,7 @@ def prepare(
     info = write_source(
         source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
         image_size=image_size, channels=channels, seed=seed, skip_bad=skip_bad, path=path,
-        skipped=lambda count: typer.echo(f"skipped {count} file(s) Pillow cannot read", err=True),
+        skipped=lambda files: typer.echo(files.note(), err=True),
     )  # fmt: skip
     typer.echo(
         f"wrote {out}: {info.num_train} train / {info.num_test} test samples of shape "

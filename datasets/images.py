@@ -3,16 +3,15 @@
 Classes are the folder names in sorted order (label i = the i-th name). When DIR/train and
 DIR/test both exist they are the split, each with the same class folders; otherwise the
 images are split by --test-fraction (stratified). Files are searched recursively inside a
-class folder; names starting with '.' are ignored. Images are decoded with Pillow in several
-processes, results in sorted file order, and stored as (N, C, H, W) uint8:
+class folder; hidden names (.DS_Store) and OS_METADATA (Thumbs.db, ...) are ignored. Images
+are decoded with Pillow in several processes, in sorted file order, stored (N, C, H, W) uint8:
 - channels: --channels 1 (mode "L") or 3 ("RGB"); without it grey images (L, LA, 1, I, F)
   give one channel and every other mode (RGB, RGBA, P, CMYK, ...) is converted to RGB; a tree
   that mixes grey and colour is stored as RGB (grey copied to R, G and B, as torchvision's
   loader does), never refused. 16-bit and float images are clipped to 0..255 by Pillow.
 - size: --image-size H[xW] resizes each image (bilinear, antialiased when shrinking);
   without it all images must have one size.
-- a file Pillow cannot read is an error naming it; with --skip-bad it is skipped and counted
-  (store attribute `skipped_files`).
+- a file Pillow cannot read is an error naming it; --skip-bad skips it (RawDataset.skipped).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import numpy as np
 
 from .image_rows import DecodedImages
 from .lazy import LazyRows, take_rows
-from .raw import RawDataset, SourceOptions, split_train_test
+from .raw import RawDataset, SkippedFiles, SourceOptions, split_train_test
 
 FILES_PER_TASK = 128  # files a worker process decodes per task
 FILES_PER_WORKER = 1000  # a process more per this many files: starting one costs ~0.5 s
@@ -37,6 +36,8 @@ MAX_WORKERS = 8
 GREY_BANDS = ("1", "L", "I", "F")  # first band of Pillow's grey modes (L, LA, 1, I, I;16, F)
 SKIP_HINT = "remove it or pass --skip-bad to skip such files"
 LISTED_CLASSES = 20  # `dane info` shows this many class names, then a count
+# Windows Explorer and macOS write these beside images; never images, they are ignored.
+OS_METADATA = frozenset({"thumbs.db", "ehthumbs.db", "desktop.ini", "__macosx"})
 
 
 def parse_image_size(text: str) -> tuple[int, int]:
@@ -82,9 +83,14 @@ def read_class_names(store: str) -> list[str] | None:
     return [str(n) for n in names] if isinstance(names, list) else None
 
 
+def _ignored(name: str) -> bool:
+    """Whether a file or folder name is hidden or an operating system's metadata."""
+    return name.startswith(".") or name.lower() in OS_METADATA
+
+
 def _visible(folder: Path) -> list[Path]:
-    """The entries of `folder` whose names do not start with '.', sorted by name."""
-    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    """The entries of `folder` that are not _ignored, sorted by name."""
+    return sorted(p for p in folder.iterdir() if not _ignored(p.name))
 
 
 def _class_names(folder: Path) -> list[str]:
@@ -104,12 +110,9 @@ def _class_names(folder: Path) -> list[str]:
 
 
 def _class_files(folder: Path) -> list[Path]:
-    """Every file under a class folder (recursively), hidden names skipped; ValueError if none."""
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    """Every file under a class folder (recursively), _ignored names skipped; ValueError if none."""
+    found = (p for p in folder.rglob("*") if p.is_file())
+    files = sorted(p for p in found if not any(map(_ignored, p.relative_to(folder).parts)))
     if not files:
         raise ValueError(f"class folder {folder} holds no images; add images or remove it")
     return files
@@ -218,23 +221,23 @@ def _same_size(shapes: np.ndarray, paths: list[str]) -> None:
 
 def _read_images(
     files: list[tuple[str, int, int]], names: list[str], options: SourceOptions
-) -> tuple[LazyRows, np.ndarray, np.ndarray, int]:
+) -> tuple[LazyRows, np.ndarray, np.ndarray, SkippedFiles]:
     """Decode (path, label, split) rows: images (N, C, H, W), labels, splits, files skipped.
 
     The images go to a scratch file as they are decoded (image_rows.py) and come back lazily.
     """
     mode = {None: None, 1: "L", 3: "RGB"}[options.channels]
-    decoded, kept, problems = DecodedImages(), np.zeros(len(files), dtype=bool), []
+    decoded, kept, problems = DecodedImages(), [], []
     results = iter_decoded([f for f, _, _ in files], mode=mode, size=options.resize)
-    for i, result in enumerate(results):
+    for file, result in zip(files, results, strict=True):
         if isinstance(result, str):
-            problems.append(result)
+            problems.append((file[0], result))
         else:
             decoded.append(result)
-            kept[i] = True
+            kept.append(file)
     if problems and not options.skip_bad:
-        raise ValueError(problems[0])
-    labels = np.array([label for (_, label, _), k in zip(files, kept, strict=True) if k])
+        raise ValueError(problems[0][1])
+    labels = np.array([label for _, label, _ in kept], dtype=np.int64)
     for label, name in enumerate(names):
         if not (labels == label).any():
             raise ValueError(
@@ -242,9 +245,9 @@ def _read_images(
                 "images or remove its folder"
             )
     if options.resize is None:
-        _same_size(decoded.shapes(), [f for (f, _, _), k in zip(files, kept, strict=True) if k])
-    splits = np.array([split for (_, _, split), k in zip(files, kept, strict=True) if k])
-    return decoded.rows(), labels.astype(np.int64), splits.astype(np.int8), len(problems)
+        _same_size(decoded.shapes(), [path for path, _, _ in kept])
+    splits = np.array([split for _, _, split in kept], dtype=np.int8)
+    return decoded.rows(), labels, splits, SkippedFiles(tuple(path for path, _ in problems))
 
 
 def load_images_source(options: SourceOptions) -> RawDataset:
@@ -282,9 +285,7 @@ def load_images_source(options: SourceOptions) -> RawDataset:
             f"image folder {root}: {len(x)} images give {len(x_train)} train and {len(x_test)} "
             "test images; add images or change --test-fraction"
         )
-    attrs: dict = {"class_names": names}
-    if options.skip_bad:
-        attrs["skipped_files"] = skipped
+    counted = {"skipped_files": len(skipped.paths)} if options.skip_bad else {}
     return RawDataset(
         source=f"images:{root.name}",
         task="classification",
@@ -293,5 +294,6 @@ def load_images_source(options: SourceOptions) -> RawDataset:
         y_train=y_train,
         x_test=x_test,
         y_test=y_test,
-        attrs=attrs,
+        attrs={"class_names": names, **counted},
+        skipped=skipped if options.skip_bad else None,
     )

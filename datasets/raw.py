@@ -10,6 +10,23 @@ import numpy as np
 
 from .lazy import LazyRows, block_rows, take_rows
 
+SKIPPED_NAMED = 5  # the files a --skip-bad note names before it counts the rest
+
+
+@dataclass(frozen=True)
+class SkippedFiles:
+    """The files --skip-bad skipped, in file order, and the note that names them."""
+
+    paths: tuple[str, ...]
+
+    def note(self) -> str:
+        """`skipped 7 file(s) Pillow cannot read: a.txt, ..., e.png and 2 more`."""
+        head = f"skipped {len(self.paths)} file(s) Pillow cannot read"
+        if not self.paths:
+            return head
+        named, more = self.paths[:SKIPPED_NAMED], len(self.paths) - SKIPPED_NAMED
+        return f"{head}: {', '.join(named)}" + (f" and {more} more" if more > 0 else "")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RawDataset:
@@ -23,6 +40,7 @@ class RawDataset:
     x_test: np.ndarray | LazyRows
     y_test: np.ndarray
     attrs: dict = field(default_factory=dict)  # extra store attributes, e.g. {"l2": 0.005}
+    skipped: SkippedFiles | None = None  # images with --skip-bad: the files it skipped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +55,7 @@ class SourceOptions:
     path: str | None = None  # idx / npz / fashion-mnist / images / cifar: where the files are
     resize: tuple[int, int] | None = None  # images: (height, width) to resize to; None: keep
     channels: int | None = None  # images: 1 (grey) or 3 (RGB); None: as the files are
-    skip_bad: bool = False  # images: skip (and count) files Pillow cannot read
+    skip_bad: bool = False  # images: skip (and name) files Pillow cannot read
 
 
 def split_train_test(

@@ -16,7 +16,7 @@ import numpy as np
 from ..datasets import location
 from ..datasets.images import image_source_options
 from ..datasets.partition import PartitionSpec, validate_partition
-from ..datasets.raw import RawDataset, SourceOptions
+from ..datasets.raw import RawDataset, SkippedFiles, SourceOptions
 from ..datasets.sources import load_source, parse_source_name
 from ..datasets.store import StoreInfo, write_store
 from .keywords import reword
@@ -103,9 +103,7 @@ def prepare(
             info = write_source(
                 source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
                 image_size=None if image_size is None else str(image_size), channels=channels,
-                skipped=lambda count: warnings.warn(
-                    f"skipped {count} unreadable file(s)", stacklevel=4  # prepare's caller
-                ),
+                skipped=lambda files: warnings.warn(files.note(), stacklevel=4),  # prepare's caller
                 seed=seed, skip_bad=skip_bad, path=None if path is None else str(path),
                 **({"num_classes": num_classes} if num_classes is not None else {}),
             )  # fmt: skip
@@ -129,13 +127,13 @@ def write_source(
     samples: int | None,
     image_size: str | None,
     channels: int | None,
-    skipped: Callable[[int], None],
+    skipped: Callable[[SkippedFiles], None],
     **options: Any,
 ) -> StoreInfo:
     """SOURCE's data written as a store at `out`, as `dane prepare` and `prepare` write it: its
-    options, `out` and the partition checked before any data is loaded; `skipped(count)` where
-    files Pillow cannot read were skipped. `options` are SourceOptions' other fields; the
-    errors name the CLI's flags (the API rewords them)."""
+    options, `out` and the partition checked before any data is loaded; `skipped(files)` with
+    the files Pillow cannot read that --skip-bad skipped. `options` are SourceOptions' other
+    fields; the errors name the CLI's flags (the API rewords them)."""
     kind, _ = parse_source_name(source)  # an unknown source fails before any work
     image_options = image_source_options(kind, image_size=image_size, channels=channels)
     if not 0 < test_fraction < 1:
@@ -151,8 +149,8 @@ def write_source(
         source,
         SourceOptions(samples=samples, test_fraction=test_fraction, **image_options, **options),
     )
-    if "skipped_files" in raw.attrs:
-        skipped(raw.attrs["skipped_files"])
+    if raw.skipped is not None:
+        skipped(raw.skipped)
     return write_store(raw, spec, out, force=force)
 
 

@@ -57,7 +57,14 @@ def test_prepare_records_class_names_and_info_prints_them(tmp_path, capfd, run_c
     info_out = capfd.readouterr()
 
     assert prepared == 0, prepare_out.err
-    assert prepare_out.err.strip() == "skipped 2 file(s) Pillow cannot read"
+    skipped = [
+        tmp_path / "tree" / "ant" / "notes.txt",
+        tmp_path / "tree" / "moth" / "zz-truncated.png",
+    ]
+    assert (
+        prepare_out.err.strip()
+        == f"skipped 2 file(s) Pillow cannot read: {', '.join(map(str, skipped))}"
+    )
     attrs = dict(zarr.open_group(store, mode="r").attrs)
     assert attrs["class_names"] == ["ant", "moth", "zebra"]
     assert attrs["skipped_files"] == 2
@@ -177,7 +184,9 @@ def test_api_prepare_warns_of_skipped_files_at_its_caller(tmp_path):
     _tree(tmp_path / "tree", per_class=5)
     _bad_files(tmp_path / "tree")
 
-    with pytest.warns(UserWarning, match="skipped 2 unreadable file") as caught:
+    with pytest.warns(
+        UserWarning, match=r"skipped 2 file\(s\) Pillow cannot read: .*notes.txt"
+    ) as caught:
         dask_dane.prepare(tmp_path / "s.zarr", f"images:{tmp_path / 'tree'}", skip_bad=True)
 
     assert caught[0].filename == __file__
