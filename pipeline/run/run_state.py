@@ -20,7 +20,7 @@ import torch
 from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult
-from ..round.worker_round import RoundStatic, open_round
+from ..round.worker_round import RoundStatic, open_round, weights_finite
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
@@ -283,19 +283,18 @@ def model_info(setup: RunSetup) -> dict[str, Any]:
 
 
 def check_finite(result: RoundResult, t: int, run_dir: RunDir, saved: int, finite: bool) -> None:
-    """TrainingDiverged naming round t if its loss or weights are not finite (`finite`:
-    weights_finite, computed where the weights are), naming the last checkpoint, `saved`.
-
-    Called before the state advances: a run that diverges in round 1 has finished no round.
-    """
+    """TrainingDiverged naming round t, what is not finite (its train_loss, its weights or both)
+    and the last checkpoint, `saved`. `finite`: weights_finite, computed where the weights are."""
     loss = result.metrics.get("train_loss")
-    if not finite or (loss is not None and not math.isfinite(loss)):
-        kept = (
-            f"the last good checkpoint (round {saved}) is kept in {run_dir.latest}"
-            if saved > 0
-            else "no checkpoint was written, so none is kept"
-        )
-        raise TrainingDiverged(
-            f"training diverged in round {t}: loss or weights are not finite "
-            f"(train_loss={loss}); {kept}; try a larger --mu or a smaller --local-lr"
-        )
+    bad_loss = loss is not None and not math.isfinite(loss)
+    if finite and not bad_loss:
+        return
+    # A finite loss leaves the weights; else test them (segments.py's `finite` has the loss).
+    bad_weights = not bad_loss or not (weights_finite(result) if result.weights.numel() else finite)
+    named = [f"train_loss is {loss}"] * bad_loss + ["the weights are not finite"] * bad_weights
+    kept = f"the last good checkpoint (round {saved}) is kept in {run_dir.latest}"
+    kept = kept if saved > 0 else "no checkpoint was written, so none is kept"
+    raise TrainingDiverged(
+        f"training diverged in round {t}: {' and '.join(named)}; {kept}; try a larger --mu or "
+        "a smaller --local-lr"
+    )
