@@ -29,7 +29,8 @@ def advise(
     json: Annotated[Path | None, typer.Option("--json", help="Also write the advice here.")] = None,
 ) -> None:
     """Measure the gradient noise scale in one process and predict, for 1 to 16 workers of
-    --batch-size rows each, the steps to a target and the largest worker count worth paying."""
+    --batch-size rows each, the steps to a target and the largest worker count worth paying
+    (no more than the store's training rows support)."""
     from json import dumps
 
     from ..pipeline.advise import advice_lines, advise

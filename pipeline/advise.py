@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 import torch
 
 from .algorithms.parts.noise_scale import noise_figures, ratio, shard_metrics
+from .observe.progress import WARN_FROM_ROUND, noise_warning
 from .round.objective import ShardObjective
 from .round.shards import make_objective
 from .setup.config import RunConfig
@@ -83,6 +85,26 @@ def workers_worth(rows: list[WorkerRow]) -> int:
             break
         worth = row.workers
     return worth
+
+
+def store_cap(
+    rows: list[WorkerRow], *, batch: int, train_rows: int, noise_scale: float
+) -> tuple[int, str] | None:
+    """The largest worker count of `rows` the store supports, and why the next one is past
+    it: its step averages more rows than the store's `train_rows` (a shard would be smaller
+    than a minibatch), or `dane train` would warn of the noise scale; None if all are."""
+    for supported, row in pairwise(rows):
+        step = row.workers * batch
+        if step > train_rows:
+            return supported.workers, (
+                f"{row.workers} workers x --batch-size {batch} = {step} rows a step, more than "
+                f"the store's {train_rows} training rows"
+            )
+        run = {"round": WARN_FROM_ROUND, "noise_scale_ema": noise_scale, "num_workers": row.workers}
+        warned = noise_warning(run, batch)  # the run's own test, on the measured scale
+        if warned is not None:
+            return supported.workers, warned.removeprefix("warning: ").partition(": ")[0]
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +224,8 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
     -------
     dict
         `measure` (NoiseMeasure's fields and sgd_steps), `rows` (WorkerRow's, one per worker
-        count) and `workers_worth` (None where B_simple could not be measured).
+        count), `train_rows`, `workers_worth` (None where B_simple could not be measured) and
+        `capped` (the rule's count and why the store supports fewer, or None: store_cap).
     """
     if draws < 1 or steps < 0:
         raise ValueError(
@@ -223,6 +246,9 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
     measure = measure_noise(objectives, weights, batch=batch, draws=draws, seed=config.seed + 1)
     scale = measure.noise_scale
     rows = scaling_rows(scale, batch) if scale is not None else []
+    train_rows, worth = setup.store.num_train, workers_worth(rows) if rows else None
+    cap = store_cap(rows, batch=batch, train_rows=train_rows, noise_scale=scale) if rows else None
+    capped = cap is not None and worth > cap[0]
     return {
         "store": config.store,
         "model": config.model,
@@ -230,7 +256,10 @@ def advise(config: RunConfig, *, draws: int = 8, steps: int = 0) -> dict[str, An
         "measure": {**asdict(measure), "sgd_steps": steps},
         "rule": f"double the workers while it cuts the steps by >= {MIN_DOUBLING_GAIN:g}x",
         "rows": [asdict(row) for row in rows],
-        "workers_worth": workers_worth(rows) if rows else None,
+        "train_rows": train_rows,
+        "workers_worth": cap[0] if capped else worth,
+        # where the store supports fewer workers than the rule gives: the rule's, and why
+        "capped": {"rule_worth": worth, "why": cap[1]} if capped else None,
     }
 
 
@@ -261,4 +290,7 @@ def advice_lines(advice: dict[str, Any]) -> list[str]:
                  f"{row['lr_sqrt']:.2f}x", f"{row['lr_noise']:.2f}x")  # fmt: skip
         lines.append("".join(f"{c:>{width}}" for c, width in zip(cells, widths, strict=True)))
     lines += ["", f"workers worth paying for: {advice['workers_worth']} ({advice['rule']})"]
+    if advice.get("capped"):
+        capped = advice["capped"]
+        lines.append(f"  (the rule alone gives {capped['rule_worth']}; capped: {capped['why']})")
     return lines
