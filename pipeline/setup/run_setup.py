@@ -11,6 +11,7 @@ identical shards.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,9 +134,12 @@ def _shard_args(config: RunConfig, store: StoreInfo, index: int) -> dict:
 
 def ensure_default_store(config: RunConfig) -> Path:
     """Prepare the embedded default store (digits, one shard per worker) on first use, in
-    the cache; reuse it afterwards."""
+    the cache; reuse it afterwards. One line on stderr says which, and where: the user never
+    named that folder (a plain print, as the CLI and the API both show it before a run)."""
     root = Path(os.environ.get("DANE_CACHE", Path.home() / ".cache" / "dask-dane"))
     path = root / f"digits-{config.workers}shards-seed{config.seed}.zarr"
+    doing = "using the digits store in" if path.exists() else "writing the digits store once, to"
+    print(f"{doing} {path} (set DANE_CACHE to keep it elsewhere)", file=sys.stderr)
     return prepare_store("digits", path, shards=config.workers, seed=config.seed)
 
 
