@@ -144,6 +144,8 @@ class ProgressLines:
     def on_start(self, dashboard: str, workers: int) -> None:
         shards = f"; shards {self.held}" if self.held else ""
         self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}{shards}")
+        if dashboard.endswith("/status"):  # the run's own page, beside Dask's, as `dane train`
+            self._print(f"dask-dane: DANE page: {dashboard.removesuffix('/status')}/dane")
 
     def on_round(self, row: dict[str, Any]) -> None:
         width = len(str(self.rounds or row["round"]))
