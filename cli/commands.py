@@ -176,26 +176,37 @@ def evaluate(
 def export(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
     out: Annotated[Path, typer.Option("--out", help="The file to write (.pt2 or .pt).")],
-    best: Annotated[bool, typer.Option(help="Export the best checkpoint, not the latest.")] = False,
+    checkpoint: Annotated[
+        str,
+        typer.Option(
+            help="best: the round the run selected (best.pt; the latest where it has none) | "
+            "latest: the last round saved."
+        ),
+    ] = "best",
+    best: Annotated[bool | None, typer.Option("--best/--no-best", hidden=True)] = None,
     format: Annotated[
         str,
         typer.Option(
             help="program: a torch.export program (torch.export.load(FILE).module(), no "
             "dask-dane needed; takes the samples as the store holds them, as float32) | "
-            "state-dict: the module's state_dict with the normalisation beside it."
+            "state-dict: the module's state_dict. Either holds the class names, "
+            "normalisation and round: the program in its extra file dask_dane.json, the "
+            "state dict in keys beside it."
         ),
     ] = "program",
     force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Write a trained model to a file that plain PyTorch loads."""
-    from ..pipeline.trained import export_model
+    from ..pipeline.trained import export_checkpoint
 
     if out.exists() and not force:
         raise ValueError(
             f"{out} already exists; pass --force to replace it or choose another --out"
         )
-    written = export_model(run_dir, out, best=best, form=format)
-    typer.echo(f"wrote {written} ({format})")
+    if best is not None:  # the former flag: --best, or --no-best for the latest
+        checkpoint = "best" if best else "latest"
+    written, chosen = export_checkpoint(run_dir, out, checkpoint=checkpoint, form=format)
+    typer.echo(f"wrote {written} ({format}): {chosen.describe()}")
 
 
 @app.command(epilog=opt.docs("report"))

@@ -4,18 +4,24 @@ this process, no cluster needed (dane evaluate).
 
 A checkpoint holds the flat weights, the buffers, the run's configuration and what feeding
 the model needs (run_state.model_info: sample shape, classes, the store's normalisation), so
-that neither the store nor the cluster is needed here.
+that neither the store nor the cluster is needed here. An exported file carries what using
+the model needs (class names, normalisation, sample shape) and which round it holds, as JSON
+(export_metadata): torch.export's extra file METADATA_FILE, or keys beside the state dict.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..datasets.images import read_class_names
 from ..models.flat import load_state
 from ..models.registry import ModelSpec, build_model
 from ..models.user import is_import_path, to_bytes
@@ -26,6 +32,8 @@ from .setup.config import RunConfig
 from .setup.run_setup import prepare_run
 
 FORMATS = ("program", "state-dict")
+CHECKPOINTS = ("best", "latest")
+METADATA_FILE = "dask_dane.json"  # the program's extra file: torch.export.load(extra_files=)
 _FIX = "pass the --out of a `dane train`"
 
 
@@ -122,18 +130,120 @@ class NormalizedModel(nn.Module):
         return self.model(x)
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """The checkpoint an export reads: which one, its contents and what it scored."""
+
+    which: str  # "best" or "latest": the file read
+    saved: dict[str, Any]
+    test_accuracy: float | None  # the test accuracy of its round, None if not evaluated
+    # best.pt's selection: ("val_accuracy" or "val_loss", its value); None: no validation.
+    selected_on: tuple[str, float] | None = None
+    fell_back: bool = False  # best asked, but the run has no best.pt: latest read
+
+    @property
+    def round(self) -> int:
+        return int(self.saved["round"])
+
+    def describe(self) -> str:
+        """`the best checkpoint, round 4, test accuracy 0.8810 (...why it is the best)`."""
+        accuracy = self.test_accuracy
+        tested = "no test accuracy" if accuracy is None else f"test accuracy {accuracy:.4f}"
+        line = f"the {self.which} checkpoint, round {self.round}, {tested}"
+        if self.fell_back:
+            return f"{line} (the run has no best checkpoint: no round was selected)"
+        if self.which == "latest":
+            return line
+        if self.selected_on is None:
+            return f"{line} (the last evaluated round: no validation split)"
+        metric, value = self.selected_on
+        return f"{line} (selected on {metric.replace('val_', 'validation ')} {value:.4f})"
+
+
+def choose_checkpoint(run_dir: str | Path, which: str) -> Chosen:
+    """The run's best (best.pt; latest.pt where the run has none) or latest checkpoint, with
+    the test accuracy of its round; ValueError for another `which` or a missing run."""
+    if which not in CHECKPOINTS:
+        raise ValueError(f"unknown --checkpoint {which!r}; choose one of: {', '.join(CHECKPOINTS)}")
+    run = run_dir_of(run_dir)
+    fell_back = which == "best" and not run.best.exists() and run.latest.exists()
+    which = "latest" if fell_back else which
+    saved = read_trained(run_dir, best=which == "best")
+    tested = {row["round"]: row.get("test_accuracy") for row in run.rows()}
+    accuracy = tested.get(int(saved["round"]))
+    if which == "latest":
+        return Chosen(which, saved, accuracy, fell_back=fell_back)
+    score = float(saved.get("best_score", -math.inf))  # -inf: selected without validation
+    selected_on = None
+    if score > -math.inf:  # the score is the validation accuracy, or minus the loss
+        regression = saved["model"].get("task") == "regression"
+        selected_on = ("val_loss", -score) if regression else ("val_accuracy", score)
+    return Chosen(which, saved, saved.get("test_accuracy_at_best", accuracy), selected_on)
+
+
 def export_model(
     run_dir: str | Path,
     out: str | Path,
     *,
-    best: bool = False,
+    checkpoint: str = "latest",
     form: str = "program",
     model: Callable[..., nn.Module] | None = None,
 ) -> Path:
     """Write the run's model to `out`: a torch.export program or a state dict; returns `out`."""
+    return export_checkpoint(run_dir, out, checkpoint=checkpoint, form=form, model=model)[0]
+
+
+def export_checkpoint(
+    run_dir: str | Path,
+    out: str | Path,
+    *,
+    checkpoint: str,
+    form: str = "program",
+    model: Callable[..., nn.Module] | None = None,
+) -> tuple[Path, Chosen]:
+    """export_model, and the checkpoint written (Chosen: which, its round and accuracy)."""
     check_export_target(out, form)
-    saved = read_trained(run_dir, best=best)  # read once: the module and its record
-    return export_module(build_trained(saved, run_dir, model), saved["model"], out, form=form)
+    chosen = choose_checkpoint(run_dir, checkpoint)  # read once: the module and its record
+    saved = chosen.saved
+    network = build_trained(saved, run_dir, model)
+    metadata = export_metadata(saved["model"], class_names(saved), chosen)
+    return export_module(network, saved["model"], out, form=form, metadata=metadata), chosen
+
+
+def class_names(saved: dict[str, Any]) -> list[str] | None:
+    """The class names of a checkpoint's run: its model record's, or its store's attribute
+    where the store is still a folder here (image folders and CIFAR record them); None."""
+    if (names := saved["model"].get("class_names")) is not None:
+        return list(names)
+    store = saved.get("config", {}).get("store")
+    if not store or not Path(store).is_dir():
+        return None
+    try:
+        return read_class_names(store)
+    except Exception:  # a store moved, rewritten or unreadable: the names are a courtesy
+        return None
+
+
+def export_metadata(
+    info: dict[str, Any], classes: list[str] | None, chosen: Chosen | None = None
+) -> dict[str, Any]:
+    """What using an exported model needs, and the round it holds: METADATA_FILE's JSON."""
+    normalization = info["normalization"]
+    metadata = {
+        "classes": classes,
+        "num_classes": info["num_classes"],
+        "task": info["task"],
+        "mean": normalization["mean"],
+        "std": normalization["std"],
+        "sample_shape": list(info["sample_shape"]),
+        "model": info["name"],
+    }
+    if chosen is not None:
+        metric, value = chosen.selected_on or (None, None)
+        metadata |= {"checkpoint": chosen.which, "round": chosen.round}
+        metadata |= {"test_accuracy": chosen.test_accuracy, "selected_on": metric}
+        metadata |= {metric: value} if metric else {}
+    return metadata
 
 
 def check_export_target(out: str | Path, form: str) -> None:
@@ -146,20 +256,24 @@ def check_export_target(out: str | Path, form: str) -> None:
         )
 
 
-def export_module(network: nn.Module, info: dict, out: str | Path, *, form: str) -> Path:
-    """Write a trained module (with the run's model record `info`) as `form` to `out`."""
+def export_module(
+    network: nn.Module,
+    info: dict,
+    out: str | Path,
+    *,
+    form: str,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write a trained module (with the run's model record `info`) as `form` to `out`, with
+    `metadata` (export_metadata; by default the record's, without a round)."""
     check_export_target(out, form)
     out = Path(out)
     network = network.eval()
+    metadata = metadata if metadata is not None else export_metadata(info, None)
     if form == "state-dict":
-        payload = {
-            "state_dict": network.state_dict(),
-            "normalization": info["normalization"],
-            "sample_shape": info["sample_shape"],
-            "num_classes": info["num_classes"],
-            "task": info["task"],
-            "model": info["name"],
-        }
+        # The metadata's keys beside the state dict: the same as the program's JSON file.
+        payload = {**metadata, "state_dict": network.state_dict()}
+        payload["normalization"] = info["normalization"]
         atomic_write_bytes(out, lambda handle: torch.save(payload, handle))
         return out
     wrapped = NormalizedModel(network, info["normalization"], len(info["sample_shape"])).eval()
@@ -173,5 +287,6 @@ def export_module(network: nn.Module, info: dict, out: str | Path, *, form: str)
             f"torch.export cannot trace model {info['name']!r} ({type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''}); use --format state-dict"
         ) from None
-    atomic_write_bytes(out, lambda handle: torch.export.save(program, handle))
+    extra = {METADATA_FILE: json.dumps(metadata)}
+    atomic_write_bytes(out, lambda handle: torch.export.save(program, handle, extra_files=extra))
     return out

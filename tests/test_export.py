@@ -59,6 +59,13 @@ def trained_run(tmp_path_factory, digits_stores, user_models_text):
     return root
 
 
+def _best_row(root) -> dict:
+    """The metrics row of the round best.pt holds, the one `dane export` writes by default."""
+    best = json.loads((root / "run" / "summary.json").read_text())["best_round"]
+    rows = (root / "run" / "metrics.jsonl").read_text().splitlines()
+    return next(row for row in map(json.loads, rows) if row["round"] == best)
+
+
 def test_the_program_scores_the_runs_accuracy_without_dask_dane(trained_run, digits_stores):
     exported = _dane("export", "run", "--out", "model.pt2", cwd=trained_run)
     scored = subprocess.run(
@@ -68,8 +75,7 @@ def test_the_program_scores_the_runs_accuracy_without_dask_dane(trained_run, dig
 
     assert exported.returncode == 0, exported.stderr
     assert scored.returncode == 0, scored.stderr
-    last = json.loads((trained_run / "run" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert float(scored.stdout) == last["test_accuracy"]
+    assert float(scored.stdout) == _best_row(trained_run)["test_accuracy"]  # the default
 
 
 def test_the_state_dict_loads_into_the_users_own_network(trained_run, digits_stores):
@@ -93,9 +99,9 @@ def test_the_state_dict_loads_into_the_users_own_network(trained_run, digits_sto
     y = torch.from_numpy(group["test/y"][:])
     with torch.no_grad():
         accuracy = (model(x).argmax(1) == y).double().mean().item()
-    last = json.loads((trained_run / "run" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert accuracy == pytest.approx(last["test_accuracy"], abs=1e-12)
-    assert saved["state_dict"]["1.num_batches_tracked"].item() == 20
+    best = _best_row(trained_run)
+    assert accuracy == pytest.approx(best["test_accuracy"], abs=1e-12)
+    assert saved["state_dict"]["1.num_batches_tracked"].item() == 10 * best["round"]
 
 
 def test_an_existing_file_is_kept_and_a_missing_run_is_named(trained_run):
@@ -150,7 +156,7 @@ def test_the_programs_logits_are_the_loaded_models_at_batch_one_and_n(trained_ru
     stats = read_trained(trained_run / "run")["model"]["normalization"]
     raw = torch.from_numpy(zarr.open_group(str(digits_stores[2]), mode="r")["test/x"][:]).float()
     x = (raw - stats["mean"][0]) / stats["std"][0]  # one channel: the store's mean and std
-    model = dask_dane.load(trained_run / "run")
+    model = dask_dane.load(trained_run / "run", best=True)  # export's default: best.pt
     with torch.no_grad():
         expected = model(x)
     assert logits["all"].shape == (len(raw), 10) and logits["one"].shape == (1, 10)
