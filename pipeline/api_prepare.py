@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import zarr
 
 from ..datasets import location
 from ..datasets.images import image_source_options
 from ..datasets.partition import PartitionSpec, validate_partition
 from ..datasets.raw import RawDataset, SkippedFiles, SourceOptions
 from ..datasets.sources import load_source, parse_source_name
-from ..datasets.store import StoreInfo, write_store
+from ..datasets.store import StoreInfo, open_store, write_store
 from .keywords import reword
 from .run.errors import refuse_in_spawned_import
 
@@ -44,6 +45,7 @@ def prepare(
     path: str | Path | None = None,
     skip_bad: bool = SourceOptions.skip_bad,
     force: bool = False,
+    exist_ok: bool = False,
 ) -> Path:
     """Write a sharded store from a named source or from NumPy arrays; return its path.
 
@@ -78,6 +80,11 @@ def prepare(
         cannot read.
     force
         Replace a store already at `out`.
+    exist_ok
+        Reuse a store already at `out` when it holds what this call would write (the same
+        source, or arrays of the same shapes, labels, test rows and normalisation, and the
+        same shards and partition), so that a script runs again unchanged; a store that
+        differs raises ValueError naming the difference.
 
     Returns
     -------
@@ -89,7 +96,8 @@ def prepare(
     TypeError
         If neither or both of `source` and `train`/`test` are given.
     ValueError
-        For a bad option, an existing store without `force`, or an unknown source.
+        For a bad option, an unknown source, an existing store without `force` or
+        `exist_ok`, or one that `exist_ok` finds different.
     """
     refuse_in_spawned_import()  # a worker re-running a script without a main guard
     spec = PartitionSpec(
@@ -99,6 +107,11 @@ def prepare(
     try:
         if source is not None and (train is not None or test is not None):
             raise TypeError("prepare() takes a source or train= and test= arrays, not both")
+        if source is None and (train is None or test is None):
+            raise TypeError("prepare() needs a source ('digits', say) or train= and test= arrays")
+        arrays = None if train is None or test is None else _from_arrays(train, test, num_classes)
+        if _exists(out, force=force, exist_ok=exist_ok):
+            return Path(reused_store(out, spec, source=source, arrays=arrays).path)
         if source is not None:
             info = write_source(
                 source, out, spec, force=force, test_fraction=test_fraction, samples=samples,
@@ -107,10 +120,8 @@ def prepare(
                 seed=seed, skip_bad=skip_bad, path=None if path is None else str(path),
                 **({"num_classes": num_classes} if num_classes is not None else {}),
             )  # fmt: skip
-        elif train is not None and test is not None:
-            info = write_store(_from_arrays(train, test, num_classes), spec, out, force=force)
         else:
-            raise TypeError("prepare() needs a source ('digits', say) or train= and test= arrays")
+            info = write_store(arrays, spec, out, force=force)
         return Path(info.path)
     except ValueError as err:  # the store's and sources' checks name the CLI's flags
         reword(err)
@@ -152,6 +163,83 @@ def write_source(
     if raw.skipped is not None:
         skipped(raw.skipped)
     return write_store(raw, spec, out, force=force)
+
+
+def _exists(out: str | Path, *, force: bool, exist_ok: bool) -> bool:
+    """Whether a store at `out` is to be reused; ValueError for one neither flag allows."""
+    if force and exist_ok:
+        raise ValueError(
+            "pass force=True to replace the store or exist_ok=True to reuse it, not both"
+        )
+    if force or not location.exists(location.resolve(out)):
+        return False
+    if not exist_ok:
+        raise ValueError(
+            f"{out} already exists; pass force=True to replace it, exist_ok=True to reuse it, "
+            "or choose another out"
+        )
+    return True
+
+
+def reused_store(
+    out: str | Path, spec: PartitionSpec, *, source: str | None, arrays: RawDataset | None
+) -> StoreInfo:
+    """The store at `out`, checked to hold what `prepare` was asked to write: the same source
+    (or arrays), shards and partition. ValueError naming the first difference and the fix."""
+    info = open_store(out)
+    differences = [
+        f"{what} {there} there, {here} here"
+        for what, there, here in _recorded(info, spec, source, arrays)
+        if there != here
+    ]
+    if arrays is not None and not differences:
+        differences = _content_differences(info, arrays)
+    if differences:
+        raise ValueError(
+            f"{out} holds another store ({differences[0]}); pass force=True to replace it "
+            "or choose another out"
+        )
+    return info
+
+
+def _recorded(
+    info: StoreInfo, spec: PartitionSpec, source: str | None, arrays: RawDataset | None
+) -> list[tuple[str, object, object]]:
+    """(what, in the store, asked for) for what the store's attributes record."""
+    asked = "arrays" if source is None else parse_source_name(source)[0]
+    pairs = [("source", info.source.partition(":")[0], asked)]  # "images:DIR" is "images"
+    if arrays is not None:
+        pairs += [
+            ("task", info.task, arrays.task),
+            ("num_classes", info.num_classes, arrays.num_classes),
+            ("sample shape", info.sample_shape, tuple(arrays.x_train.shape[1:])),
+            ("training rows", info.num_train, len(arrays.x_train)),
+            ("test rows", info.num_test, len(arrays.x_test)),
+        ]
+    pairs.append(("shards", info.num_shards, spec.num_shards))
+    for key, value in spec.as_attrs().items():  # kind, seed, alpha or classes_per_shard
+        pairs.append(("partition" if key == "kind" else key, info.partition.get(key), value))
+    return pairs
+
+
+def _content_differences(info: StoreInfo, arrays: RawDataset) -> list[str]:
+    """What differs between the arrays and the store of the same shapes: the test rows, the
+    training labels, and the training images' per-channel mean (rows are stored shuffled)."""
+    group = zarr.open_group(info.path, mode="r", zarr_format=3)
+    found = []
+    if not (
+        np.array_equal(group["test/x"][:], arrays.x_test)
+        and np.array_equal(group["test/y"][:], arrays.y_test)
+    ):
+        found.append("the test arrays differ")
+    if not np.array_equal(np.sort(group["train/y"][:]), np.sort(arrays.y_train)):
+        found.append("the training labels differ")
+    x = arrays.x_train
+    if x.ndim in (3, 4):  # images and signals: the store records the per-channel mean
+        mean = x.mean(axis=(0, *range(2, x.ndim)), dtype=np.float64)
+        if not np.allclose(mean, info.normalization["mean"], rtol=1e-6, atol=1e-9):
+            found.append("the training images' mean differs")
+    return found
 
 
 def _from_arrays(train: Arrays, test: Arrays, num_classes: int | None) -> RawDataset:
