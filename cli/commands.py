@@ -136,22 +136,34 @@ def train(
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
+    from .train_lines import (
+        EXIT_INTERRUPTED,
+        InterruptWatch,
+        finished_note,
+        interrupted_line,
+        result_line,
+    )
 
     resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
     refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
-    with quiet_cluster_logs(Path(resolved.out)), TrainingProgress(resolved) as progress:
-        export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
-        tracking = TrackingContext(export, preset_of(config))  # for MLflow
-        callbacks = progress.callbacks()  # the bar, and the noise-scale warning once
-        summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
-    accuracy = summary["final_test_accuracy"]
+    finished = finished_note(resolved.out, resolved.rounds) if resume else None
+    interrupt, bar = InterruptWatch(), TrainingProgress(resolved)
+    try:
+        with interrupt, quiet_cluster_logs(Path(resolved.out)), bar:
+            if finished is not None:
+                bar.note(finished)
+            export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
+            tracking = TrackingContext(export, preset_of(config))  # for MLflow
+            callbacks = bar.callbacks()  # the bar, and the noise-scale warning once
+            summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
+    except BaseException:
+        if not interrupt.seen:
+            raise
+        # Ctrl-C reaches the workers too: what surfaces may be their loss, not the interrupt.
+        bar.note(interrupted_line(resolved.out))  # its console: after the bar's last redraw
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     typer.echo(selection_line(summary))  # before the result line: scripts read the last line
-    typer.echo(
-        f"{summary['algorithm']}: {summary['rounds']} rounds, test accuracy "
-        f"{accuracy:.4f}, {summary['total_wall_s']:.1f} s in rounds; run in {resolved.out}"
-        if accuracy is not None
-        else f"{summary['algorithm']}: {summary['rounds']} rounds; run in {resolved.out}"
-    )
+    typer.echo(result_line(summary, resolved.out))
 
 
 app.command("advise", epilog=opt.docs("advise"))(advise)

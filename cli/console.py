@@ -33,6 +33,7 @@ class TrainingProgress(ProgressLines):
 
         super().__init__()
         self.rounds, self.batch_size = config.rounds, config.batch_size
+        self.out = config.out
         self.collapse = CollapseWatch(advice(config))
         self.bar = Progress(
             TextColumn("round"),
@@ -53,11 +54,17 @@ class TrainingProgress(ProgressLines):
             self.bar.stop()
 
     def on_start(self, dashboard: str, workers: int) -> None:
+        # The run folder first: without --out it is a fresh one each run, named here.
+        self._print(f"run folder: {self.out}")
         shards = f"; shards {self.held}" if self.held else ""
         self._print(f"dashboard: {dashboard}  ({workers} workers{shards})")
         if dashboard.endswith("/status"):  # the run's own page, beside Dask's
             self._print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
         self.bar.start()
+
+    def note(self, text: str) -> None:
+        """A line of its own, above the bar while it runs."""
+        self._print(text)
 
     def on_round(self, row: dict[str, Any]) -> None:
         loss, acc = number(row["train_loss"]), number(row["test_accuracy"])

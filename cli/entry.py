@@ -11,7 +11,9 @@ what went wrong:
   4  the cluster was lost (the scheduler stopped answering within --timeout, or a round kept
      failing as workers died): the run directory stays resumable with --resume; or it never
      came up (--cluster slurm: the queue did not start the jobs within --queue-timeout, the
-     line names their queue state).
+     line names their queue state);
+  130  stopped with Ctrl-C (`dane train` names the rounds kept and the command that continues
+     the run: cli/train_lines.py).
 """
 
 from __future__ import annotations

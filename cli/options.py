@@ -66,7 +66,10 @@ ConfigFile = Annotated[
 Resume = Annotated[
     bool,
     typer.Option(
-        "--resume", help="Continue the run in --out.", show_default=False, rich_help_panel=RUN_PANEL
+        "--resume",
+        help="Continue the run in --out (without --out: the newest run under runs/).",
+        show_default=False,
+        rich_help_panel=RUN_PANEL,
     ),
 ]
 

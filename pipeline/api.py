@@ -10,8 +10,6 @@ Errors name the keywords, not the flags (keywords.py); an unknown keyword is a T
 from __future__ import annotations
 
 import inspect
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -123,9 +121,10 @@ def train(
     workers
         Workers of the cluster started when `client` is None.
     out
-        The run directory; None makes a fresh one under ./runs.
+        The run directory; None makes a fresh one, runs/ALGORITHM-N (the next free N), as
+        `dane train` does without --out.
     resume
-        Continue the run in `out`.
+        Continue the run in `out` (None: the newest run under runs/).
     progress
         Print a line as the run starts and one per round (round, train loss, test
         accuracy), on stderr or in the notebook; False prints nothing.
@@ -199,9 +198,7 @@ def _train_config(
     flags, then planned as the CLI plans them (plan_run: resume, the default store)."""
     flags = check_settings(settings, "dask_dane.train", noun="keyword")
     flags["model"] = model if isinstance(model, str) else callable_name(model)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    fresh = Path("runs") / f"{settings['algorithm']}-{stamp}-{uuid.uuid4().hex[:6]}"
-    flags["out"] = str(out if out is not None else fresh)
+    flags["out"] = None if out is None else str(out)  # None: a fresh folder (plan_run)
     flags["store"] = None if store is None else str(store)
     return plan_run(flags, resume=resume)
 

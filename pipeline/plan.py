@@ -17,7 +17,7 @@ from typing import Any
 from .algorithms.parts.setting_error import SettingError, setting
 from .observe.tracking import check_tracking
 from .run.jobqueue import check_job_queue
-from .run.rundir import RunDir, check_same_run
+from .run.rundir import RunDir, check_same_run, fresh_run_dir, newest_run_dir
 from .setup.config import RunConfig, read_toml
 from .setup.epochs import COUNT_OF_EPOCHS
 from .setup.run_setup import ensure_default_store
@@ -30,10 +30,14 @@ def plan_run(
     run directory's saved settings."""
     filed = read_toml(file) if file else {}  # read once: _one_source looks at it again
     given = {key: value for key, value in settings.items() if value is not None}
+    out = given.get("out") or filed.get("out")
     base: dict[str, Any] = {}
     if resume:
-        base = RunDir(Path(given.get("out") or filed.get("out") or RunConfig.out)).saved_config()
-    config = RunConfig(**{**base, **filed, **given}).validate()  # each layer over the last
+        out = out or newest_run_dir()
+        base = RunDir(Path(out)).saved_config()
+    layered = {**base, **filed, **given}  # each layer over the last
+    fresh = fresh_run_dir(layered.get("algorithm", RunConfig.algorithm))
+    config = RunConfig(**{**layered, "out": str(out or fresh)}).validate()
     for epochs, count in COUNT_OF_EPOCHS.items():  # setup/epochs.py
         config = _one_source(config, given, filed, count, epochs)
     check_tracking(config)  # a tracker asked for by name but not installed: before any write

@@ -49,4 +49,4 @@ def test_train_help_shows_defaults_in_one_style():
     result = CliRunner().invoke(app, ["train", "--help"], terminal_width=100)
     # Typer's own "[default: ...]" would be a second style beside the declarations' "[...]".
     assert "[default:" not in result.output
-    assert "[runs/latest]" in result.output and "[small-cnn]" in result.output
+    assert "[20]" in result.output and "[small-cnn]" in result.output

@@ -132,7 +132,8 @@ class ProgressLines:
         self.collapse = CollapseWatch(advice(config))
         verb = "resuming" if resume else "training"
         self._print(
-            f"dask-dane: {verb} {config.algorithm} for {config.rounds} rounds into {config.out}"
+            f"dask-dane: {verb} {config.algorithm} for {plural(config.rounds, 'round')} into "
+            f"{config.out}"
         )
 
     def callbacks(self) -> Callbacks:
@@ -177,13 +178,20 @@ class ProgressLines:
     def end(self, summary: dict[str, Any], run_dir: object) -> None:
         accuracy = summary.get("final_test_accuracy")
         result = "" if accuracy is None else f", test accuracy {accuracy:.4f}"
-        self._print(f"dask-dane: done after {summary.get('rounds', '?')} rounds{result}")
+        self._print(f"dask-dane: done after {plural(summary.get('rounds'), 'round')}{result}")
         self._print(f"dask-dane: run directory {run_dir}")
 
     def _print(self, text: str) -> None:
         # markup=False: a run directory or a dashboard URL may hold [brackets].
         # soft_wrap: a long path is wrapped by the terminal, not broken by a newline.
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def plural(count: int | None, noun: str) -> str:
+    """'1 round', '3 rounds'; '? rounds' for an unknown count."""
+    if count is None:
+        return f"? {noun}s"
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def selection_line(summary: dict[str, Any]) -> str:

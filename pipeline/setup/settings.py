@@ -237,7 +237,13 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    out: str = declare("runs/latest", help="Run directory.")
+    # None: plan_run picks a fresh folder (rundir.fresh_run_dir), so that a second experiment
+    # needs no new flag; the CLI and the API follow the same rule.
+    out: str | None = declare(
+        None,
+        help="Run directory; by default a fresh runs/ALGORITHM-N (the next free N), printed as "
+        "the run starts.",
+    )
     rounds: int = declare(20, at_least_one, help="Rounds (DANE iterations).")
     seed: int = declare(0, help="Seed of init and sampling.")
     eval_every: int = declare(1, at_least_one, help="Evaluate every N rounds.")
