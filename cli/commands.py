@@ -134,6 +134,7 @@ def train(
     from ..pipeline.plan import plan_run
     from ..pipeline.run import loop
     from ..pipeline.run.cluster_checks import refuse_missing_gpu
+    from ..pipeline.run.worker_count import check_workers
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
     from .train_lines import (
@@ -146,12 +147,14 @@ def train(
 
     resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
     refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
+    idle = check_workers(resolved)  # more workers than shards: a warning, jobs refused
     finished = finished_note(resolved.out, resolved.rounds) if resume else None
     interrupt, bar = InterruptWatch(), TrainingProgress(resolved)
     try:
         with interrupt, quiet_cluster_logs(Path(resolved.out)), bar:
-            if finished is not None:
-                bar.note(finished)
+            for line in (idle, finished):
+                if line is not None:
+                    bar.note(line)
             export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
             tracking = TrackingContext(export, preset_of(config))  # for MLflow
             callbacks = bar.callbacks()  # the bar, and the noise-scale warning once

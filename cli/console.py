@@ -62,10 +62,6 @@ class TrainingProgress(ProgressLines):
             self._print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
         self.bar.start()
 
-    def note(self, text: str) -> None:
-        """A line of its own, above the bar while it runs."""
-        self._print(text)
-
     def on_round(self, row: dict[str, Any]) -> None:
         loss, acc = number(row["train_loss"]), number(row["test_accuracy"])
         self.bar.update(self.task, completed=row["round"], loss=loss, acc=acc)

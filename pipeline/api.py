@@ -21,12 +21,13 @@ from torch import nn
 from ..models.user import callable_name
 from .api_prepare import prepare
 from .keywords import SETTINGS_KEYWORDS, check_keywords, reword
-from .observe.progress import Callbacks, ProgressLines, chain
+from .observe.progress import Callbacks, ProgressLines, chain, plural
 from .observe.tracking import TrackingContext
 from .plan import plan_run
 from .run import loop
 from .run.errors import refuse_in_spawned_import
 from .run.rundir import RunDir
+from .run.worker_count import check_workers
 from .setup.config import RunConfig, check_settings
 from .trained import build_trained, export_model, export_module, read_trained
 
@@ -157,8 +158,12 @@ def train(
     watchers += [callbacks] if callbacks is not None else []
     try:
         config = _train_config(store, model, out, resume=resume, settings=settings)
+        idle = check_workers(config)  # more workers than shards: a warning, jobs refused
         if lines is not None:
             lines.begin(config, resume=resume)
+            for line in (idle, _nothing_left(config) if resume else None):
+                if line is not None:
+                    lines.note(line)
         export = partial(export_model, form="state-dict", model=builder)  # MLflow's artifact
         summary = loop.train(
             config,
@@ -201,6 +206,18 @@ def _train_config(
     flags["out"] = None if out is None else str(out)  # None: a fresh folder (plan_run)
     flags["store"] = None if store is None else str(store)
     return plan_run(flags, resume=resume)
+
+
+def _nothing_left(config: RunConfig) -> str | None:
+    """For resume=True on a run that already trained its rounds: say that this call trains
+    nothing, rather than show the old result as if it had."""
+    done = RunDir(Path(config.out)).rounds_recorded()
+    if done < config.rounds:
+        return None
+    return (
+        f"dask-dane: {config.out} already finished its {plural(done, 'round')}: nothing to "
+        "train; pass a larger rounds= with resume=True to train on"
+    )
 
 
 def load(

@@ -136,6 +136,10 @@ class ProgressLines:
             f"{config.out}"
         )
 
+    def note(self, text: str) -> None:
+        """A line of its own (a warning before the run, a resume with nothing left)."""
+        self._print(text)
+
     def callbacks(self) -> Callbacks:
         return Callbacks(on_start=self.on_start, on_round=self.on_round, on_shards=self.on_shards)
 
