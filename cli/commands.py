@@ -133,7 +133,6 @@ def train(
     from ..pipeline.observe.tracking import TrackingContext, preset_of
     from ..pipeline.plan import plan_run
     from ..pipeline.run import loop
-    from ..pipeline.run.cluster_checks import refuse_missing_gpu
     from ..pipeline.run.worker_count import check_workers
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
@@ -146,7 +145,6 @@ def train(
     )
 
     resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
-    refuse_missing_gpu(resolved)  # before the run directory is touched (train checks it too)
     idle = check_workers(resolved)  # more workers than shards: a warning, jobs refused
     finished = finished_note(resolved.out, resolved.rounds) if resume else None
     interrupt, bar = InterruptWatch(), TrainingProgress(resolved)
@@ -286,7 +284,8 @@ def watch_run(
     interval: Annotated[float, typer.Option(help="Seconds between reads of it.")] = 1.0,
 ) -> None:
     """Follow a run started elsewhere, live (round, loss and accuracy sparklines, bytes, the
-    slowest worker); exits when the run ends."""
+    slowest worker, an ETA; a line a round where the output is not a terminal); exits when
+    the run ends."""
     from .watch import watch
 
     if not interval > 0:

@@ -60,7 +60,11 @@ def docs(command: str) -> str:
 RUN_PANEL = "Run and output"
 ConfigFile = Annotated[
     Path | None,
-    typer.Option(help="TOML file of settings; flags override it.", rich_help_panel=RUN_PANEL),
+    typer.Option(
+        help="TOML file of settings, each key a flag without its dashes (local_lr = 0.05); "
+        "flags override it.",
+        rich_help_panel=RUN_PANEL,
+    ),
 ]
 # A plain flag, its default unshown: every other option shows its default as [value].
 Resume = Annotated[

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from .run.errors import refuse_in_spawned_import
 from .run.rundir import RunDir
 from .run.worker_count import check_workers
 from .setup.config import RunConfig, check_settings
-from .trained import build_trained, export_model, export_module, read_trained
+from .trained import build_trained, export_model, read_trained
 
 __all__ = ["Callbacks", "TrainResult", "load", "prepare", "train"]
 
@@ -56,14 +56,17 @@ class TrainResult:
     history: list[dict[str, Any]]
     summary: dict[str, Any]
     run_dir: Path
+    # The callable the run was built from (None: a name), for export's rebuild of a checkpoint.
+    builder: Callable[..., nn.Module] | None = field(default=None, repr=False)
 
     @property
     def test_accuracy(self) -> float | None:
         """The last round's test accuracy (None for a regression task)."""
         return self.summary["final_test_accuracy"]
 
-    def export(self, out: str | Path, *, form: str = "program") -> Path:
-        """Write `.model` to a file that plain PyTorch loads, as `dane export` does.
+    def export(self, out: str | Path, *, form: str = "program", checkpoint: str = "best") -> Path:
+        """Write a checkpoint of the run to a file that plain PyTorch loads, as `dane export`
+        does: the model, the class names, the normalisation and the round in its metadata.
 
         Parameters
         ----------
@@ -71,6 +74,9 @@ class TrainResult:
             The file to write.
         form
             ``"program"`` (a `torch.export` program taking raw samples) or ``"state-dict"``.
+        checkpoint
+            ``"best"`` (best.pt; the latest where no round was selected) or ``"latest"``
+            (the weights of `.model`).
 
         Returns
         -------
@@ -78,7 +84,7 @@ class TrainResult:
             The file written. Works for a model from a notebook function too, which the
             command line cannot rebuild.
         """
-        return export_module(self.model, read_trained(self.run_dir)["model"], out, form=form)
+        return export_model(self.run_dir, out, checkpoint=checkpoint, form=form, model=self.builder)
 
     def __repr__(self) -> str:
         # Short on purpose: the history and the model are attributes to look at, not to dump.
@@ -181,6 +187,7 @@ def train(
         lines.end(summary, run_dir.root)
     return TrainResult(
         model=load(run_dir.root, model=builder),
+        builder=builder,
         history=run_dir.rows(),
         summary=summary,
         run_dir=run_dir.root,

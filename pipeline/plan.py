@@ -16,6 +16,7 @@ from typing import Any
 
 from .algorithms.parts.setting_error import SettingError, setting
 from .observe.tracking import check_tracking
+from .run.cluster_checks import refuse_missing_gpu
 from .run.jobqueue import check_job_queue
 from .run.rundir import RunDir, check_same_run, fresh_run_dir, newest_run_dir
 from .setup.config import RunConfig, read_toml
@@ -42,6 +43,7 @@ def plan_run(
         config = _one_source(config, given, filed, count, epochs)
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
     check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
+    refuse_missing_gpu(config)  # --device cuda on a machine without one: the same
     if config.store is None:
         config = dataclasses.replace(config, store=str(ensure_default_store(config)))
     if resume:

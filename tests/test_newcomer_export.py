@@ -122,3 +122,21 @@ def test_without_a_best_checkpoint_the_latest_is_written_and_said(stopped_run, d
     assert "(the run has no best checkpoint: no round was selected)" in done.stdout
     assert unknown.returncode == 2 and not (stopped_run / "x.pt2").exists()
     assert "unknown --checkpoint 'last'; choose one of: best, latest" in unknown.stderr
+
+
+def test_the_apis_export_writes_the_best_round_too(stopped_run):
+    import dask_dane
+
+    run = stopped_run / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    result = dask_dane.TrainResult(
+        model=dask_dane.load(run), history=[], summary=summary, run_dir=run
+    )
+
+    written = result.export(stopped_run / "api.pt2")  # before: the last round's weights
+    extra = {"dask_dane.json": ""}
+    torch.export.load(written, extra_files=extra)
+    assert json.loads(extra["dask_dane.json"])["round"] == summary["best_round"]
+    latest = result.export(stopped_run / "api-latest.pt2", checkpoint="latest")
+    torch.export.load(latest, extra_files=extra)
+    assert json.loads(extra["dask_dane.json"])["round"] == summary["rounds"]

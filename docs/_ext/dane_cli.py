@@ -121,7 +121,7 @@ class DaneSettings(SphinxDirective):
 
         from dask_dane.cli.options import ARGUMENTS
         from dask_dane.pipeline.algorithms.parts.hyperparameters import shown_default
-        from dask_dane.pipeline.algorithms.parts.setting_error import flag
+        from dask_dane.pipeline.algorithms.parts.setting_error import flag, key_of
         from dask_dane.pipeline.setup.config import SECTIONS
 
         rows = []
@@ -131,7 +131,7 @@ class DaneSettings(SphinxDirective):
                 if declared is not None:
                     shown = shown_default(declared.default) or "unset"
                     option = "STORE" if f.name in ARGUMENTS else flag(f.name)
-                    rows.append([f.name, option, section, shown, declared.help])
+                    rows.append([key_of(f.name), option, section, shown, declared.help])
         header = ["key", "dane train", "section", "default", "what it sets"]
         return [_table(header, rows, code=4)]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..algorithms.parts.setting_error import key_of
 from .settings import ClusterSettings, RunSettings
 
 RESUMED = "resumed"  # config.toml's array of tables
@@ -119,10 +120,11 @@ def check_same_run(saved: dict[str, Any], config: Any) -> dict[str, Change]:
         if old == new:
             continue
         if key not in RESUMABLE_KEYS:
-            made = f"{key} = {old!r}" if old is not None else f"no {key}"
+            name = key_of(key)  # as config.toml and the flags spell it
+            made = f"{name} = {old!r}" if old is not None else f"no {name}"
             raise ValueError(
                 f"--resume: this run directory was made with {made}, not {new!r}; resume with "
-                f"the same {key} or choose another --out"
+                f"the same {name} or choose another --out"
             )
         changes[key] = (old, new)
     return changes
