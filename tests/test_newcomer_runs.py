@@ -74,3 +74,12 @@ def test_ctrl_c_exits_130_naming_the_command_that_continues_the_run(tmp_path, di
     assert process.returncode == 130, stderr
     assert f"; continue with: dane train --resume --out {run}" in stderr.splitlines()[-1]
     assert "Traceback" not in stderr
+
+
+def test_one_saved_round_is_said_in_the_singular():
+    from dask_dane.pipeline.run.errors import lost_message
+    from dask_dane.pipeline.setup.config import RunConfig
+
+    line = lost_message(RunConfig(), Path("runs/dane-1"), 2, "gone", saved=1)
+    assert "; round 1 is saved in runs/dane-1;" in line
+    assert "; rounds 1-3 are saved in" in lost_message(RunConfig(), Path("r"), 4, "gone", saved=3)

@@ -53,8 +53,9 @@ def lost_message(config: RunConfig, run_dir: Path, t: int, reason: str, saved: i
     if saved == 0:
         done = "no round finished" if t == 1 else "no checkpoint was written yet"
         return f"lost {cluster} in round {t}: {reason}; {done}; run the command again"
+    kept = "round 1 is" if saved == 1 else f"rounds 1-{saved} are"
     return (
-        f"lost {cluster} in round {t}: {reason}; rounds 1-{saved} are saved in {run_dir}; "
+        f"lost {cluster} in round {t}: {reason}; {kept} saved in {run_dir}; "
         f"start a cluster and continue with `dane train --out {run_dir} --resume`"
     )
 
