@@ -122,7 +122,11 @@ def finished_line(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def check_run_dir(run_dir: Path) -> RunDir:
+    from ..datasets.store.mistaken import is_store, store_not_run
+
     run = RunDir(run_dir)
+    if is_store(run_dir):
+        raise ValueError(store_not_run(run_dir))
     if not run.root.is_dir() or not (run.config.exists() or run.metrics.exists()):
         raise ValueError(
             f"{run_dir} is not a run directory (no config.toml or metrics.jsonl); pass the "

@@ -43,7 +43,11 @@ class RunCurves:
 
 def load_run(path: str | Path) -> RunCurves:
     """Read a run directory's config.toml and metrics.jsonl; ValueError if it is not one."""
+    from ..datasets.store.mistaken import is_store, store_not_run
+
     run = RunDir(Path(path))
+    if is_store(run.root):
+        raise ValueError(store_not_run(path))
     if not run.config.exists() or not run.metrics.exists():
         raise ValueError(
             f"{run.root} is not a run directory (it needs config.toml and metrics.jsonl); pass "

@@ -40,7 +40,11 @@ _FIX = "pass the --out of a `dane train`"
 def run_dir_of(run_dir: str | Path) -> RunDir:
     """A trained run's directory; ValueError naming what is missing, worded for the commands
     that read a finished run (evaluate, export, load)."""
+    from ..datasets.store.mistaken import is_store, store_not_run
+
     run = RunDir(Path(run_dir))
+    if is_store(run.root):
+        raise ValueError(store_not_run(run_dir))
     if not run.root.is_dir():
         raise ValueError(f"{run.root} is not a run directory; {_FIX}")
     return run

@@ -15,6 +15,7 @@ import zarr
 from .. import location
 from ..integrity import check_digest
 from .format import ARRAYS, FORMAT_VERSION, StoreInfo, brief
+from .mistaken import is_run_folder, near_store, run_not_store
 from .rows import chunk_range, missing_chunk
 
 
@@ -25,8 +26,9 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
     on a cluster of the user's) resolve a relative path elsewhere, or not at all. A remote
     URL (s3://...) comes back as given.
     """
+    given = str(path)
     path = location.resolve(path)
-    group = _open_group(path)
+    group = _open_group(path, given)
     attrs = dict(group.attrs)
     version = attrs.get("format_version")
     if version != FORMAT_VERSION or isinstance(version, bool):
@@ -50,11 +52,18 @@ def open_store(path: str | os.PathLike) -> StoreInfo:
     return info
 
 
-def _open_group(path: str) -> zarr.Group:
-    """The store's zarr group; ValueError saying how to create one if there is none."""
+def _open_group(path: str, given: str) -> zarr.Group:
+    """The store's zarr group; ValueError saying what was likely meant (a store of a near
+    name, a run folder's store), else how to create one. `given`: the path as the user
+    wrote it, for the names the message suggests."""
     hint = f"create one with `dane prepare digits --out {path}`"
     if not location.exists(path):
+        near = near_store(given)
+        if near is not None:
+            raise ValueError(f"store {given} does not exist; did you mean {near}?")
         raise ValueError(f"store {path} does not exist; {hint}")
+    if not location.is_remote(path) and is_run_folder(path):
+        raise ValueError(run_not_store(given))
     try:
         return zarr.open_group(path, mode="r", zarr_format=3)
     except Exception as err:  # zarr raises several types for "not a group here"
