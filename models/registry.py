@@ -7,6 +7,7 @@ either from a ModelSpec. A user's callable travels inside the spec as bytes (mod
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,7 +21,14 @@ from .linear import linear, logistic
 from .mlp import mlp
 from .resnet8 import resnet8
 from .small_cnn import small_cnn
-from .user import call_builder, from_bytes, is_import_path, resolve, to_bytes
+from .user import (
+    call_builder,
+    from_bytes,
+    is_import_path,
+    model_file_hint,
+    resolve,
+    to_bytes,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,12 +125,21 @@ def check_model_fits(name: str, sample_shape: tuple[int, ...]) -> None:
     shape = tuple(sample_shape)
     fitting = [n for n, entry in MODELS.items() if entry.fits(shape)]
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(sorted(MODELS))}")
+        raise ValueError(model_file_hint(name) or _unknown_model(name))
     if not MODELS[name].fits(shape):
         raise ValueError(
             f"model {name!r} expects {MODELS[name].expects} but the store holds samples of "
             f"shape {shape}; models that fit: {', '.join(fitting) or 'none'}"
         )
+
+
+def _unknown_model(name: str) -> str:
+    """The message for a name that is no model: the built-in one it is near, and the list."""
+    known = ", ".join(sorted(MODELS))
+    near = difflib.get_close_matches(name, MODELS, n=1, cutoff=0.75)
+    if near:
+        return f"unknown model {name!r}; did you mean {near[0]}? (models: {known})"
+    return f"unknown model {name!r}; choose one of: {known}"
 
 
 def check_model_task(name: str, task: str) -> None:

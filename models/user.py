@@ -10,6 +10,7 @@ says which worker, which module, and what to do.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -34,6 +35,43 @@ def is_import_path(name: str) -> bool:
     return ":" in name
 
 
+def model_file_hint(name: str) -> str | None:
+    """For a --model that names a file but no callable in it (`mymodel.py`): the fix, with
+    the functions and classes the file defines. None for a name that is no file."""
+    file = Path(name).expanduser()
+    if not name.endswith(".py") and not file.is_file():
+        return None
+    takes = "--model takes FILE.py:NAME"
+    if not file.is_file():
+        return (
+            f"{takes}; there is no file {name} (check the path), nor a built-in model of that name"
+        )
+    if file.suffix != ".py":
+        return f"{takes}; {name} is a file but not a Python file (.py)"
+    names = defined_names(file)
+    if isinstance(names, str):  # the file does not read or parse: say why
+        return f"{takes}; {name} {names}"
+    if not names:
+        return f"{takes}; {name} defines no function or class: add one that returns an nn.Module"
+    return f"{takes}; {name} defines: {', '.join(names)} (e.g. --model {name}:{names[0]})"
+
+
+def defined_names(file: Path) -> list[str] | str:
+    """The public functions and classes at the top of a Python file, read with `ast`: never
+    imported, since importing a user's file runs it. A string saying why where it cannot be
+    read or parsed."""
+    try:
+        tree = ast.parse(file.read_text(), filename=str(file))
+    except (OSError, UnicodeDecodeError) as err:
+        return f"cannot be read ({type(err).__name__}: {err})"
+    except SyntaxError as err:
+        return f"does not parse (SyntaxError at line {err.lineno}: {err.msg}); fix the file"
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return [
+        node.name for node in tree.body if isinstance(node, kinds) and not node.name.startswith("_")
+    ]
+
+
 def resolve(path: str) -> Callable[..., nn.Module]:
     """The callable that `path` names; ValueError naming what is wrong and the fix."""
     where, _, attribute = path.rpartition(":")
@@ -45,8 +83,11 @@ def resolve(path: str) -> Callable[..., nn.Module]:
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
+            names = defined_names(Path(where)) if where.endswith(".py") else None
+            listed = f" ({where} defines: {', '.join(names)})" if isinstance(names, list) else ""
             raise ValueError(
                 f"--model {path}: {where} has no {attribute!r}; check the name after the ':'"
+                + listed
             )
         target = getattr(target, part)
     if not callable(target):
