@@ -18,6 +18,7 @@ reads, and that must not wait seconds for torch (tests/test_cli_conventions.py).
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Mapping
 from importlib.metadata import entry_points
@@ -96,6 +97,16 @@ ALGORITHMS: dict[str, type] = _registry()
 # Every hyperparameter the algorithms (and their parts) declare, each once: the run settings.
 SETTINGS: dict[str, Gathered] = gather(ALGORITHMS.values())
 
+# Names users type for an algorithm that is a setting of another: (what it is, the settings
+# that give it). Refused with the settings to pass, so config.toml names the one algorithm.
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "fedavgm": ("FedAvg with server momentum", {"algorithm": "fedavg", "server_momentum": 0.9}),
+    "local-sgd": ("FedAvg (local SGD steps, weights averaged)", {"algorithm": "fedavg"}),
+    "ddp": ("synchronous SGD (DistributedDataParallel's update)", {"algorithm": "sgd"}),
+    "sync-sgd": ("synchronous SGD", {"algorithm": "sgd"}),
+    "fedsgd": ("synchronous SGD (one averaged gradient step a round)", {"algorithm": "sgd"}),
+}
+
 __all__ = [
     "ALGORITHMS",
     "SETTINGS",
@@ -120,9 +131,7 @@ def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
     use (an exclusive declaration) set to anything but its default: it would be ignored.
     """
     if algorithm not in ALGORITHMS:
-        raise SettingError(
-            f"unknown {setting('algorithm')} {algorithm!r}; choose one of: {', '.join(ALGORITHMS)}"
-        )
+        raise SettingError(_unknown_algorithm(algorithm))
     make_solver(settings)  # local_solver names a solver
     chosen = setting_names(ALGORITHMS[algorithm])
     for name, gathered in SETTINGS.items():
@@ -139,3 +148,25 @@ def make_strategy(algorithm: str, settings: Mapping[str, Any]) -> Strategy:
                 f"{' or '.join(users)} only; drop it or use {setting('algorithm', users[0])}"
             )
     return build(ALGORITHMS[algorithm], settings)
+
+
+def _unknown_algorithm(algorithm: str) -> str:
+    """The message for a name that is no algorithm: the settings an alias stands for, the
+    algorithm a typo is near, or the list."""
+    spelled = algorithm.lower().replace("_", "-")
+    # Matched without dashes: local-sgd, localsgd, local_sgd and Local-SGD are one name.
+    alias = {key.replace("-", ""): value for key, value in ALIASES.items()}.get(
+        spelled.replace("-", "")
+    )
+    if alias is not None:
+        meaning, settings = alias
+        given = " ".join(setting(name, value) for name, value in settings.items())
+        return f"{setting('algorithm', algorithm)} is {meaning}: pass {given}"
+    known = ", ".join(ALGORITHMS)
+    near = difflib.get_close_matches(spelled, ALGORITHMS, n=1, cutoff=0.75)
+    if near:
+        return (
+            f"unknown {setting('algorithm')} {algorithm!r}; did you mean "
+            f"{setting('algorithm', near[0])}? (algorithms: {known})"
+        )
+    return f"unknown {setting('algorithm')} {algorithm!r}; choose one of: {known}"
