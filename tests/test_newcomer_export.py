@@ -140,3 +140,14 @@ def test_the_apis_export_writes_the_best_round_too(stopped_run):
     latest = result.export(stopped_run / "api-latest.pt2", checkpoint="latest")
     torch.export.load(latest, extra_files=extra)
     assert json.loads(extra["dask_dane.json"])["round"] == summary["rounds"]
+
+
+def test_the_class_names_travel_in_the_checkpoint_not_only_in_the_store(
+    stopped_run, dane_here, tmp_path
+):
+    # From another folder the run's store path (named.zarr, relative) finds no store.
+    done = dane_here("export", str(stopped_run / "run"), "--out", "elsewhere.pt2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    extra = {"dask_dane.json": ""}
+    torch.export.load(tmp_path / "elsewhere.pt2", extra_files=extra)
+    assert json.loads(extra["dask_dane.json"])["classes"] == CLASSES

@@ -32,6 +32,8 @@ class StoreInfo:
     partition: dict
     normalization: dict
     l2: float = 0.0  # L2 penalty lambda the source recorded (synthetic-ridge); 0 if none
+    # The label names the source recorded (image folders, CIFAR); None: the labels are the names.
+    class_names: tuple[str, ...] | None = None
 
     @property
     def num_shards(self) -> int:

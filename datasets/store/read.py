@@ -90,7 +90,12 @@ def _info(path: str, arrays: dict[str, zarr.Array], attrs: dict) -> StoreInfo:
         partition=dict(attrs["partition"]),
         normalization=dict(attrs["normalization"]),
         l2=float(attrs.get("l2", 0.0)),
+        class_names=_class_names(attrs.get("class_names")),
     )
+
+
+def _class_names(names: object) -> tuple[str, ...] | None:
+    return tuple(str(name) for name in names) if isinstance(names, list) else None
 
 
 def _check_chunks_present(info: StoreInfo, group: zarr.Group) -> None:

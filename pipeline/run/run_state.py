@@ -2,9 +2,8 @@
 
 The driver (loop.py) and the reference runner (reference.py) both keep a RunState, start
 each round from it (round_start) and advance it with the round's result: the running totals
-are counted here, and the metrics row only writes them down. A checkpoint is a RunState as
-data: its fields listed once, here, with the strategy's states as plain dicts
-(algorithms/base.py); the metrics rows it keeps in memory are not in it (metrics.jsonl is).
+are counted here, the metrics row only writes them down. A checkpoint is a RunState as data,
+its fields listed once, here, the strategy's states as plain dicts (algorithms/base.py).
 """
 
 from __future__ import annotations
@@ -49,8 +48,8 @@ class RunState:
     cum_images: int = 0  # rows of training data read so far (checkpoints before it: 0)
     # The model's buffers (BatchNorm's running statistics), combined each round; {} if none.
     buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    # The metrics rows of rounds 1..round, as metrics.jsonl holds them (read once on resume):
-    # the summary's source. Not checkpointed, since the file is their record.
+    # Rounds 1..round's rows as metrics.jsonl holds them (read once on resume): the summary's
+    # source, not checkpointed (the file is their record).
     rows: list[dict[str, Any]] = dataclasses.field(
         default_factory=list, repr=False, compare=False, metadata={"checkpoint": False}
     )
@@ -269,8 +268,8 @@ def save_run(
 
 
 def model_info(setup: RunSetup) -> dict[str, Any]:
-    """What rebuilding and feeding the trained model needs without its store (dask_dane.load,
-    dane export): the samples' shape and dtype, the classes, and the store's normalisation."""
+    """What rebuilding, feeding and naming the trained model needs without its store (load,
+    export): the samples' shape and dtype, the classes and their names, the normalisation."""
     store = setup.store
     return {
         "name": setup.config.model,
@@ -279,6 +278,7 @@ def model_info(setup: RunSetup) -> dict[str, Any]:
         "task": store.task,
         "x_dtype": store.x_dtype,
         "normalization": store.normalization,
+        "class_names": list(store.class_names or ()) or None,
     }
 
 
