@@ -18,6 +18,10 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 HTML_ID = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
 PRESET = re.compile(r"preset:([A-Za-z0-9_.-]*[A-Za-z0-9_])")
+# The comment on the line above a ```python fence that says how the block runs (not shown in
+# the rendered page): `<!-- fragment: WHY -->` (not run) or `<!-- notebook -->` (a page's
+# cells, run in order as one notebook). Unmarked blocks run as pasted into a script.
+BLOCK_MARKER = re.compile(r"<!--\s*(fragment|notebook)\b:?\s*(.*?)\s*-->")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,28 @@ def fenced_blocks(text: str) -> Iterator[tuple[int, str, list[str]]]:
                 block = None
         elif block is not None:
             block.append(line)
+
+
+@dataclass(frozen=True)
+class PythonBlock:
+    """A ```python block: where it starts, its code, and the marker above its fence."""
+
+    line: int
+    code: str
+    marker: str | None  # "fragment", "notebook" or None (a script as pasted)
+    why: str  # a fragment's reason
+
+
+def python_blocks(text: str) -> Iterator[PythonBlock]:
+    """Each ```python block with the BLOCK_MARKER on the last non-blank line above it."""
+    lines = text.splitlines()
+    for start, language, block in fenced_blocks(text):
+        if language != "python":
+            continue
+        above = next((line.strip() for line in reversed(lines[: start - 2]) if line.strip()), "")
+        match = BLOCK_MARKER.fullmatch(above)
+        marker, why = (match.group(1), match.group(2)) if match else (None, "")
+        yield PythonBlock(start, "\n".join(block) + "\n", marker, why)
 
 
 def prose(text: str) -> str:
