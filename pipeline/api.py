@@ -50,13 +50,15 @@ class TrainResult:
         summary.json: the final and best figures and the run's totals.
     run_dir : pathlib.Path
         The run directory (config.toml, metrics.jsonl, checkpoints/, summary.json).
+    builder : callable or None
+        The callable the model was built from (None for a model given by name): `export`
+        rebuilds a checkpoint with it.
     """
 
     model: nn.Module
     history: list[dict[str, Any]]
     summary: dict[str, Any]
     run_dir: Path
-    # The callable the run was built from (None: a name), for export's rebuild of a checkpoint.
     builder: Callable[..., nn.Module] | None = field(default=None, repr=False)
 
     @property
