@@ -45,6 +45,7 @@ export BESIDE_PURE_PASS
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 	@set -e; log=$$(mktemp); beside=; \
 	if [ -n "$$BESIDE_PURE_PASS" ]; then sh -c "$$BESIDE_PURE_PASS" > "$$log" 2>&1 & beside=$$!; fi; \
 	pure=0; $(PY) -m pytest -m "not cluster" -n 2 --dist loadfile --durations=10 || pure=$$?; \

@@ -130,9 +130,10 @@ def train(
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
     from ..pipeline.observe.progress import selection_line
-    from ..pipeline.observe.tracking import TrackingContext, preset_of
+    from ..pipeline.observe.tracking import TrackingContext, preset_of, trackers
     from ..pipeline.plan import plan_run
     from ..pipeline.run import loop
+    from ..pipeline.run.callbacks import chain
     from ..pipeline.run.worker_count import check_workers
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
@@ -155,8 +156,10 @@ def train(
                     bar.note(line)
             export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
             tracking = TrackingContext(export, preset_of(config))  # for MLflow
-            callbacks = bar.callbacks()  # the bar, and the noise-scale warning once
-            summary = loop.train(resolved, resume=resume, callbacks=callbacks, tracking=tracking)
+            callbacks = chain(  # the bar and its warnings, then TensorBoard and MLflow
+                bar.callbacks(), trackers(resolved, resume=resume, context=tracking)
+            )
+            summary = loop.train(resolved, resume=resume, callbacks=callbacks)
     except BaseException:
         if not interrupt.seen:
             raise

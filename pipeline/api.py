@@ -22,7 +22,7 @@ from ..models.user import callable_name
 from .api_prepare import prepare
 from .keywords import SETTINGS_KEYWORDS, check_keywords, reword
 from .observe.progress import Callbacks, ProgressLines, chain, plural
-from .observe.tracking import TrackingContext
+from .observe.tracking import TrackingContext, trackers
 from .plan import plan_run
 from .run import loop
 from .run.errors import refuse_in_spawned_import
@@ -173,13 +173,13 @@ def train(
                 if line is not None:
                     lines.note(line)
         export = partial(export_model, form="state-dict", model=builder)  # MLflow's artifact
+        tracked = trackers(config, resume=resume, context=TrackingContext(export=export))
         summary = loop.train(
             config,
             resume=resume,
-            callbacks=chain(*watchers),
+            callbacks=chain(*watchers, tracked),
             client=client,
             model=builder,
-            tracking=TrackingContext(export=export),
         )
     except ValueError as err:  # a SettingError, a refused resume, a diverged run
         reword(err)

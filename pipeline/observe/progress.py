@@ -1,21 +1,16 @@
-"""What a run tells its caller as it goes: Callbacks, and the API's progress lines built on them.
-
-The driver (loop.py, pipelined.py) calls a Callbacks object at the start and after each
-round, once the round is recorded, so whatever watches a run (the `dane train` bar, the
-notebook's lines, a benchmark scoring every iterate) stays out of the round's own work.
-This module imports neither torch nor Dask: `dask_dane.Callbacks` is cheap to reach.
+"""What a run tells its caller as it goes: the API's progress lines, built on the engine's
+Callbacks (pipeline/run/callbacks.py, re-exported here), and the noise-scale warning.
+This module imports neither torch nor Dask.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from ..run.callbacks import Callbacks, chain
 from .collapse import CollapseWatch, advice
 
 if TYPE_CHECKING:
-    import torch
     from rich.console import Console
 
     from ..setup.config import RunConfig
@@ -28,61 +23,6 @@ __all__ = ["Callbacks", "ProgressLines", "chain"]
 BATCH_OVER_NOISE = 4.0
 # The smoothed noise scale has seen two rounds by then: one round's estimate is too noisy.
 WARN_FROM_ROUND = 2
-
-
-def _nothing(*args: Any) -> None:
-    """The default of every callback: nothing."""
-
-
-@dataclass(frozen=True)
-class Callbacks:
-    """Functions the training loop calls while a run goes; each defaults to doing nothing.
-
-    Pass one as ``dask_dane.train(..., callbacks=Callbacks(on_round=...))``. They run on the
-    driver, after the round is written to metrics.jsonl, so a slow callback delays the next
-    round's bookkeeping but never changes what is computed.
-
-    Attributes
-    ----------
-    on_start : Callable[[str, int], None]
-        Called once the cluster is up and the shards are loaded, with the dashboard's
-        address and the number of workers. Not called when a resumed run has no round left.
-    on_round : Callable[[dict], None]
-        Called after each round with its metrics row, the dict written to metrics.jsonl:
-        ``round``, ``train_loss``, ``test_loss`` and ``test_accuracy`` (None where the round
-        was not evaluated), ``wall_s``, ``comm_bytes``, ``is_best`` and the algorithm's own
-        figures.
-    on_weights : Callable[[int, torch.Tensor], None]
-        Called after ``on_round`` with the round number and the new flat parameter vector
-        (on the CPU). Do not modify it in place: the run continues from it; clone to keep it.
-    on_shards : Callable[[str], None]
-        Called once before ``on_start`` with how the workers hold the shards and why:
-        ``--shard-memory`` as resolved for the cluster ("auto: stream (shard 3 holds ...)").
-    on_timings : Callable[[int, dict], None]
-        Called before ``on_round`` with the round number and where the driver's time went
-        for it, in seconds: ``scatter_s`` (sending the weights where the chain of rounds
-        (re)started, else 0), ``submit_s`` (building and submitting its graph), ``wait_s``
-        (waiting for its result) and ``gather_s`` (fetching it). What the benchmarks time.
-    """
-
-    on_start: Callable[[str, int], None] = _nothing
-    on_round: Callable[[dict[str, Any]], None] = _nothing
-    on_weights: Callable[[int, torch.Tensor], None] = _nothing
-    on_shards: Callable[[str], None] = _nothing
-    on_timings: Callable[[int, dict[str, float]], None] = _nothing
-
-
-def chain(*callbacks: Callbacks) -> Callbacks:
-    """One Callbacks calling each given one in turn (the progress lines, then the user's)."""
-
-    def in_turn(name: str) -> Callable[..., None]:
-        def call(*args: Any) -> None:
-            for each in callbacks:
-                getattr(each, name)(*args)
-
-        return call
-
-    return Callbacks(**{field.name: in_turn(field.name) for field in fields(Callbacks)})
 
 
 def noise_warning(row: dict[str, Any], batch_size: int) -> str | None:

@@ -77,6 +77,12 @@ def numeric(row: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def trackers(config: RunConfig, *, resume: bool, context: TrackingContext) -> Callbacks:
+    """The run's TensorBoard and MLflow trackers as the Callbacks a caller of the engine
+    (`dane train`, `dask_dane.train`) chains with its own."""
+    return Trackers(config, Path(config.out), resume=resume, context=context).callbacks()
+
+
 class Trackers:
     """The run's trackers as one Callbacks, plus `finish` at the end of the run."""
 
@@ -89,7 +95,13 @@ class Trackers:
         self.mlflow: MlflowTracker | None = None
 
     def callbacks(self) -> Callbacks:
-        return Callbacks(on_start=self.on_start, on_round=self.on_round)
+        """on_start opens the writers, on_round logs, the run's end or failure closes them."""
+        return Callbacks(
+            on_start=self.on_start,
+            on_round=self.on_round,
+            on_end=lambda summary: self.finish(),
+            on_failure=lambda err: self.finish(failed=True),
+        )
 
     def on_start(self, dashboard: str, workers: int) -> None:
         folder = tensorboard_dir(self.config)

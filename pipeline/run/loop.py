@@ -22,13 +22,12 @@ import torch
 from distributed import Client, span
 from distributed.scheduler import KilledWorker
 
-from ..observe.progress import Callbacks, chain  # re-exported: Callbacks, beside the display
-from ..observe.tracking import Trackers, TrackingContext
 from ..round import comm, tasks
 from ..round.graph import ShardSet
 from ..setup.config import RunConfig
 from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
+from .callbacks import Callbacks
 from .cluster import make_client
 from .cluster_checks import wait_for
 from .errors import TrainingDiverged
@@ -49,20 +48,18 @@ def train(
     callbacks: Callbacks | None = None,
     client: Client | None = None,
     model: Callable[..., torch.nn.Module] | None = None,
-    tracking: TrackingContext | None = None,
 ) -> dict:
     """Train as configured (or continue a run); returns the summary written to summary.json.
 
     With `client` given (benchmarks running many trainings) that cluster is used as it is;
     otherwise one is started or connected to as the config says, and closed at the end.
     `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
-    `tracking`: what the trackers (tracking.py) need from the caller: the export, the preset.
+    `callbacks` hear the run's events, its end and its failure included (callbacks.py).
     """
     # Plan: every check before anything is written.
     setup = prepare_run(config, model)  # store, model (built once), strategy
     run_dir = RunDir(Path(config.out))
-    trackers = Trackers(config, run_dir.root, resume=resume, context=tracking or TrackingContext())
-    callbacks = chain(callbacks or Callbacks(), trackers.callbacks())
+    callbacks = callbacks or Callbacks()
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
     created = next((folder for folder in folders if not folder.exists()), None)
@@ -96,14 +93,14 @@ def train(
                 # Rounds: a Dask graph each, or segments of them in one task per worker.
                 segments = run_segments if collective == "torch" else None
                 run_chained(active, setup, run_dir, state, data, callbacks, rounds=segments)
-    except BaseException:
-        trackers.finish(failed=True)
+    except BaseException as err:
+        callbacks.on_failure(err)
         if created is not None and state.round == 0:  # no scheduler answered, say
             shutil.rmtree(created, ignore_errors=True)
         raise
     result = summary(setup, state)
     run_dir.write_summary(result)
-    trackers.finish()  # after the summary: the run is complete whatever the trackers do
+    callbacks.on_end(result)  # after the summary: the run is complete whatever they do
     return result
 
 
