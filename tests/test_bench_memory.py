@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from dask_dane.bench.scaling import shard_memory
 from dask_dane.bench.scaling.shard_memory import MemorySpec, markdown_table, summarise
 from dask_dane.cli.commands import app
-from dask_dane.pipeline import RunConfig
+from dask_dane.pipeline.setup.config import RunConfig
 
 
 @pytest.mark.cluster

@@ -207,7 +207,7 @@ def test_the_ddp_grid_scales_the_lr_as_its_users_do_and_keeps_the_lowest_trainin
     # Issue 34: at large m, DDP's row is the best of 2 scalings x 2 warm-ups x 3 lr factors,
     # chosen by the final training loss (the test split stays out of the choice).
     import dask_dane.bench.training.ddp_rows as ddp_rows
-    from dask_dane.pipeline import RunConfig
+    from dask_dane.pipeline.setup.config import RunConfig
 
     config = RunConfig(store="x.zarr", local_lr=0.05, batch_size=32, rounds=10, local_steps=5)
     settings = ddp_rows.grid_settings()

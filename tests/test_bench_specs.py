@@ -20,7 +20,8 @@ from dask_dane.bench.scaling.spec import ScalingSpec
 from dask_dane.bench.soak.spec import SoakSpec
 from dask_dane.bench.training.shards import ShardsSpec
 from dask_dane.cli.commands import app
-from dask_dane.pipeline import RunConfig, with_default
+from dask_dane.pipeline.algorithms.parts.hyperparameters import with_default
+from dask_dane.pipeline.setup.config import RunConfig
 
 # (the command, its spec): the benches whose options come from a spec.
 COMMANDS = [

@@ -11,9 +11,10 @@ import pytest
 
 from dask_dane.bench.training.shards import ShardsSpec, read_config
 from dask_dane.datasets.store import open_store
-from dask_dane.pipeline import RunConfig, steps_for_epochs
+from dask_dane.pipeline.algorithms.parts.local_steps_schedule import steps_for_epochs
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
 from dask_dane.pipeline.plan import plan_run
+from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 

@@ -16,7 +16,7 @@ from dask_dane import presets
 from dask_dane.bench.ddp.single import SingleSpec
 from dask_dane.bench.training.ddp_rows import ddp_spec
 from dask_dane.bench.training.shards import read_config
-from dask_dane.pipeline import RunConfig
+from dask_dane.pipeline.setup.config import RunConfig
 
 SCRIPT = presets.SCRIPTS_DIR / "scale-sweep.sh"
 

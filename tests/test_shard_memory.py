@@ -50,8 +50,9 @@ def test_a_shard_too_big_to_hold_is_one_line_naming_it_and_the_fix(
 
 
 def test_a_cluster_without_workers_is_a_clear_error_not_an_index_error(digits_stores):
-    from dask_dane.pipeline import RunConfig, prepare_run
     from dask_dane.pipeline.run.shard_memory import place_shards
+    from dask_dane.pipeline.setup.config import RunConfig
+    from dask_dane.pipeline.setup.run_setup import prepare_run
 
     setup = prepare_run(RunConfig(store=str(digits_stores[2]), workers=2).validate())
     with pytest.raises(ValueError, match=r"^the cluster has no workers to hold the shards"):

@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dask_dane.pipeline import RunConfig, initial_state, prepare_run, run_reference
 from dask_dane.pipeline.algorithms.parts.local_problem import LocalProblem
 from dask_dane.pipeline.algorithms.parts.stop_rule import WARMUP_STEPS, SmoothedStop
 from dask_dane.pipeline.observe.collapse import CollapseWatch, advice
+from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.round.shards import make_objective
+from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 
 
 @pytest.mark.parametrize(
@@ -61,7 +64,8 @@ def _tilted(store, mu: float) -> tuple[LocalProblem, torch.Tensor, torch.Tensor]
     """Shard 0's DANE problem at the initial weights, and its tilt c = g_0 - g."""
     setup = prepare_run(RunConfig(store=str(store), workers=2).validate())
     weights, _ = initial_state(setup.spec, 0)
-    objectives = setup.objectives()
+    shards = range(setup.store.num_shards)
+    objectives = [make_objective(setup.spec, setup.load_train(i)) for i in shards]
     grads = [objective.loss_and_grad(weights)[1] for objective in objectives]
     tilt = grads[0] - sum(grads) / len(grads)
     return LocalProblem(objectives[0], linear=tilt, anchor=weights, mu=mu), weights, tilt

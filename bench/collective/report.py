@@ -38,7 +38,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 def plot(result: dict[str, Any], path: Any) -> None:
     """Fixed cost a round (ms, log scale) per configuration and collective, with one Dask
     hop and one gloo all-gather of the same bytes as marks."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     rows = result["summary"]
     fig, axis = pyplot().subplots(figsize=(7, 0.55 * len(rows) + 1.4))

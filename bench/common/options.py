@@ -71,7 +71,8 @@ def spec_from_flags(spec_type: type, flags: dict[str, Any], **converted: Any) ->
 
 
 def _run_parameters(spec_type: type) -> list[inspect.Parameter]:
-    from ...pipeline import RunConfig, with_default
+    from ...pipeline.algorithms.parts.hyperparameters import with_default
+    from ...pipeline.setup.config import RunConfig
 
     if not run_flags(spec_type):
         return []
@@ -90,7 +91,7 @@ def _run_parameters(spec_type: type) -> list[inspect.Parameter]:
 
 def _own_parameters(spec_type: type) -> list[inspect.Parameter]:
     """The spec's fields declared with specs.option (a tuple as comma-separated text)."""
-    from ...pipeline import with_default
+    from ...pipeline.algorithms.parts.hyperparameters import with_default
 
     hints = typing.get_type_hints(spec_type)
     parameters = []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import presets
-from ...pipeline import RunConfig, check_settings
+from ...pipeline.setup.config import RunConfig, check_settings
 
 # A bench's clusters take a free dashboard port: it may run beside a user's own cluster.
 BASE = RunConfig(dashboard_address="127.0.0.1:0")

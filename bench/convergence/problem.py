@@ -12,15 +12,12 @@ import torch
 
 from ...datasets.sources import SourceOptions
 from ...datasets.store import StoreInfo, open_store
-from ...pipeline import (
-    ExactSolver,
-    LocalProblem,
-    RunConfig,
-    initial_weights,
-    prepare_run,
-    prepare_store,
-)
+from ...pipeline.algorithms.parts.exact_solver import ExactSolver
+from ...pipeline.algorithms.parts.local_problem import LocalProblem
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import initial_weights, prepare_run, prepare_store
 from ..common.specs import option, run_config
+from ..common.training_set import full_objective, shard_objectives
 
 PROBLEMS = ("ridge", "logistic")
 BENCH_ALGORITHMS = ("dane", "admm", "one-shot", "gd", "agd", "fedprox")
@@ -140,8 +137,8 @@ def prepare_problem(spec: ConvergenceSpec, *, machines: int, samples: int, seed:
     info = open_store(path)
     config = cell_config(spec, str(path), "dane", seed=seed, mu=0.0, out=str(root / "unused"))
     setup = prepare_run(config)
-    shards = setup.objectives()
-    full = setup.full_objective()
+    shards = shard_objectives(setup)
+    full = full_objective(setup)
     w0 = initial_weights(setup.spec, seed)
     exact = ExactSolver(local_solver="cg", local_tol=1e-13)
     w_star = exact.solve(LocalProblem(full), w0, torch.Generator()).weights

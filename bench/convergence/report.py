@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ...pipeline import pyplot, save_figure
+from ...pipeline.report import pyplot, save_figure
 
 THRESHOLD = 1e-6  # the suboptimality a run must reach (the paper's figures stop there)
 

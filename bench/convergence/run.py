@@ -22,13 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ...pipeline import (
-    Callbacks,
-    TrainingDiverged,
-    initial_weights,
-    prepare_run,
-    train,
-)
+from ...pipeline.observe.progress import Callbacks
+from ...pipeline.run.errors import TrainingDiverged
+from ...pipeline.run.loop import train
+from ...pipeline.setup.run_setup import initial_weights, prepare_run
 from ..common.specs import run_config
 from .problem import ConvergenceSpec, Problem, cell_config, prepare_problem
 from .report import THRESHOLD, summarize
@@ -134,7 +131,7 @@ def run_convergence(
     `on_cell` receives the result so far after every cell (the CLI writes it to --json, so
     an interrupted grid keeps what it finished).
     """
-    from ...pipeline import make_client
+    from ...pipeline.run.cluster import make_client
 
     spec.validate()
     if client is None:

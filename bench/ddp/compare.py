@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...pipeline import RunConfig, RunDir
+from ...pipeline.run.rundir import RunDir
+from ...pipeline.setup.config import RunConfig
 from ..common.specs import option, require_at_least_one, run_tables
 from ..network.model import Network
 from .projection import project
@@ -115,7 +116,9 @@ class CompareSpec:
 
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
-    from ...pipeline import TrainingDiverged, make_client, train
+    from ...pipeline.run.cluster import make_client
+    from ...pipeline.run.errors import TrainingDiverged
+    from ...pipeline.run.loop import train
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)

@@ -12,7 +12,10 @@ from torch.nn import functional as F
 
 from ...models.flat import load_state
 from ...models.registry import ModelSpec, build_model
-from ...pipeline import Augmentation, RunSetup, ShardData, augment_batch, initial_state
+from ...pipeline.round.augment import Augmentation, augment_batch
+from ...pipeline.round.shards import ShardData
+from ...pipeline.setup.run_setup import RunSetup, initial_state
+from ..common import training_set
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -37,7 +40,7 @@ def epoch_batches(
 
 def load_rows(setup: RunSetup, shards: list[int], index: int, device: torch.device) -> ShardData:
     """The given training shards, loaded as the pipeline loads them and concatenated."""
-    rows = setup.load_rows(shards, index)
+    rows = training_set.load_rows(setup, shards, index)
     return replace(rows, x=rows.x.to(device), y=rows.y.to(device))
 
 

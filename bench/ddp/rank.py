@@ -28,7 +28,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ...models.flat import flatten_parameters
 from ...models.registry import ModelSpec
-from ...pipeline import ShardData, evaluate, prepare_run
+from ...pipeline.round.shards import ShardData
+from ...pipeline.round.tasks import evaluate
+from ...pipeline.setup.run_setup import prepare_run
 from .comm_clock import CommClock, timed_allreduce_hook
 from .plain_torch import (
     epoch_batches,

@@ -58,7 +58,7 @@ def _reached(point: dict[str, Any] | None) -> str:
 
 def compare_plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against communication rounds, training wall time and images."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     fig, axes = pyplot().subplots(1, 3, figsize=(15, 4.2), sharey=True)
     for i, method in enumerate(result["methods"].values()):

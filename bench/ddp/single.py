@@ -22,7 +22,11 @@ from typing import Any
 import torch
 
 from ...models.flat import flatten_parameters
-from ...pipeline import RunConfig, evaluate, lr_factor, parse_augment, prepare_run
+from ...pipeline.algorithms.parts.schedule import lr_factor
+from ...pipeline.round.augment import parse_augment
+from ...pipeline.round.tasks import evaluate
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import prepare_run
 from ..common.output import percent
 from ..common.specs import option, run_config
 from .plain_torch import (
@@ -216,7 +220,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against training time and against images processed."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     fig, (by_time, by_images) = pyplot().subplots(1, 2, figsize=(10, 3.8), sharey=True)
     curve = result["curve"][1:]

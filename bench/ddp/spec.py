@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...pipeline import RunConfig, RunSetup, prepare_run, shard_placement
+from ...pipeline.round.aggregate import shard_placement
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import RunSetup, prepare_run
 from ..common.specs import option, run_config
 
 DEVICES = ("auto", "cpu", "cuda")

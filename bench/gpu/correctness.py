@@ -23,14 +23,10 @@ TOLERANCE = 1e-9
 
 
 def check(workdir: Path, device: str = "cuda") -> dict:
-    from ...pipeline import (
-        RunDir,
-        initial_weights,
-        prepare_run,
-        prepare_store,
-        run_reference,
-        train,
-    )
+    from ...pipeline.reference import run_reference
+    from ...pipeline.run.loop import train
+    from ...pipeline.run.rundir import RunDir
+    from ...pipeline.setup.run_setup import initial_weights, prepare_run, prepare_store
     from ..common.specs import run_config
 
     store = workdir / "digits-tabular-4.zarr"

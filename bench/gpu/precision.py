@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ...pipeline import RunConfig
+from ...pipeline.setup.config import RunConfig
 from ..common.specs import option, run_defaults, spec_record
 
 WARMUP_STEPS = 5
@@ -113,13 +113,14 @@ def _plain_steps(objective: Any, spec: PrecisionSpec, model_spec: Any) -> dict:
 def run_precision(spec: PrecisionSpec) -> dict[str, Any]:
     """fp32 then bf16 on shard 0 of the store, in this process, then the fp32 steps in plain
     PyTorch (what the engine's step costs beside a plain one); JSON-able."""
-    from ...pipeline import initial_weights, prepare_run
+    from ...pipeline.setup.run_setup import initial_weights, prepare_run
+    from ..common.training_set import shard_objectives
 
     spec = spec.validate()
     rows: dict[str, Any] = {}
     for precision in ("fp32", "bf16"):
         setup = prepare_run(replace(spec.run, precision=precision).validate())
-        objective = setup.objectives()[0]
+        objective = shard_objectives(setup)[0]
         weights = initial_weights(setup.spec, spec.run.seed)
         rows[precision] = _engine_steps(objective, weights, spec)
         rows[precision]["device"] = str(objective.x.device)
@@ -149,7 +150,7 @@ def precision_table(result: dict[str, Any]) -> str:
 
 
 def precision_plot(result: dict[str, Any], path: Any) -> None:
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.2))

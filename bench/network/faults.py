@@ -25,7 +25,9 @@ from typing import Any
 
 import torch
 
-from ...pipeline import RunConfig, RunDir, read_metrics
+from ...pipeline.run.metrics import read_metrics
+from ...pipeline.run.rundir import RunDir
+from ...pipeline.setup.config import RunConfig
 from .netns import NetnsCluster, check_can_run
 from .runs import run_dask
 from .spec import NetworkSpec

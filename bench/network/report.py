@@ -71,7 +71,7 @@ def _pct(fraction: float | None) -> str:
 
 def network_plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy against training wall time, one panel per bandwidth."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     rates = list(dict.fromkeys(run["bandwidth"] for run in result["runs"]))
     methods = list(dict.fromkeys(_name(run) for run in result["runs"]))

@@ -23,7 +23,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import IO, Any
 
-from ...pipeline import RunConfig, prepare_run, to_toml
+from ...pipeline.setup.config import RunConfig, to_toml
+from ...pipeline.setup.run_setup import prepare_run
 from ..ddp.rank import MASTER_ENV
 from ..ddp.run import summarize
 from ..ddp.spec import DdpSpec

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...pipeline import RunConfig, prepare_run, read_toml
+from ...pipeline.setup.config import RunConfig, read_toml
+from ...pipeline.setup.run_setup import prepare_run
 from ..common.specs import option, run_defaults
 from ..ddp.spec import DdpSpec
 from .netns import rate_bytes_per_s

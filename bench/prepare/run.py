@@ -130,7 +130,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Peak RSS and the data's own size against rows (log-log)."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     fig, axis = pyplot().subplots(figsize=(5.5, 4))
     runs = result["runs"]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from dask.sizeof import sizeof
 
-from ...pipeline import initial_weights, prepare_run
+from ...pipeline.setup.run_setup import initial_weights, prepare_run
 from ..network.model import PROJECTED_WORKERS, measure_loopback, project_dask_round_s
 from .profile import dependent_steps, tasks_per_round
 
@@ -22,7 +22,7 @@ from .profile import dependent_steps, tasks_per_round
 
 def reference_rounds(spec: Any) -> dict[str, Any]:
     """The same rounds by pipeline/reference.py, in this process, on one thread."""
-    from ...pipeline import run_reference
+    from ...pipeline.reference import run_reference
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -40,7 +40,7 @@ def fixed_cost(
 ) -> list[dict[str, Any]]:
     """Round time with negligible compute: logistic regression on 8 tiny shards, each
     worker count trained by `run_workers` (run.py's)."""
-    from ...pipeline import prepare_store
+    from ...pipeline.setup.run_setup import prepare_store
 
     shards = prepare_run(spec.config(1)).store.num_shards
     store = workdir / f"tiny-{shards}.zarr"

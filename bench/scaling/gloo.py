@@ -18,7 +18,8 @@ import torch
 from distributed import get_worker
 from distributed.comm import get_address_host
 
-from ...pipeline import GroupSpec, form_group
+from ...pipeline.round.group import GroupSpec
+from ...pipeline.run.segment import form_group
 
 
 def gloo_allgather_ms(client: Any, payload_bytes: int, repeats: int = 30) -> dict[str, Any]:

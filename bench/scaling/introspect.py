@@ -1,9 +1,8 @@
-"""What the scaling benchmark looks at inside a round, built from the engine's surface.
+"""What the scaling benchmark looks at inside a round, built with the engine's own parts.
 
-bench/ measures the engine from outside (tests/test_layout.py forbids it to import tasks,
-shards, graph or objective): a round's graph is built here with the engine's own builder
-(pipeline.build_round) on placeholders for the shards and the carry, so nothing is computed,
-and a worker's first read is the engine's own load of two rows.
+A round's graph is built here with the engine's own builder (round/graph.py build_round) on
+placeholders for the shards and the carry, so nothing is computed, and a worker's first read
+is the engine's own load of two rows.
 """
 
 from __future__ import annotations
@@ -11,15 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...pipeline import (
-    ChainLink,
-    RunSetup,
-    build_round,
-    keys_in,
-    load_shard,
-    round_static,
-    shard_placement,
-)
+from ...pipeline.round.aggregate import shard_placement
+from ...pipeline.round.graph import ChainLink, build_round, keys_in
+from ...pipeline.round.shards import load_shard
+from ...pipeline.run.run_state import round_static
+from ...pipeline.setup.run_setup import RunSetup
 
 
 def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, str]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...pipeline import shard_placement
+from ...pipeline.round.aggregate import shard_placement
 
 MODEL_COPIES = 20
 # What a worker process holds beyond its data, the model copies and the bare footprint while
@@ -40,7 +40,7 @@ def _warm_rss(spec: Any, device: str, load_args: dict, dask_worker: Any = None) 
     import torch
 
     from ...models.registry import build_model
-    from ...pipeline import resolve_device
+    from ...pipeline.round.shards import resolve_device
     from .introspect import read_first_rows
 
     read_first_rows(load_args)  # zarr's I/O thread and codecs
@@ -68,7 +68,7 @@ def _peak(dask_worker: Any = None) -> dict[str, int]:
 
 def worker_rss(client: Any, setup: Any) -> dict[str, int]:
     """Resident memory of each worker, by address, once it has used the libraries once."""
-    from ...pipeline import initial_weights
+    from ...pipeline.setup.run_setup import initial_weights
 
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     args = (setup.spec, setup.config.device, setup.shard_args(0))
@@ -191,7 +191,8 @@ def check(
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within;
     `dask_held`: what Dask itself counted on each worker after the rounds (a cross-check of the
     data bytes, which are computed from the store)."""
-    from ...pipeline import activation_bytes_per_row, architecture
+    from ...pipeline.round.activations import activation_bytes_per_row
+    from ...pipeline.round.shards import architecture
 
     held = data_bytes(setup, workers)
     x = torch.empty((1, *setup.spec.sample_shape), dtype=getattr(torch, setup.config.dtype))

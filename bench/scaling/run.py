@@ -32,8 +32,9 @@ from typing import Any
 import torch
 from dask.sizeof import sizeof
 
-from ...pipeline import RunConfig, initial_weights, prepare_run
 from ...pipeline.round import wire  # noqa: F401  (true sizes of tensors for sizeof)
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import initial_weights, prepare_run
 from ..common.specs import spec_record
 from . import memory
 from . import profile as round_profile
@@ -150,7 +151,8 @@ def run_workers(
     dependent scheduling step (round_profile.py), under "profile"; `hop_bytes`: the hop
     passing that many bytes too (the benchmark's model).
     """
-    from ...pipeline import Callbacks, train
+    from ...pipeline.observe.progress import Callbacks
+    from ...pipeline.run.loop import train
 
     config = spec.config(workers)
     with _cluster(config) as client:
@@ -195,7 +197,7 @@ def run_workers(
 
 
 def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
-    from ...pipeline import make_client
+    from ...pipeline.run.cluster import make_client
 
     return make_client(config)
 

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 
 from dask.sizeof import sizeof
 
-from ...pipeline import RunConfig, initial_weights, prepare_run
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import initial_weights, prepare_run
 from ..common.specs import option, run_defaults, spec_record
 from .spec import ScalingSpec
 

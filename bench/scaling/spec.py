@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import torch
 
-from ...pipeline import RunConfig, prepare_run
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import prepare_run
 from ..common.specs import option, run_defaults
 from ..network.model import Network
 

@@ -87,7 +87,7 @@ def _check_lines(result: dict[str, Any]) -> list[str]:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Speed-up T(1) / T(m) against m, one panel per network, for the first target."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     target = result["projections"][0]["target"]
     tables = [t for t in result["projections"] if t["target"] == target]

@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from ...pipeline import Callbacks, make_client, prepare_store, train
+from ...pipeline.observe.progress import Callbacks
+from ...pipeline.run.cluster import make_client
+from ...pipeline.run.loop import train
+from ...pipeline.setup.run_setup import prepare_store
 from ..common.specs import spec_record
 from .spec import SoakSpec
 

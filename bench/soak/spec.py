@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
-from ...pipeline import RunConfig
+from ...pipeline.setup.config import RunConfig
 from ..common.specs import option, run_defaults
 
 

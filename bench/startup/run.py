@@ -97,7 +97,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Median (bar) and min (tick) per command; red where the page imported torch."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     runs = result["runs"]
     fig, axis = pyplot().subplots(figsize=(6, 0.6 * len(runs) + 1.2))

@@ -162,7 +162,9 @@ def correction_noise(
     --grad-sample adds, per shard, as JSON."""
     import json
 
-    from ...pipeline import RunConfig, initial_weights, load_checkpoint, prepare_run
+    from ...pipeline.run.checkpoint import load_checkpoint
+    from ...pipeline.setup.config import RunConfig
+    from ...pipeline.setup.run_setup import initial_weights, prepare_run
     from .correction_noise import measure
 
     config = RunConfig(store=store, model=model).validate()

@@ -19,13 +19,15 @@ from typing import Any
 
 import torch
 
-from ...pipeline import RunConfig, prepare_run
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import prepare_run
+from ..common.training_set import shard_objectives
 
 
 def measure(config: RunConfig, weights: torch.Tensor, sample: int, draws: int) -> dict[str, Any]:
     """The norms above for every shard of config.store at `weights`."""
     setup = prepare_run(config)
-    objectives = setup.objectives()
+    objectives = shard_objectives(setup)
     full = [objective.loss_and_grad(weights)[1] for objective in objectives]
     mean = torch.stack(full).mean(0)
     sampled = [

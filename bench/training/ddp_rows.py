@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ...pipeline import RunConfig
+from ...pipeline.setup.config import RunConfig
 from ..ddp.single import SingleSpec, run_single
 
 WARMUP_EPOCHS = 1.0

@@ -26,8 +26,11 @@ import numpy as np
 from ...datasets.partition import PartitionSpec
 from ...datasets.sources import SourceOptions, load_source
 from ...datasets.store import write_store
-from ...pipeline import RunConfig, initial_state, prepare_run, run_reference
+from ...pipeline.reference import run_reference
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import initial_state, prepare_run
 from ..common.specs import option, run_defaults, spec_record
+from ..common.training_set import shard_objectives
 
 USER = "dask_dane.bench.training.default_nets:"  # networks as a user writes them
 # Built-in networks (no BatchNorm) and a user's (default_nets.py): with and without BatchNorm,
@@ -132,7 +135,7 @@ def one_run(config: RunConfig) -> dict[str, Any]:
     """Train `config` by the reference; the training loss at init and after every round."""
     setup = prepare_run(config)
     weights, buffers = initial_state(setup.spec, config.seed)
-    objectives = setup.objectives()
+    objectives = shard_objectives(setup)
     for objective in objectives:
         # Training mode normalises by the batch's statistics; the running ones are only
         # updated (on a copy: a loss with no step leaves them), but the forward needs them.

@@ -35,7 +35,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Worst loss ratio (log scale) and final accuracy per network, one bar per candidate."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     nets = _nets(result["runs"])
     candidates = list(result["verdict"])

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...pipeline import RunConfig, RunDir, prepare_run
+from ...pipeline.run.rundir import RunDir
+from ...pipeline.setup.config import RunConfig
+from ...pipeline.setup.run_setup import prepare_run
 from ..common.specs import option, run_defaults, spec_record
 from .defaults import subset
 
@@ -157,7 +159,7 @@ def run_study(
 ) -> dict[str, Any]:
     """Every candidate at every K and seed on every store; a verdict per store and candidate.
     `on_run` receives the result so far after each run (an interrupted study keeps them)."""
-    from ...pipeline import make_client
+    from ...pipeline.run.cluster import make_client
 
     runs: list[dict[str, Any]] = []
     stores = {source: make_store(spec, source) for source in spec.sources}
@@ -176,7 +178,7 @@ def run_study(
 
 def one_run(config: RunConfig, client: Any, source: str, candidate: str, steps: int) -> dict:
     """Train `config` on `client` (its directory replaced: the bench's own) and measure it."""
-    from ...pipeline import train
+    from ...pipeline.run.loop import train
 
     shutil.rmtree(config.out, ignore_errors=True)
     started = time.perf_counter()

@@ -45,7 +45,7 @@ def markdown_table(result: dict[str, Any]) -> str:
 def plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy by round: one panel per store and candidate, one line per K (the first
     seed's run; the others are in the table)."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     panels = list(dict.fromkeys((r["source"], r["candidate"]) for r in result["runs"]))
     sources = list(dict.fromkeys(source for source, _ in panels))

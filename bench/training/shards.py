@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...datasets.store import open_store
-from ...pipeline import RunConfig, RunDir, prepare_store, read_toml, steps_for_epochs
+from ...pipeline.algorithms.parts.local_steps_schedule import steps_for_epochs
+from ...pipeline.run.rundir import RunDir
+from ...pipeline.setup.config import RunConfig, read_toml
+from ...pipeline.setup.run_setup import prepare_store
 from ..common.output import percent
 from ..common.specs import option, run_config, spec_record
 from .ddp_rows import ddp_row
@@ -100,7 +103,8 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
     """Every shard count on one cluster, one after another; returns the JSON-able result."""
     from contextlib import nullcontext
 
-    from ...pipeline import make_client, train
+    from ...pipeline.run.cluster import make_client
+    from ...pipeline.run.loop import train
 
     spec = spec.validate()
     stores = Path(spec.workdir) / "stores"
@@ -228,7 +232,7 @@ def _beside_tables(result: dict[str, Any]) -> list[str]:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Final accuracy, and iterations to the target, against the number of shards."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     runs = result["runs"]
     fig, (accuracy, iterations) = pyplot().subplots(1, 2, figsize=(10, 3.8))

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ...datasets.store import open_store
-from ...pipeline import RunConfig, RunDir
+from ...pipeline.run.rundir import RunDir
+from ...pipeline.setup.config import RunConfig
 from ..common.specs import run_tables
 
 SCHEDULER_KEYS = ("scheduler", "scheduler_file")
@@ -95,7 +96,8 @@ def run_all(
     on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
     """Train every run on one cluster; `on_run` receives the result so far after each run."""
-    from ...pipeline import make_client, train
+    from ...pipeline.run.cluster import make_client
+    from ...pipeline.run.loop import train
 
     results: list[dict[str, Any]] = []
     with make_client(runs[0][1]) as client:
@@ -174,7 +176,7 @@ def _number(value: float | None, fmt: str = ".4f") -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Test accuracy of every run against communication rounds and wall time."""
-    from ...pipeline import pyplot, save_figure
+    from ...pipeline.report import pyplot, save_figure
 
     fig, (by_rounds, by_time) = pyplot().subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for run in result["runs"]:

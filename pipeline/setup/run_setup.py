@@ -28,8 +28,7 @@ from ...models.registry import ModelSpec, build_model, user_spec_builder
 from ...models.user import is_import_path, to_bytes
 from ..algorithms import Strategy
 from ..round.augment import parse_augment
-from ..round.features import StoredRows
-from ..round.shards import ShardData, load_evaluation, load_shard, make_objective
+from ..round.shards import ShardData, load_evaluation, load_shard
 from .config import RunConfig
 from .epochs import strategy_on_store, with_epochs_resolved
 from .model_check import CHECK_ROWS, initial_model
@@ -92,20 +91,6 @@ class RunSetup:
         """The test split carrying every shard's held-out rows (in shard order) as held_out."""
         held = range(self.store.num_shards) if self.config.val_fraction > 0 else ()
         return load_evaluation(test=self.test_args(), val=[self.val_args(i) for i in held])
-
-    def load_rows(self, shards: list[int], index: int = 0) -> ShardData:
-        """The given training shards concatenated in order, as one ShardData."""
-        loaded = [self.load_train(i) for i in shards]
-        x, y = StoredRows.concat([s.x for s in loaded]), torch.cat([s.y for s in loaded])
-        return ShardData(index=index, x=x, y=y, task=self.store.task)
-
-    def full_objective(self) -> object:
-        """f of the whole training set (every shard's rows in order), as one ShardObjective."""
-        return make_objective(self.spec, self.load_rows(list(range(self.store.num_shards))))
-
-    def objectives(self) -> list:
-        """f_i of every training shard (objective.ShardObjective), in shard order."""
-        return [make_objective(self.spec, self.load_train(i)) for i in range(self.store.num_shards)]
 
 
 def _load_args(config: RunConfig, store: StoreInfo, **where: object) -> dict:
