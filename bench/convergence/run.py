@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...pipeline.observe.progress import Callbacks
+from ...pipeline.run.callbacks import Callbacks
 from ...pipeline.run.errors import TrainingDiverged
 from ...pipeline.run.loop import train
 from ...pipeline.setup.run_setup import initial_weights, prepare_run

@@ -151,7 +151,7 @@ def run_workers(
     dependent scheduling step (round_profile.py), under "profile"; `hop_bytes`: the hop
     passing that many bytes too (the benchmark's model).
     """
-    from ...pipeline.observe.progress import Callbacks
+    from ...pipeline.run.callbacks import Callbacks
     from ...pipeline.run.loop import train
 
     config = spec.config(workers)

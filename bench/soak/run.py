@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from ...pipeline.observe.progress import Callbacks
+from ...pipeline.run.callbacks import Callbacks
 from ...pipeline.run.cluster import make_client
 from ...pipeline.run.loop import train
 from ...pipeline.setup.run_setup import prepare_store
