@@ -11,11 +11,13 @@ same run (check_same_run: only resumed.RESUMABLE_KEYS may change; begin_run reco
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
 from .algorithms.parts.setting_error import SettingError, setting
 from .observe.tracking import check_tracking
+from .round.transport import read_broadcast
 from .run.cluster_checks import refuse_missing_gpu
 from .run.jobqueue import check_job_queue
 from .run.rundir import RunDir, check_same_run, fresh_run_dir, newest_run_dir
@@ -31,6 +33,8 @@ def plan_run(
     run directory's saved settings."""
     filed = read_toml(file) if file else {}  # read once: _one_source looks at it again
     given = {key: value for key, value in settings.items() if value is not None}
+    if "broadcast" in given:  # files and keywords are read so by check_settings
+        given["broadcast"] = _read_broadcast_flag(given["broadcast"])
     out = given.get("out") or filed.get("out")
     base: dict[str, Any] = {}
     if resume:
@@ -49,6 +53,14 @@ def plan_run(
     if resume:
         check_same_run(base, config)
     return config
+
+
+def _read_broadcast_flag(flagged: str) -> str:
+    """`--broadcast` as it runs now: a former value (reduce) is read as auto, with a note."""
+    value, note = read_broadcast(flagged)
+    if note is not None:
+        print(f"--broadcast {flagged} {note}", file=sys.stderr)
+    return value
 
 
 def _one_source(

@@ -117,8 +117,8 @@ def _round(
 def _phase_sum(
     layout: comm.Layout, reports: list[Any], placement: list[str], weights: torch.Tensor
 ) -> Any:
-    """The phase's sum over all shards. With a lossy transport, as the Dask round forms it
-    in either collective: each worker's subtree sums encoded, then the tree completed from
+    """The phase's sum over all shards. With a lossy transport, as the Dask round forms it:
+    each worker's subtree sums encoded, then the tree completed from
     them decoded (worker_round.phase_total); else the pairwise tree of the shards' outputs."""
     leaves = [to_partial(r) for r in reports]
     if transport.is_lossless(layout.transport):

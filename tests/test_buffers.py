@@ -168,16 +168,14 @@ def test_evaluation_is_eval_mode_with_the_combined_statistics(digits_stores):
     assert run.history[-1]["test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
 
-@pytest.mark.parametrize("broadcast", ["reduce", "auto"])
-def test_buffer_bytes_are_counted_with_the_weights(broadcast, digits_stores):
-    setup = _setup(digits_stores[2], broadcast=broadcast)
+def test_buffer_bytes_are_counted_with_the_weights(digits_stores):
+    setup = _setup(digits_stores[2])
     weights, buffers = initial_state(setup.spec, 0)
 
     run = run_reference(setup, rounds=1, num_workers=2)
 
     model = weights.numel() * 4 + sum(b.numel() * b.element_size() for b in buffers.values())
-    # Reduce: in, the weights and buffers to the second worker; out, its sum, the buffers
-    # with it, to the first. Allgather (auto): each worker's sum, its buffers with it, to
-    # the other; no input moves. Two copies either way, on two workers.
+    # Each worker's sum, its buffers with it, to the other; no input moves: two copies on
+    # two workers.
     expected = 2 * model
     assert run.history[0]["comm_bytes"] == expected

@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
 from dask_dane.pipeline.round.features import ALIGNMENT
 from dask_dane.pipeline.round.group import pack, unpack
 from dask_dane.pipeline.round.tasks import RoundResult
@@ -23,8 +22,9 @@ from dask_dane.pipeline.setup.config import RunConfig
         ({}, 150_000, "torch"),
         ({}, TORCH_MAX_BYTES, "torch"),
         ({}, TORCH_MAX_BYTES + 1, "dask"),
-        ({"broadcast": "reduce"}, 150_000, "dask"),
-        ({"broadcast": "tree"}, 150_000, "dask"),  # an older config.toml's reduce
+        # A former --broadcast value runs the all-gather as auto does: it asks for no form.
+        ({"broadcast": "reduce"}, 150_000, "torch"),
+        ({"broadcast": "tree"}, 150_000, "torch"),
         ({"collective": "torch"}, 50 * 2**20, "torch"),
         ({"collective": "dask"}, 150_000, "dask"),
     ],
@@ -39,9 +39,11 @@ def test_auto_takes_torch_for_small_models_and_dask_otherwise(settings, model_by
     assert ("auto" in why) == ("collective" not in settings)
 
 
-def test_torch_with_a_reduce_broadcast_is_refused_naming_both():
-    with pytest.raises(SettingError, match=r"--broadcast reduce.*--collective torch"):
-        RunConfig(collective="torch", broadcast="reduce").validate()
+def test_torch_with_a_former_broadcast_value_is_accepted():
+    # reduce no longer shapes a Dask graph's round, so it asks nothing of the torch group.
+    config = RunConfig(collective="torch", broadcast="reduce").validate()
+
+    assert choose_collective(config, 50 * 2**20)[0] == "torch"
 
 
 @pytest.mark.cluster  # a subprocess

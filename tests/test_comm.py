@@ -24,6 +24,7 @@ from dask_dane.pipeline.round.aggregate import (
     tree_levels,
     tree_reduce,
 )
+from dask_dane.pipeline.round.transport import read_broadcast, round_form
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
@@ -34,33 +35,20 @@ def test_payload_bytes_count_every_element_at_its_width():
     assert comm.payload_bytes({}) == 0
 
 
-@pytest.mark.parametrize(
-    ("placement", "moved"),
-    [
-        (["a"], 0),
-        (["a", "a", "b", "b"], 1),  # b's one subtree sum to a
-        (["a", "b", "a", "b"], 2),  # b's two leaves, each its own subtree
-        (["a", "b", "a", "b", "a"], 2),  # the fifth shard is a's own
-        (["a", "b", "c"], 2),  # b's leaf and c's
-        (["a", "a", "a", "a", "b", "b", "b", "b"], 1),  # W - 1 for blocks, W | m
-    ],
-)
-def test_reduce_sends_the_other_workers_subtree_sums_and_each_phase_input_back(placement, moved):
-    layout = comm.layout(placement, "reduce")
-
-    assert layout.partials_moved == moved
-    workers = len(set(placement))
-    assert (
-        comm.phase_bytes(incoming=100, outgoing=7, layout=layout) == 100 * (workers - 1) + 7 * moved
-    )
+def test_a_former_broadcast_value_reads_as_auto_with_a_note_and_a_current_one_as_it_is():
+    # reduce, and the per-round form's direct and tree, as older config files hold them.
+    for former in ("reduce", "direct", "tree"):
+        value, note = read_broadcast(former)
+        assert value == "auto"
+        assert note is not None and "all-gather" in note and "bit for bit" in note
+    assert read_broadcast("allgather") == ("allgather", None)
+    assert read_broadcast("auto") == ("auto", None)
+    assert read_broadcast("gossip") == ("gossip", None)  # left to the settings' check
 
 
-def test_the_collective_of_each_broadcast_value_old_config_files_included():
-    assert [comm.collective_of(b) for b in ("auto", "allgather", "reduce")] == [
-        "allgather", "allgather", "reduce"
-    ]  # fmt: skip
-    # What config.toml files wrote before the one round form: both sent from one worker.
-    assert comm.collective_of("direct") == comm.collective_of("tree") == "reduce"
+def test_the_round_form_a_row_names_is_the_all_gather_or_the_torch_group():
+    assert round_form("dask") == round_form("auto") == "allgather"
+    assert round_form("torch") == "torch-gloo"
 
 
 @dataclass
@@ -125,15 +113,10 @@ def test_groups_and_placement_as_documented():
     assert shard_placement(2, ["x", "y", "z"]) == ["x", "y"]
 
 
-# Model-sized copies a round, 4 shards on 2 workers (blocks: one subtree sum a worker).
-# Reduce (and `direct`, an older config's name for it): a phase's input to the other worker
-# (1: the weights, then the averaged gradient) and its subtree sum to the first (1): DANE 4,
-# FedAvg 2. Allgather (auto): no input moves; each worker sends its one subtree sum to the
-# other in each phase (2 a phase).
-COPIES = {
-    ("dane", "reduce"): 4, ("fedavg", "reduce"): 2, ("dane", "direct"): 4,
-    ("dane", "auto"): 4, ("fedavg", "auto"): 2, ("dane", "allgather"): 4,
-}  # fmt: skip
+# Model-sized copies a round, 4 shards on 2 workers (blocks: one subtree sum a worker): no
+# input moves; each worker sends its one subtree sum to the other in each phase (2 a phase):
+# DANE 4, FedAvg 2.
+COPIES = {("dane", "auto"): 4, ("fedavg", "auto"): 2, ("dane", "allgather"): 4}
 
 
 @pytest.mark.parametrize(("algorithm", "broadcast"), COPIES)
@@ -168,4 +151,4 @@ def test_allgather_sends_each_subtree_sum_to_every_other_worker(placement, sent)
 
     assert gathered.partials_moved == sent
     # No input moves, in any phase: each worker starts from its own copy of the update.
-    assert comm.phase_bytes(incoming=100, outgoing=10, layout=gathered) == 10 * sent
+    assert comm.phase_bytes(outgoing=10, layout=gathered) == 10 * sent

@@ -74,20 +74,11 @@ def test_dask_run_equals_reference(
 
 
 @pytest.mark.parametrize(("algorithm", "phases"), [("dane", 2), ("sgd", 1), ("fedavg", 1)])
-@pytest.mark.parametrize("broadcast", ["reduce", "auto"])
-def test_comm_bytes_are_the_exact_count(
-    algorithm, phases, broadcast, digits_stores, cluster_client, tmp_path
-):
-    # 4 shards on 2 workers, shards 0-1 on the first and 2-3 on the second.
-    # Reduce: the second worker sends its sum of its two shards to the first (1 copy) and
-    # fetches the phase's input from it (1 copy: the weights the update made there, then
-    # DANE's global gradient). Allgather (auto): each worker sends its sum of its two shards
-    # to the other, in every phase (2 copies a phase); the weights stay where the update made
-    # them. Two copies a phase either way, on two workers.
-    config = replace(
-        _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2),
-        broadcast=broadcast,
-    )
+def test_comm_bytes_are_the_exact_count(algorithm, phases, digits_stores, cluster_client, tmp_path):
+    # 4 shards on 2 workers, shards 0-1 on the first and 2-3 on the second. Each worker
+    # sends its sum of its two shards to the other, in every phase (2 copies a phase); the
+    # weights stay where the update made them.
+    config = _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2)
     num_params = initial_weights(prepare_run(config).spec, 0).numel()
 
     train(config, client=cluster_client)
@@ -130,42 +121,19 @@ def test_a_second_run_into_the_same_directory_is_refused(digits_stores, cluster_
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before
 
 
-def test_an_older_configs_direct_or_tree_runs_the_reduce_collective(
-    digits_stores, cluster_client, tmp_path
-):
-    # config.toml files written before the one round form name the per-round form's
-    # broadcasts; they run the reduce collective, the same numbers as allgather.
-    weights, rows = {}, {}
-    for broadcast in ("allgather", "tree"):
-        config = replace(
-            _config(digits_stores[4], tmp_path / broadcast, "dane", "float32", rounds=2),
-            broadcast=broadcast,
-        )
-        train(config, client=cluster_client)
-        weights[broadcast] = load_checkpoint(RunDir(tmp_path / broadcast).latest)["weights"]
-        rows[broadcast] = [json.loads(x) for x in (tmp_path / broadcast / "metrics.jsonl").open()]
-
-    assert torch.equal(weights["tree"], weights["allgather"])
-    assert [r["round_form"] for r in rows["tree"]] == ["reduce", "reduce"]
-    for tree, gathered in zip(rows["tree"], rows["allgather"], strict=True):
-        assert tree["train_loss"] == gathered["train_loss"]
-        assert tree["comm_bytes"] == gathered["comm_bytes"]  # two copies a phase either way
-
-
-@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
 @pytest.mark.parametrize(
     ("algorithm", "shards"), [("dane", 4), ("fedavg", 4), ("sdane-adaptive", 4), ("scaffold", 4)]
 )
-def test_rounds_chained_on_the_cluster_equal_the_reference_in_each_collective(
-    algorithm, shards, broadcast, digits_stores, cluster_client, tmp_path
+def test_rounds_chained_on_the_cluster_equal_the_reference(
+    algorithm, shards, digits_stores, cluster_client, tmp_path
 ):
     # One task per worker and phase, rounds chained on the cluster with two in flight;
-    # every worker (allgather) or the first (reduce) completes the pairwise tree from the
-    # workers' subtree sums. The same arithmetic as the reference, to the last bit.
+    # every worker completes the pairwise tree from the workers' subtree sums (an
+    # all-gather). The same arithmetic as the reference, to the last bit.
     settings = dict(local_steps=5, local_lr=0.05, batch_size=16, mu=0.1)
     config = RunConfig(
         **{**_config(digits_stores[shards], tmp_path / "run", "fedavg", "float64").as_dict(),
-           **settings, "algorithm": algorithm, "broadcast": broadcast}
+           **settings, "algorithm": algorithm}
     ).validate()  # fmt: skip
     summary = train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=3, num_workers=2)
@@ -181,16 +149,14 @@ def test_rounds_chained_on_the_cluster_equal_the_reference_in_each_collective(
     assert [r["attempts"] for r in rows] == [1, 1, 1]
 
 
-@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
 def test_a_workers_shards_run_in_threads_with_the_same_bits(
-    broadcast, digits_stores, cluster_client, tmp_path
+    digits_stores, cluster_client, tmp_path
 ):
     # --threads-per-worker 2: each worker's two shards run at once inside its one task a
     # phase, as two one-shard tasks did; each shard's work is seeded by its own index.
     config = replace(
         _config(digits_stores[4], tmp_path / "run", "dane", "float32", rounds=2),
         threads_per_worker=2,
-        broadcast=broadcast,
     )
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=2, num_workers=2)

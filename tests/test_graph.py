@@ -95,9 +95,9 @@ def test_the_order_of_additions_matters_so_the_tree_is_the_oracle():
     assert not torch.equal(left, right)
 
 
-def _chained(strategy, placement: list[str], token: str = "tok", collective: str = "allgather"):
+def _chained(strategy, placement: list[str], token: str = "tok"):
     static = RoundStatic(
-        strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement, collective),
+        strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement),
         num_shards=len(placement),
     )  # fmt: skip
     carry = [f"carry{k}" for k in range(len(set(placement)))]  # stand-ins for futures
@@ -170,13 +170,13 @@ def test_a_fedavg_round_is_two_dependent_steps():
     assert [_depth(graph, key) for key in keys.updates] == [2, 2]
 
 
-def _three_rounds(strategy, placement: list[str], collective: str = "allgather"):
+def _three_rounds(strategy, placement: list[str]):
     """Three rounds chained as the driver chains them (bench's own walk, on these statics)."""
 
     def static_of(t: int) -> RoundStatic:
         return RoundStatic(
             strategy=strategy, spec=SPEC, seed=0, index=t, num_shards=len(placement),
-            layout=layout(placement, collective),
+            layout=layout(placement),
         )  # fmt: skip
 
     return chained_rounds(static_of, placement, rounds=3, token="tok")
@@ -226,37 +226,11 @@ def test_one_worker_splits_nothing_off_and_shard_states_stay_with_their_worker()
     assert keys.link({}).before == keys.states
 
 
-def test_a_reduce_round_finishes_each_phase_once_on_the_first_worker():
-    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO, collective="reduce")
+def test_a_round_counts_each_workers_subtree_sums_to_every_other_worker():
+    graph, _ = _chained(FedAvg(solver=SOLVER), TWO)
+    # Only the phases, the updates and the scores: no task finishes a phase apart.
+    assert {key.split("-")[0] for key in graph.layers} == {"local_train", "update", "score"}
 
-    # local gradients -> the phase finished once -> local solves -> the one update: a step
-    # more than allgather, and every worker takes that update.
-    assert keys.updates == ["update-3-0-tok", "update-3-0-tok"]
-    assert _depth(graph, keys.updates[0]) == 4
-    assert graph.dependencies["reduce_local_grad-3-0-tok"] == {
-        "local_grad-3-0-tok",
-        "local_grad-3-1-tok",
-    }
-    assert graph.layers["reduce_local_grad-3-0-tok"].annotations["workers"] == ["tcp://a:1"]
-    # The phase's end, fetched from the first worker (its own gradients wait on its worker).
-    assert graph.dependencies["local_solve-3-1-tok"] == {"reduce_local_grad-3-0-tok"}
-    assert graph.dependencies["update-3-0-tok"] == {
-        "reduce_local_grad-3-0-tok",
-        "local_solve-3-0-tok",
-        "local_solve-3-1-tok",
-    }
-    assert graph.dependencies["score-3-1-tok"] == {"update-3-0-tok"}
-    assert not [n for n in graph.layers if n.startswith("update-3-1")]
-    # One worker: nothing to fan out, so no phase is finished apart from its update.
-    graph, keys = _chained(Dane(eta=1.0, mu=0.0, solver=SOLVER), TWO[:4], collective="reduce")
-    assert _depth(graph, keys.updates[0]) == 3
-
-
-def test_a_fedavg_reduce_round_is_two_steps_and_counts_what_it_moves():
-    graph, keys = _chained(FedAvg(solver=SOLVER), TWO, collective="reduce")
-    assert _depth(graph, keys.updates[0]) == 2
-
-    # Two workers of four shards each: one subtree sum each. Allgather sends each to the
-    # other; reduce sends one to the first worker and the phase's input back out once.
-    assert layout(TWO, "allgather") == Layout(partials_moved=2, inputs_moved=0)
-    assert layout(TWO, "reduce") == Layout(collective="reduce", partials_moved=1, inputs_moved=1)
+    # Two workers of four shards each: one subtree sum each, sent to the other.
+    assert layout(TWO) == Layout(partials_moved=2)
+    assert layout(TWO[:4]) == Layout(partials_moved=0)

@@ -178,9 +178,8 @@ def _run(tmp_path, store, client, name: str, **settings) -> tuple[list[dict], di
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("broadcast", ["allgather", "reduce"])
 def test_dask_trains_on_the_same_kept_rows_as_the_reference(
-    broadcast, digits_stores, cluster_client, tmp_path
+    digits_stores, cluster_client, tmp_path
 ):
     settings = dict(store=str(digits_stores[4]), model="mlp", algorithm="fedavg", seed=3)
     config = RunConfig(
@@ -190,7 +189,6 @@ def test_dask_trains_on_the_same_kept_rows_as_the_reference(
         local_steps=3,
         batch_size=16,
         val_fraction=0.25,
-        broadcast=broadcast,
     ).validate()
     all_rows = RunConfig(
         **settings, rounds=2, local_steps=3, batch_size=16, val_fraction=0.0

@@ -4,23 +4,16 @@ Per phase p and worker k: `{phase}-{t}-{k}` runs phase p on all of worker k's sh
 its whole subtrees (worker_round.py); its result is those sums, and the shards' reports that
 its next phase takes wait on the worker (kept.py). Where the last phase's output also holds
 the shards' states for the next round, a small `nodes_{phase}-{t}-{k}` task on the same
-worker hands on the sums alone. Then the run's collective (comm.collective_of,
-`--broadcast`):
-- allgather: every worker takes every worker's sums and finishes the phase itself; after the
-  last phase, `update-{t}-{k}` makes round t's result on every worker, for the round's later
-  phases, its evaluation and the driver. Round t + 1's first task on worker k does not wait
-  for it: it runs the same update inline (ChainLink.update), from the same inputs, and
-  finds it already made where the update task ran first (kept.update_once);
-- reduce: the first worker takes the sums, finishes the phase once (`reduce_{phase}-{t}-0`)
-  and, after the last, runs the one `update-{t}-0`; the other workers fetch each phase's end
-  and the update from it (the fan-out: Dask's own transfers, one copy to each), and round
-  t + 1's tasks take that update.
-Both sum in aggregate.py's pairwise order, so their results are the same to the last bit.
+worker hands on the sums alone. Then the sums cross by all-gather: every worker takes every
+worker's sums and finishes the phase itself, summing in aggregate.py's pairwise order (the
+reference's). After the last phase, `update-{t}-{k}` makes round t's result on every worker,
+for the round's later phases, its evaluation and the driver. Round t + 1's first task on
+worker k does not wait for it: it runs the same update inline (ChainLink.update), from the
+same inputs, and finds it already made where the update task ran first (kept.update_once).
 
-Dependent steps a round adds to the chain: one per phase, one more where the last phase's
-output is split, and with reduce one per finished phase and the update: allgather DANE 2,
-FedAvg 1, SCAFFOLD 2; reduce DANE 4. Builds the graph; computes nothing. Keys carry the run's
-token (and the chain's attempt).
+Dependent steps a round adds to the chain: one per phase, and one more where the last
+phase's output is split: DANE 2, FedAvg 1, SCAFFOLD 2. Builds the graph; computes nothing.
+Keys carry the run's token (and the chain's attempt).
 """
 
 from __future__ import annotations
@@ -55,7 +48,7 @@ class ChainLink:
     RoundResult the driver scattered, or round t - 1's update) and, for strategies with shard
     states, its output of round t - 1's last phase (None when the carry holds the states).
 
-    `update` (allgather): per worker, round t - 1's update task itself, which round t's first
+    `update`: per worker, round t - 1's update task itself, which round t's first
     task runs inline rather than wait for the `update` task's result: the update is a few
     vector operations on inputs every worker already holds, so inline it costs no step, and
     each worker makes it once for all its tasks that take it (kept.update_once).
@@ -74,15 +67,15 @@ class RoundKeys:
     states: list[str]
     evaluation: list[str]  # per worker, its pieces' scores ([]: the round is not evaluated)
     figures: str | None = None  # the round's figures without its weights, where built
-    # allgather: per worker, the update task (update_on_worker and its arguments, keys as
-    # strings) that the next round's first task runs inline; None under reduce.
+    # Per worker, the update task (update_on_worker and its arguments, keys as strings) that
+    # the next round's first task runs inline.
     update_tasks: list[tuple] | None = None
 
     def held(self) -> list[str]:
         """The keys the driver holds futures of: the round's results and what the next round
         starts from (link)."""
         held = [self.updates, self.states, self.update_tasks, self.evaluation, self.figures]
-        return list(dict.fromkeys(keys_in(held)))  # reduce: one update, taken by every worker
+        return list(dict.fromkeys(keys_in(held)))
 
     def link(self, futures: dict[str, Any]) -> ChainLink:
         """Where the next round starts, as the futures of this one's keys."""
@@ -152,27 +145,21 @@ def build_round(
     workers = list(dict.fromkeys(placement))
     held = [[s for s, w in zip(shards, placement, strict=True) if w == at] for at in workers]
     nodes = [owned_nodes(placement, worker) for worker in workers]
-    # One worker has no one to fan out to: reduce is then allgather, a step shorter.
-    reduce = static.layout.collective == "reduce" and len(workers) > 1
     shared: list[list[str]] = []  # per phase: what leaves each worker of its output
-    ended: str | list = []  # reduce: the first worker's finished phases (a key, once one is)
     own: list[str] = []
     for p, name in enumerate(static.strategy.phases):
-        received = ended if reduce else [list(outputs) for outputs in shared]
+        received = [list(outputs) for outputs in shared]
         own = []
         for k, w in enumerate(workers):
             # The round's carry: in the first phase, round t - 1's update made inline where the
-            # link holds its task (allgather), else its result.
+            # link holds its task, else its result (a carry the driver scattered).
             carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
             before = link.before[k] if link.before is not None else None
             args = (static, p, held[k], nodes[k], carry, received, before)
             own.append(b.add(name, k, (worker_round.run_worker_phase, *args), w))
         shared.append(_shared(b, static, p, own, workers))
-        if reduce and p < len(static.strategy.phases) - 1:
-            task = (worker_round.end_phase, static, link.carry[0], ended, shared[-1])
-            ended = b.add(f"reduce_{name}", 0, task, workers[0])
-    updates, update_tasks = _updates(b, static, link, shared, ended if reduce else None, workers)
-    made = update_tasks or updates  # the update inline (allgather), or its task's result
+    updates, update_tasks = _updates(b, static, link, shared, workers)
+    made = update_tasks  # the update inline, made once on each worker (kept.update_once)
     evaluation = _scores(b, static, placement, made, evaluate) if evaluate is not None else []
     # The round's figures without its weights, where the driver does not take them: made
     # inline beside the update, so that they run before the next round's tasks.
@@ -205,20 +192,10 @@ def _scores(
 
 
 def _updates(
-    b: _Builder,
-    static: RoundStatic,
-    link: ChainLink,
-    shared: list[list[str]],
-    ended: str | list | None,
-    workers: list[str],
-) -> tuple[list[str], list[tuple] | None]:
-    """The round's update, per worker: made on each (allgather), or once on the first worker
-    from the phases it finished (`ended`, reduce), every worker then taking that one; and
-    under allgather each worker's update task, which the next round's first task runs inline.
-    """
-    if ended is not None:
-        task = (worker_round.update_on_worker, static, link.carry[0], ended, shared[-1])
-        return [b.add("update", 0, task, workers[0])] * len(workers), None
+    b: _Builder, static: RoundStatic, link: ChainLink, shared: list[list[str]], workers: list[str]
+) -> tuple[list[str], list[tuple]]:
+    """The round's update, made on each worker, and each worker's update task, which the next
+    round's first task runs inline."""
     earlier = [list(outputs) for outputs in shared[:-1]]
     tasks = [
         (worker_round.update_on_worker, static, link.carry[k], earlier, list(shared[-1]))

@@ -39,7 +39,7 @@ class RoundStatic:
     spec: ModelSpec
     seed: int  # the run's seed
     index: int  # t, counted from 1
-    layout: comm.Layout  # the collective and where the shards live: the byte counts
+    layout: comm.Layout  # where the shards live and how sums travel: the byte counts
     num_shards: int
     # --threads-per-worker: a worker's shards run this many at a time inside its one task,
     # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
@@ -178,7 +178,8 @@ def _phase_end(
 ) -> PhaseEnd:
     """A phase's end: what it sent on, its metrics, and the bytes it moved (comm.py)."""
     # The phase's input: the weights (and the round's opening) in phase 0, else the
-    # previous phase's broadcast.
+    # previous phase's broadcast. Every worker forms it itself: it counts towards whether
+    # the phase communicated, not towards the bytes moved.
     incoming = (
         comm.payload_bytes([previous.broadcast.tensors, previous.buffers])
         if previous
@@ -191,9 +192,7 @@ def _phase_end(
         buffers=buffer_mean(total),
         broadcast=broadcast,
         metrics={**mean.metrics, **broadcast.metrics},
-        comm_bytes=comm.phase_bytes(
-            incoming=incoming, outgoing=outgoing, layout=round_input.layout
-        ),
+        comm_bytes=comm.phase_bytes(outgoing=outgoing, layout=round_input.layout),
         communicated=incoming + outgoing > 0,
         compute_by_worker=total.compute_by_worker,
         rows=total.rows,

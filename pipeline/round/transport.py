@@ -1,16 +1,15 @@
-"""What travels between workers, and in what encoding: `--broadcast` (the collective) and
-`--transport float32 | bfloat16`.
+"""What travels between workers, and in what encoding: `--transport float32 | bfloat16`, and
+the values `--broadcast` reads.
 
-Each worker sends the sums of its whole subtrees (worker_round.py) to every other worker
-(allgather) or to the first (reduce). With `bfloat16` those sums travel in bfloat16: the
+Each worker sends the sums of its whole subtrees (worker_round.py) to every other worker (an
+all-gather), and each completes the tree itself. With `bfloat16` those sums travel in bfloat16: the
 tensors an algorithm averages as weights (its `weights` output, the local solutions v_i) as
 their change from the round's weights, sum_i n_i (v_i - w), the others (gradients, control
 variates) as they are. Every worker that completes the tree, the sender too, decodes the same
 bytes back into the weights' dtype, so all hold the same sums and the reduction
 accumulates in float32 (or float64); only what crosses is rounded. BatchNorm's buffers and
 the metrics are a few floats and travel as they are. reference.py encodes the same subtree
-sums for the placement the Dask run has, so Dask = reference holds in every mode and
-collective.
+sums for the placement the Dask run has, so Dask = reference holds in every mode.
 
 Why deltas: bfloat16 keeps 8 bits of mantissa, a relative error of 2^-9 of what it encodes.
 Of v_i itself that is about 0.2 % of each weight; of v_i - w it is 0.2 % of the round's step,
@@ -32,23 +31,30 @@ if TYPE_CHECKING:
 
 
 TRANSPORTS = ("float32", "bfloat16")
-COLLECTIVES = ("allgather", "reduce")
-# `--broadcast` as config files before the one round form wrote it: the per-round form's
-# `direct` and `tree` sent a phase's input out from one worker, as `reduce` does.
-LEGACY_BROADCASTS = ("direct", "tree")
+# `--broadcast`: a Dask graph's round crosses by all-gather, whatever is named; the setting
+# stays so that older config files, scripts and resumed runs read.
+BROADCASTS = ("auto", "allgather")
+# What older config files may hold: the reduce collective (one worker finished each phase and
+# sent it back out) and the per-round form's `direct` and `tree`. Each reads as `auto` with a
+# note (read_broadcast): all-gather costs less at every size, and sums in the same order.
+FORMER_BROADCASTS = ("reduce", "direct", "tree")
 
 
-def collective_of(broadcast: str) -> str:
-    """The collective a `--broadcast` value runs. `auto` is allgather: with its one hop a
-    phase and each worker's sends over its own link, it costs less than a reduce and a
-    fan-out (two hops, 2 (W - 1) copies over the first worker's link) at every size."""
-    return "reduce" if broadcast in ("reduce", *LEGACY_BROADCASTS) else "allgather"
+def read_broadcast(value: str) -> tuple[str, str | None]:
+    """A `--broadcast` value as it runs now, and for a former one a note saying so (None for
+    a current value). The caller names where the value came from."""
+    if value not in FORMER_BROADCASTS:
+        return value, None
+    return "auto", (
+        "is no longer a separate collective: rounds cross by all-gather, which measured "
+        "faster at every size; the weights are the same bit for bit"
+    )
 
 
-def round_form(collective: str, broadcast: str) -> str:
-    """How a run's rounds cross, as its rows name it: its Dask graph's collective (allgather |
-    reduce), or `torch-gloo`, a torch.distributed group's (--collective torch)."""
-    return "torch-gloo" if collective == "torch" else collective_of(broadcast)
+def round_form(collective: str) -> str:
+    """How a run's rounds cross, as its rows name it: a Dask graph's all-gather (`allgather`),
+    or `torch-gloo`, a torch.distributed group's (--collective torch)."""
+    return "torch-gloo" if collective == "torch" else "allgather"
 
 
 # An algorithm's outputs that it averages as weights (algorithms/*.py name them so): they

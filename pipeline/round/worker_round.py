@@ -1,17 +1,16 @@
 """A round's worker functions: one task per worker per phase, rounds chained (graph.py).
 
 Each runs all of a worker's shards (tasks.run_local) and sends on the sums of its whole
-subtrees (aggregate.owned_nodes). With the allgather collective every worker completes the
+subtrees (aggregate.owned_nodes), which cross by all-gather: every worker completes the
 pairwise tree itself, finishes the phase itself and, after the last phase, makes the round's
-update itself: each worker holds the new weights when the round ends, and no hop is spent
-sending a phase's end around (a few vector operations, repeated). With reduce the first
-worker does both once (end_phase, update_on_worker) and the others fetch what it made. Either
-way these are the same functions on the same numbers in the same order as the reference's
-(reference.py), so all agree to the last bit.
+update itself. Each worker holds the new weights when the round ends, and no hop is spent
+sending a phase's end around (a few vector operations, repeated). These are the same
+functions on the same numbers in the same order as the reference's (reference.py), so all
+agree to the last bit.
 
 A round's carry is what it starts from: the previous round's RoundResult on the cluster, or,
-when the driver (re)starts the chain, a RoundResult it scattered to every worker. Under
-allgather a round's first task takes that update as a task of its own, run inline (graph.py).
+when the driver (re)starts the chain, a RoundResult it scattered to every worker. A round's
+first task takes the previous round's update as a task of its own, run inline (graph.py).
 
 A phase task's result holds the subtree sums (and, after the last phase, its shards' states)
 and nothing else: its shards' reports, which its next phase takes, wait in kept.py, the one
@@ -87,33 +86,21 @@ def phase_total(
     return node_sum(tree_root(num_shards), known, num_shards)
 
 
-# A phase's earlier phases as a task receives them: every worker's outputs of each
-# (allgather: finished where they arrive), or the ends the first worker finished (reduce).
-Received = list[list[WorkerPhase]] | list[PhaseEnd]
+# A phase's earlier phases as a task receives them: every worker's outputs of each, finished
+# where they arrive.
+Received = list[list[WorkerPhase]]
 
 
 def phase_ends(
     round_input: RoundInput, received: Received, num_shards: int, weights: Any
 ) -> list[PhaseEnd]:
-    """The ends of the phases in `received`, in order: as they came (reduce), or each
-    finished here by finish_phase from every worker's sums (allgather)."""
+    """The ends of the phases in `received`, in order, each finished here by finish_phase
+    from every worker's sums."""
     ends: list[PhaseEnd] = []
     for phase, outputs in enumerate(received):
-        if isinstance(outputs, PhaseEnd):
-            ends.append(outputs)
-            continue
         total = phase_total(outputs, num_shards, weights, round_input.layout.transport)
         ends.append(finish_phase(round_input, phase, total, ends[-1] if ends else None, weights))
     return ends
-
-
-def end_phase(
-    static: RoundStatic, carry: RoundResult, ends: list[PhaseEnd], outputs: list[WorkerPhase]
-) -> list[PhaseEnd]:
-    """The reduce collective's phase end, made once on the first worker: `ends` (the earlier
-    phases') and this phase's, finished from every worker's sums `outputs`."""
-    round_input, _ = open_round(static, carry)
-    return phase_ends(round_input, [*ends, outputs], static.num_shards, carry.weights)
 
 
 def run_worker_phase(

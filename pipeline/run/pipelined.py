@@ -216,7 +216,7 @@ def _record(driver: _Driver, taken: Taken, attempts: int, wall_s: float) -> dict
             "attempts": attempts,
             "shards_reloaded": driver.reloaded,
             "driver_bytes": taken.fetched + driver.scatter_bytes,
-            "round_form": round_form(setup.config.collective, setup.config.broadcast),
+            "round_form": round_form(setup.config.collective),
         },
     )
     state.rows.append(row)

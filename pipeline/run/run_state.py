@@ -173,15 +173,15 @@ def round_start(
 
 def round_static(setup: RunSetup, index: int, placement: list[str]) -> RoundStatic:
     """What round `index` is given besides the weights and state, the same in every task,
-    for shards so placed (one worker address a shard): its layout (comm.layout) is the run's
-    collective and transport over that placement."""
+    for shards so placed (one worker address a shard): its layout (comm.layout) is the
+    all-gather's copies and transport over that placement."""
     config = setup.config
     return RoundStatic(
         strategy=setup.strategy,
         spec=setup.spec,
         seed=config.seed,
         index=index,
-        layout=comm.layout(placement, comm.collective_of(config.broadcast), config.transport),
+        layout=comm.layout(placement, transport=config.transport),
         num_shards=setup.store.num_shards,
         threads=config.threads_per_worker,
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..round import comm
 from ..round.group import GroupSpec
 from ..round.tasks import RoundResult
 from .metrics import stops_early
@@ -24,12 +23,9 @@ TORCH_MAX_BYTES = 2**20
 def choose_collective(config: Any, model_bytes: int) -> tuple[str, str]:
     """The collective a run's rounds use, and why (config.toml's note, the run's first line):
     auto is torch for a model of at most TORCH_MAX_BYTES, where its round costs a fraction of
-    a Dask hop, else dask, whose transfers move large sums faster on this machine; and dask
-    where --broadcast reduce asks for the Dask graph's one-worker reduction."""
+    a Dask hop, else dask, whose transfers move large sums faster on this machine."""
     if config.collective != "auto":
         return config.collective, f"{config.collective} (as set)"
-    if comm.collective_of(config.broadcast) == "reduce":
-        return "dask", f"dask (auto: --broadcast {config.broadcast} is a Dask graph's)"
     size = f"{model_bytes / 2**20:.2f} MiB of weights"
     if model_bytes <= TORCH_MAX_BYTES:
         return "torch", f"torch (auto: {size}, a gloo group's all-gather under a Dask hop)"

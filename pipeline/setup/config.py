@@ -41,6 +41,7 @@ from ... import presets
 from ..algorithms import Strategy, make_strategy
 from ..algorithms.parts.checks import validate
 from ..algorithms.parts.setting_error import FIELD_OF_KEY, SettingError, flag, key_of
+from ..round.transport import read_broadcast
 from .resumed import RESUMED, Change, Resume, RunRecord
 from .settings import GENERATED, SECTIONS
 
@@ -119,7 +120,7 @@ VALUE_TYPES = {f.name: _value_type(_HINTS[f.name]) for f in dataclasses.fields(R
 _HOME = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 # The TOML keys (and the API's keywords): the flags without the dashes, setting_error.key_of.
 KEYS = frozenset(key_of(name) for name in VALUE_TYPES)
-_NOTED: set[tuple[str, str]] = set()  # (origin, former name) check_settings has noted
+_NOTED: set[tuple[str, str]] = set()  # (origin, note) check_settings has printed
 
 
 def check_settings(settings: dict[str, Any], origin: str, *, noun: str = "key") -> dict[str, Any]:
@@ -155,10 +156,18 @@ def check_settings(settings: dict[str, Any], origin: str, *, noun: str = "key") 
             )
         given[name], checked[name] = (raw_key, place), float(value) if float in types else value
     for old, new in former:  # after the checks: a refused file gets its error alone
-        if (origin, old) not in _NOTED:  # once: a resume reads config.toml more than once
-            _NOTED.add((origin, old))
-            print(f"{origin}: {noun} {old!r} is now {new!r}; it was read as that", file=sys.stderr)
+        _note_once(origin, f"{noun} {old!r} is now {new!r}; it was read as that")
+    if (as_given := checked.get("broadcast")) is not None:  # reduce: read as auto, noted
+        checked["broadcast"], note = read_broadcast(as_given)
+        if note is not None:
+            _note_once(origin, f"broadcast {as_given!r} {note}")
     return checked
+
+
+def _note_once(origin: str, line: str) -> None:
+    if (origin, line) not in _NOTED:  # once: a resume reads config.toml more than once
+        _NOTED.add((origin, line))
+        print(f"{origin}: {line}", file=sys.stderr)
 
 
 def field_of(raw_key: str, origin: str, *, noun: str = "key") -> str:

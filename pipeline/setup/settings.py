@@ -27,7 +27,7 @@ from ..algorithms.parts.checks import (
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..round.augment import NO_AUGMENTATION, parse_augment
-from ..round.transport import COLLECTIVES, LEGACY_BROADCASTS, TRANSPORTS, collective_of
+from ..round.transport import BROADCASTS, FORMER_BROADCASTS, TRANSPORTS
 from .job_settings import JobSettings, check_bytes, scheduler_file_address
 
 
@@ -151,12 +151,13 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     )
     host: str = declare("127.0.0.1", help="Interface a started cluster binds.")
     dashboard_address: str = declare("127.0.0.1:8787", help="Dashboard address.")
-    # The round's collective (comm.collective_of); results are the same bit for bit.
+    # Kept for older config files and scripts: a Dask graph's round is an all-gather
+    # (transport.py); a former value reads as auto, with a note (transport.read_broadcast).
     broadcast: str = declare(
         "auto",
-        help="allgather (every worker takes every worker's sums and finishes each phase "
-        "itself) | reduce (one worker finishes each phase, the others fetch it) | auto "
-        "(allgather). Rounds are chained on the cluster either way.",
+        help="auto | allgather: how a Dask graph's round crosses (every worker takes every "
+        "worker's sums and finishes each phase itself). Kept for older config files; reduce, "
+        "direct and tree read as auto, with a note.",
     )
     # How a round's sums cross between workers (run/segments.py): a Dask graph per round, or
     # a torch.distributed group over the same workers, rounds chained inside one task each.
@@ -165,8 +166,8 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         one_of("auto", "dask", "torch"),
         help="dask (a Dask task graph per round) | torch (a gloo group over the Dask workers, "
         "rounds chained inside one task per worker: a round's fixed cost a fraction of a "
-        "Dask hop) | auto (torch for a model of at most 1 MiB, dask above it or with "
-        "--broadcast reduce). The same weights bit for bit.",
+        "Dask hop) | auto (torch for a model of at most 1 MiB, dask above it). The same "
+        "weights bit for bit.",
     )
     collective_timeout: float = declare(
         60.0,
@@ -194,13 +195,10 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
 
     def check_cluster(self) -> None:
         """The checks across fields; each field's own rule is declared with it."""
-        if self.broadcast not in LEGACY_BROADCASTS:  # older config files: reduce, unnamed
-            one_of("auto", *COLLECTIVES)("broadcast", self.broadcast)
-        if self.collective == "torch" and collective_of(self.broadcast) == "reduce":
-            raise SettingError(
-                f"{setting('broadcast')} {self.broadcast} shapes a Dask graph's round, and "
-                f"{setting('collective')} torch all-gathers the sums; drop one of them"
-            )
+        # A former value is read as auto where settings are read (config.check_settings, and
+        # plan.py for flags); a RunConfig built with one directly runs the all-gather too.
+        if self.broadcast not in FORMER_BROADCASTS:
+            one_of(*BROADCASTS)("broadcast", self.broadcast)
         self.check_jobs(scheduler_named=bool(self.scheduler or self.scheduler_file))
         if self.cluster != "local" and self.memory_limit is not None:
             raise SettingError(
