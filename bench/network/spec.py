@@ -54,8 +54,8 @@ class NetworkSpec:
     methods: tuple[str, ...] = option(METHODS, help=f"Comma-separated, of {', '.join(METHODS)}.")
     broadcasts: tuple[str, ...] = option(
         ("auto",), flag="--broadcast",
-        help="dask-dane runs once per collective given: auto, allgather, reduce (a Dask graph "
-        "per round, --broadcast) or torch (--collective torch).",
+        help="dask-dane runs once per collective given: auto, allgather (a Dask graph per "
+        "round, --broadcast) or torch (--collective torch).",
     )  # fmt: skip
     target: float | None = option(None, help="Test accuracy: report the time to it, stop there.")
     config: str | None = option(  # its file name names the run
@@ -80,9 +80,9 @@ class NetworkSpec:
             raise ValueError(f"--rounds must be at least 1 (got {self.run.rounds})")
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"--target is a test accuracy in (0, 1] (got {self.target})")
-        if not self.broadcasts or set(self.broadcasts) - {"auto", "allgather", "reduce", "torch"}:
+        if not self.broadcasts or set(self.broadcasts) - {"auto", "allgather", "torch"}:
             raise ValueError(
-                f"--broadcast takes a comma-separated list of auto, allgather, reduce, torch "
+                f"--broadcast takes a comma-separated list of auto, allgather, torch "
                 f"(got {','.join(self.broadcasts) or 'none'})"
             )
         if self.run.timeout <= 0:
