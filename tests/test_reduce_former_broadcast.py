@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dask_dane.pipeline.plan import plan_run
 from dask_dane.pipeline.run.rundir import check_same_run
 from dask_dane.pipeline.setup.config import RunConfig, check_settings, read_record, to_toml
 
@@ -46,6 +47,15 @@ def test_the_api_keyword_reads_as_auto_with_a_note(capsys):
 
     assert flags == {"broadcast": "auto"}
     assert len(_notes(capsys.readouterr().err)) == 1
+
+
+def test_the_flag_reads_as_auto_with_one_note(digits_stores, tmp_path, capsys):
+    settings = {"store": str(digits_stores[2]), "out": str(tmp_path / "run"), "broadcast": "tree"}
+
+    config = plan_run(settings)  # as `dane train --broadcast tree` plans its run
+
+    assert config.broadcast == "auto"
+    assert _notes(capsys.readouterr().err) == [f"--broadcast tree {NOTE}"]
 
 
 def test_a_resume_of_a_run_made_with_reduce_changes_nothing(tmp_path):
