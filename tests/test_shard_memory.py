@@ -16,7 +16,7 @@ def test_an_unknown_shard_memory_is_exit_2_and_one_line(run_cli, capfd, assert_o
 
 
 @pytest.mark.cluster
-def test_auto_says_what_it_chose_in_the_first_line_and_config_toml(
+def test_auto_says_what_it_chose_beside_the_dashboard_and_in_config_toml(
     digits_stores, cluster_client, tmp_path, dane_here
 ):
     out = tmp_path / "run"
@@ -26,8 +26,9 @@ def test_auto_says_what_it_chose_in_the_first_line_and_config_toml(
     )  # fmt: skip
 
     assert done.returncode == 0, done.stderr
-    first = done.stderr.splitlines()[0]
-    assert first.startswith("dashboard: ") and "shards auto: resident (shard " in first, first
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"run folder: {out}"  # the run's folder first, then what it chose
+    assert lines[1].startswith("dashboard: ") and "shards auto: resident (shard " in lines[1]
     config = (out / "config.toml").read_text()
     assert 'shard_memory = "auto"' in config and "# shard_memory auto: resident (shard" in config
 
