@@ -1,1 +1,1 @@
-"""Data sources, partitioners and the zarr store format (see docs/architecture.md section 3)."""
+"""Data sources, partitioners and the zarr store format (see docs/reference/formats.md)."""

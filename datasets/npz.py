@@ -41,7 +41,7 @@ def load_npz_source(options: SourceOptions) -> RawDataset:
             f"{path}: x_train ({train_dtype}) and x_test ({test_dtype}) must have the same "
             "numeric dtype"
         )
-    # The store holds uint8 images or float32/float64 rows (docs/architecture.md section 3):
+    # The store holds uint8 images or float32/float64 rows (docs/reference/formats.md):
     # other numbers widen. (N, H, W) grey images get their channel axis.
     stored = train_dtype if train_dtype in (np.uint8, np.float32, np.float64) else np.float32
     grey = len(train_shape) == 3

@@ -117,8 +117,7 @@ BAD_INPUT = {
 # The cases run as the real `dane` script in a process of their own: what only a process
 # shows (its exit status, a traceback printed on the way out, Dask's logging while a
 # scheduler is sought). The others are checks of settings and inputs that the same main()
-# makes in this process (conftest's `dane_here`): an interpreter start costs 4 s of CPU (torch), and
-# 20 of them were a minute of CI (docs/testing.md).
+# makes in this process (conftest's `dane_here`): an interpreter start costs 4 s of CPU (torch).
 IN_OWN_PROCESS = ("train-missing-store", "train-no-scheduler", "prepare-existing-store")
 
 

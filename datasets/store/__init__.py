@@ -1,5 +1,5 @@
 """The zarr v3 store: one group with train/{x,y}, test/{x,y} and attributes (see
-docs/architecture.md section 3).
+docs/reference/formats.md).
 
 A store is a local folder or lives at an fsspec URL (location.py). A local store is written
 into a temporary sibling folder and renamed into place only when complete, so a reader never

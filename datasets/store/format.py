@@ -1,5 +1,5 @@
 """What both sides of the store agree on: its version, its arrays, and StoreInfo, what a
-store holds as read from its attributes and array metadata (docs/architecture.md section 3)."""
+store holds as read from its attributes and array metadata (docs/reference/formats.md)."""
 
 from __future__ import annotations
 

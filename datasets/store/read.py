@@ -1,5 +1,5 @@
 """open_store: a store's metadata, read and checked once, on the driver (see
-docs/architecture.md section 3).
+docs/reference/formats.md).
 
 Attributes are plain JSON read as data (never evaluated); their values are checked here so
 that a damaged store fails now, with the fix, and not later on a worker.
@@ -145,8 +145,7 @@ def _check_consistent(info: StoreInfo, num_train_y: int, num_test_y: int, test_s
 
 
 def _shard_problems(info: StoreInfo) -> list[str]:
-    """Shards must be non-empty, contiguous and cover the training rows (docs/architecture.md,
-    section 3)."""
+    """Shards must be non-empty, contiguous and cover the training rows (docs/reference/formats.md)."""
     problems = []
     expected_start = 0
     for i, (start, stop) in enumerate(info.shards):

@@ -1,5 +1,5 @@
 """A store's rows: read_shard checks a shard where it is loaded (on its worker), and the
-chunk-presence checks that open_store shares (docs/architecture.md section 3)."""
+chunk-presence checks that open_store shares (docs/reference/formats.md)."""
 
 from __future__ import annotations
 

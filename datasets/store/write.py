@@ -1,5 +1,5 @@
 """write_store: partition a source's arrays and write them as a store (see
-docs/architecture.md section 3).
+docs/reference/formats.md).
 
 A local store is written into a temporary sibling folder and renamed into place only when
 complete; a remote one is written in place with its attributes last, and removed if the

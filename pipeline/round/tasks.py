@@ -1,7 +1,8 @@
-"""The only functions that run on workers: pure, module level, no globals.
+"""The per-shard and per-phase functions of a round: pure, module level, no globals.
 
-Each takes plain data (tensors, frozen dataclasses) and returns plain data, so the same
-functions serve the Dask graph (graph.py, through worker_round.py) and the single-process
+The tasks a worker runs (worker_round.py's phases and update, shards.py's loads, scoring.py)
+call these. Each takes plain data (tensors, frozen dataclasses) and returns plain data, so
+the same functions serve the Dask graph (graph.py, through worker_round.py) and the single-process
 reference (reference.py). A round's data takes one path through them: every shard's
 `run_local`, the pairwise sums (aggregate.py), each phase finished (`finish_phase`: its
 average, its broadcast, its bytes) and the round ended (`update_round`, which finishes the

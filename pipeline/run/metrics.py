@@ -49,7 +49,7 @@ def round_row(
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
     scores = evaluation or {}
-    # Every line has these keys, in this order, None where unknown (docs/architecture.md 3).
+    # Every line has these keys, in this order, None where unknown (docs/reference/formats.md).
     row: dict[str, Any] = {
         "round": round_index,
         "algorithm": strategy.name,

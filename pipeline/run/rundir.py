@@ -1,5 +1,5 @@
 """The run directory: config.toml, metrics.jsonl, checkpoints/, summary.json (see
-docs/architecture.md section 3)."""
+docs/reference/formats.md)."""
 
 from __future__ import annotations
 
