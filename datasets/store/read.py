@@ -145,7 +145,8 @@ def _check_consistent(info: StoreInfo, num_train_y: int, num_test_y: int, test_s
 
 
 def _shard_problems(info: StoreInfo) -> list[str]:
-    """Shards must be non-empty, contiguous and cover the training rows (docs/reference/formats.md)."""
+    """Shards must be non-empty, contiguous and cover the training rows
+    (docs/reference/formats.md)."""
     problems = []
     expected_start = 0
     for i, (start, stop) in enumerate(info.shards):
