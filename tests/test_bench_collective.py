@@ -12,6 +12,8 @@ import pytest
 from dask_dane.bench.collective.report import markdown_table
 from dask_dane.bench.collective.run import _summary
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.mark.cluster
 def test_the_crossover_times_a_hop_and_the_groups_all_gather_at_each_size(tmp_path):

@@ -14,6 +14,8 @@ import pytest
 from dask_dane.bench.training.train import read_runs
 from dask_dane.pipeline.setup.config import RunConfig, read_toml
 
+pytestmark = pytest.mark.bench
+
 PRESETS = Path(__file__).resolve().parents[1] / "presets"
 TOMLS = sorted(PRESETS.rglob("*.toml"))
 

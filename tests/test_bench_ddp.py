@@ -23,6 +23,8 @@ from dask_dane.models.registry import build_model
 from dask_dane.pipeline.round.tasks import evaluate, load_shard
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
+pytestmark = pytest.mark.bench
+
 EPOCHS = 2.0
 BATCH = 32
 

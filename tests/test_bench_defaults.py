@@ -26,6 +26,8 @@ from dask_dane.bench.training.defaults_report import markdown_table
 from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):

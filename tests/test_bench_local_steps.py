@@ -12,6 +12,8 @@ import pytest
 from dask_dane.bench.training.local_steps import LocalStepsSpec, measure, verdict
 from dask_dane.bench.training.local_steps_report import markdown_table
 
+pytestmark = pytest.mark.bench
+
 
 def _rows(accuracy: list[float], images: int = 100) -> list[dict]:
     return [

@@ -14,6 +14,8 @@ from dask_dane.bench.scaling.shard_memory import MemorySpec, markdown_table, sum
 from dask_dane.cli.commands import app
 from dask_dane.pipeline.setup.config import RunConfig
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.mark.cluster
 def test_each_way_holds_what_the_store_says_as_dask_counts_it(digits_stores, tmp_path):

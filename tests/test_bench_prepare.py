@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from dask_dane.bench.prepare.run import peak_rss
 from dask_dane.cli.commands import app
+
+pytestmark = pytest.mark.bench
 
 
 def test_prepare_memory_records_each_size_with_its_peak_and_draws_the_figure(tmp_path):

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from dask_dane.cli.commands import app
 from dask_dane.models.registry import ModelSpec, build_model
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.bench]
 
 
 def test_single_process_trains_the_same_model_and_reports_each_target(digits_stores, tmp_path):

@@ -23,6 +23,8 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.fixture(scope="module")
 def scaling(tmp_path_factory):

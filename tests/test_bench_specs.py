@@ -23,6 +23,8 @@ from dask_dane.cli.commands import app
 from dask_dane.pipeline.algorithms.parts.hyperparameters import with_default
 from dask_dane.pipeline.setup.config import RunConfig
 
+pytestmark = pytest.mark.bench
+
 # (the command, its spec): the benches whose options come from a spec.
 COMMANDS = [
     ("soak", SoakSpec),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from dask_dane.cli.commands import app
+
+pytestmark = pytest.mark.bench
 
 
 def test_cli_startup_times_each_page_in_fresh_processes_and_says_what_it_imported(

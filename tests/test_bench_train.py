@@ -11,6 +11,8 @@ from dask_dane.bench.common.output import save_results
 from dask_dane.bench.training.train import equal_rounds_table
 from dask_dane.cli.commands import app
 
+pytestmark = pytest.mark.bench
+
 
 @pytest.mark.cluster
 def test_bench_train_runs_every_run_and_writes_json_table_and_figure(digits_stores, tmp_path):

@@ -3,11 +3,14 @@ read it (the single-process baselines and the convergence benchmark's direct sol
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from dask_dane.bench.common.training_set import full_objective, load_rows, shard_objectives
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+
+pytestmark = pytest.mark.bench
 
 
 def _setup(store):
