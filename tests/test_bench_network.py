@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from dask_dane.bench.common.specs import spec_of
-from dask_dane.bench.network.faults import WORKER_TTL_S
+from dask_dane.bench.network import faults
 from dask_dane.bench.network.model import Network, dask_round_comm_s
 from dask_dane.bench.network.netns import (
     NAMESPACE_PREFIX,
@@ -22,6 +22,8 @@ from dask_dane.bench.network.netns import (
 )
 from dask_dane.bench.network.spec import NetworkSpec
 from dask_dane.datasets.store import open_store
+
+pytestmark = pytest.mark.bench
 
 
 def _netns_reason() -> str | None:
@@ -146,9 +148,16 @@ def test_leftover_namespaces_are_refused_then_cleaned_up(digits_stores, tmp_path
 
 @needs_netns
 @pytest.mark.cluster
-def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(digits_stores, tmp_path):
+def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(
+    digits_stores, tmp_path, monkeypatch
+):
+    from dask_dane.bench.network import bench
     from dask_dane.bench.network.bench import run_network
 
+    # The idle cluster's control traffic (heartbeats, 2 a second a worker) listened to for
+    # 3 s, not 10: a few % of the run's wire bytes, measured to well within the bounds below.
+    listen = bench.idle_control_rate
+    monkeypatch.setattr(bench, "idle_control_rate", lambda *a, **k: listen(*a, **k, seconds=3.0))
     namespaces, links = _namespaces(), _host_links()
     spec = spec_of(NetworkSpec,
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
@@ -189,21 +198,37 @@ def faulted(digits_stores, tmp_path_factory) -> dict[str, dict]:
     """DANE on 2 namespaced workers at 100 Mbit/s: undisturbed, then under each fault, on
     one namespaced cluster; the runs by fault. The faults share one undisturbed run (each
     faulted run is compared with it), which CI's time counted once per test before."""
-    from dask_dane.bench.network.faults import run_faults
-
     tmp_path = tmp_path_factory.mktemp("faults")
     spec = spec_of(NetworkSpec,
         store=str(digits_stores[2]), model="small-cnn", workers=2, bandwidths=("100mbit",),
         methods=("dane",), rounds=FAULTED_ROUNDS, local_steps=40, workdir=str(tmp_path / "net"),
     )  # fmt: skip
-    result = run_faults(spec, faults=("partition", "flap", "collapse"), log=lambda line: None)
+    with pytest.MonkeyPatch.context() as patch:
+        # The processes of the runs read it: see CONNECT_TIMEOUT.
+        patch.setenv("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT", CONNECT_TIMEOUT)
+        patch.setattr(faults, "WORKER_TTL_S", WORKER_TTL_S)
+        patch.setattr(faults, "PARTITION_S", 1.5 * WORKER_TTL_S)  # the bench's ratio
+        patch.setattr(faults, "COLLAPSE_RATE", COLLAPSE_RATE)
+        result = faults.run_faults(spec, faults=("partition", "flap", "collapse"),
+                                   log=lambda line: None)  # fmt: skip
     assert not [n for n in _namespaces() if n.startswith(NAMESPACE_PREFIX)]
     return {run["fault"]: run for run in result["runs"]}
 
 
-# Rounds of the faulted runs: each fault lands half a round after round 1 and must find the
-# run still going (fault_after_rounds), the partition for PARTITION_S.
-FAULTED_ROUNDS = 12
+# Rounds of the faulted runs: each fault lands half a round after round 1 (its warm-up: 3 or 4
+# rounds later) and must find the run still going (fault_after_rounds), the partition for
+# PARTITION_S. Every round after it costs time, most on the collapsed links.
+FAULTED_ROUNDS = 9
+# The bench's faults, scaled down for time. The scheduler's heartbeat timeout: Dask's floor
+# for 2 workers (10 heartbeats of 0.5 s; the bench takes 10 s); the partition lasts 1.5 of
+# it, as the bench's does. The collapsed rate: a round's model-sized all-gathers take a
+# second or more at 2 Mbit/s, against 0.5 s a round undisturbed (the bench takes 1 Mbit/s).
+WORKER_TTL_S = 5.0
+COLLAPSE_RATE = "2mbit"
+# Once the partitioned worker is replaced, the run waits for a broadcast of the scheduler to
+# the worker's old address to time out: Dask's connect timeout, 30 s by default (measured:
+# 30 s of the partitioned run's 69). Connections between the namespaces open in milliseconds.
+CONNECT_TIMEOUT = "5s"
 
 
 @needs_netns
@@ -234,7 +259,7 @@ def test_flapping_and_collapsed_links_change_no_weight_and_cost_time(faulted):
         assert run["exit_code"] == 0 or run["resumed"], run
         assert run["weights_equal"], run
         assert run["fault_landed_s"] is not None and run["fault_after_rounds"] >= 1, run
-        # A link down 1 s in 4, or every link at 1 Mbit/s, for the rest of the run: the
+        # A link down 1 s in 4, or every link at COLLAPSE_RATE, for the rest of the run: the
         # rounds after it landed move their weights more slowly than the same rounds
         # undisturbed. Counted on the rounds alone: the whole process's wall time also holds
         # a cluster's start, whose noise (measured -1.9 s once) can exceed a flap's cost.
