@@ -14,7 +14,7 @@ from dask_dane.pipeline.algorithms import make_strategy
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
 from dask_dane.pipeline.algorithms.parts.schedule import lr_factor
 from dask_dane.pipeline.algorithms.parts.server import MomentumState, momentum_step
-from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.reference import ReferenceRun, run_reference
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.run.loop import train
@@ -110,9 +110,6 @@ CASES = {
         server_momentum=0.5,
         lr_schedule="cosine",
     ),
-    "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
-    # DiLoCo's outer step (OpenDiLoCo's settings): Nesterov momentum 0.9, outer lr 0.7.
-    "diloco": dict(algorithm="fedavg", server_momentum=0.9, server_nesterov=True, server_lr=0.7),
     # K per round (--local-steps-schedule): QSR over the cosine's decay, capped at 32; post-local
     # SGD's one step a round for 2 rounds, then K.
     "fedavg-qsr": dict(
@@ -128,6 +125,15 @@ CASES = {
     "sdane": dict(algorithm="sdane", mu=2.0),
     "sdane-adaptive": dict(algorithm="sdane-adaptive", mu=2.0),
     "sgd-step": dict(algorithm="sgd", lr_schedule="step", local_lr=0.1),
+}
+# Options of the server's step alone, on FedAvg's graph: they change the update's arithmetic,
+# which every worker takes from the same all-gathered sums, and nothing that crosses. dane-fast
+# runs the momentum on the cluster above; the arithmetic is checked by hand
+# (test_server_momentum_is_the_heavy_ball_on_the_averaged_step, tests/test_server_step.py).
+SERVER_CASES = {
+    "fedavgm": dict(algorithm="fedavg", server_momentum=0.9),
+    # DiLoCo's outer step (OpenDiLoCo's settings): Nesterov momentum 0.9, outer lr 0.7.
+    "diloco": dict(algorithm="fedavg", server_momentum=0.9, server_nesterov=True, server_lr=0.7),
 }
 # Model-sized copies per round, 4 shards on 2 workers, in the round's all-gather: each
 # worker sends the sum of its 2 shards' outputs to the other, per phase and per model-sized
@@ -149,6 +155,31 @@ COPIES = {
     "sdane-adaptive": 6,  # + a phase whose input (x) each worker forms, gathering grad f_i(x)
     "sgd-step": 2,
 }
+
+
+def _options_config(store, out: str, **settings) -> RunConfig:
+    return RunConfig(
+        store=str(store), out=out, model="small-cnn", dtype="float64", rounds=3, local_steps=8,
+        batch_size=16, seed=11, **settings,
+    ).validate()  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SERVER_CASES)
+def test_a_server_step_option_reads_and_sends_what_fedavg_does_and_moves_other_weights(
+    case, digits_stores
+):
+    def reference(settings: dict) -> ReferenceRun:
+        config = _options_config(digits_stores[4], "", **settings)
+        return run_reference(prepare_run(config), rounds=3, num_workers=2)
+
+    plain, option = reference(dict(algorithm="fedavg")), reference(SERVER_CASES[case])
+
+    setup = prepare_run(_options_config(digits_stores[4], ""))
+    num_params = initial_weights(setup.spec, 0).numel()
+    assert [r["comm_bytes"] for r in option.history] == [COPIES[case] * num_params * 8] * 3
+    assert [r["comm_bytes"] for r in option.history] == [r["comm_bytes"] for r in plain.history]
+    assert [r["images"] for r in option.history] == [r["images"] for r in plain.history]
+    assert not torch.equal(option.weights, plain.weights)  # the option reached the update
 
 
 @pytest.mark.cluster

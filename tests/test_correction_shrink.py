@@ -21,8 +21,6 @@ from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round.aggregate import ShardReport, mean_of, to_partial, tree_reduce
 from dask_dane.pipeline.round.objective import ShardObjective
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -161,24 +159,22 @@ def test_the_whole_shard_gives_factor_one_and_the_papers_dane_bit_for_bit(digits
     assert factors == [1.0] * 4
 
 
-@pytest.mark.cluster
-def test_the_dask_run_shrinks_as_the_reference_does(digits_stores, cluster_client, tmp_path):
-    config = RunConfig(
-        store=str(digits_stores[4]), out=str(tmp_path / "run"), dtype="float64", rounds=3,
-        seed=7, eta=1.0, mu=0.1, local_steps=5, batch_size=16, grad_sample=100,
-        correction="shrink",
-    ).validate()  # fmt: skip
+def test_a_sampled_gradient_shrinks_every_shards_correction_and_changes_the_run(digits_stores):
+    # The factors are each shard's own (its sample against the round's all-gathered mean
+    # gradient, which every algorithm's Dask = reference test crosses): no cluster of its own.
+    common = dict(store=str(digits_stores[4]), dtype="float64", rounds=3, seed=7, eta=1.0,
+                  mu=0.1, local_steps=5, batch_size=16, grad_sample=100)  # fmt: skip
+    runs = {
+        name: run_reference(
+            prepare_run(RunConfig(correction=name, **common).validate()), rounds=3, num_workers=2
+        )
+        for name in ("plain", "shrink")
+    }
 
-    train(config, client=cluster_client)
-    reference = run_reference(prepare_run(config), rounds=3, num_workers=2)
-
-    weights = RunDir(tmp_path / "run").final_weights()
-    assert (weights - reference.weights).abs().max() < 1e-10
-    rows = RunDir(tmp_path / "run").rows()
-    factors = [[s["correction_factor"] for s in row["shards"]] for row in rows]
-    expected = [[s["correction_factor"] for s in row["shards"]] for row in reference.history]
-    np.testing.assert_allclose(factors, expected, rtol=1e-9)
+    factors = [[s["correction_factor"] for s in row["shards"]] for row in runs["shrink"].history]
+    assert [len(round_factors) for round_factors in factors] == [4, 4, 4]
     assert all(0.0 <= f < 1.0 for round_factors in factors for f in round_factors)
+    assert not torch.equal(runs["plain"].weights, runs["shrink"].weights)
 
 
 def test_the_shrunk_term_keeps_the_global_part_of_the_correction_whole():
