@@ -4,8 +4,6 @@ on a tiny size, checked for what they must hold, never for how fast they are."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -16,13 +14,11 @@ pytestmark = pytest.mark.bench
 
 
 @pytest.mark.cluster
-def test_the_crossover_times_a_hop_and_the_groups_all_gather_at_each_size(tmp_path):
+def test_the_crossover_times_a_hop_and_the_groups_all_gather_at_each_size(tmp_path, dane_here):
     out = tmp_path / "crossover.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "bench", "collective-crossover",
-         "--sizes", "0.01,0.1", "--json", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = dane_here(
+        "bench", "collective-crossover", "--sizes", "0.01,0.1", "--json", str(out), cwd=tmp_path
+    )
 
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]

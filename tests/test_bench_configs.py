@@ -4,8 +4,6 @@ range in a published configuration fails here, not in front of a user."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -71,7 +69,7 @@ def test_the_scaling_preset_is_the_recipe_the_m8_sweep_chose():
 
 
 @pytest.mark.cluster
-def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_path):
+def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_path, dane_here):
     from dask_dane.datasets.partition import PartitionSpec
     from dask_dane.datasets.sources import SourceOptions, load_source
     from dask_dane.datasets.store import write_store
@@ -81,12 +79,10 @@ def test_the_skew_settings_train_on_a_skewed_store_they_were_not_tuned_on(tmp_pa
     write_store(load_source("digits", SourceOptions(seed=0)), spec, store, force=False)
     out = tmp_path / "run"
 
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "train", str(store),
-         "--config", "preset:skew-dane", "--model", "small-cnn",
-         "--workers", "2", "--rounds", "3", "--out", str(out),
-         "--dashboard-address", "127.0.0.1:0"],
-        capture_output=True, text=True, timeout=300,
+    done = dane_here(
+        "train", str(store), "--config", "preset:skew-dane", "--model", "small-cnn",
+        "--workers", "2", "--rounds", "3", "--out", str(out), "--dashboard-address", "127.0.0.1:0",
+        cwd=tmp_path,
     )  # fmt: skip
 
     assert done.returncode == 0, done.stderr

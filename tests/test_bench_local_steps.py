@@ -4,8 +4,6 @@ targets, and one real run of the command on digits."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -76,13 +74,12 @@ def test_the_spec_refuses_unknown_sources_candidates_and_negative_steps():
 
 
 @pytest.mark.cluster
-def test_the_command_trains_each_k_and_writes_the_json_and_the_figure(tmp_path):
+def test_the_command_trains_each_k_and_writes_the_json_and_the_figure(tmp_path, dane_here):
     out, figure = tmp_path / "r.json", tmp_path / "r.png"
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "bench", "local-steps", "--sources", "digits",
-         "--candidates", "dane,dane-mu0", "--digits-steps", "5,100", "--rounds", "2",
-         "--workdir", str(tmp_path / "w"), "--json", str(out), "--plot", str(figure)],
-        capture_output=True, text=True, timeout=600,
+    done = dane_here(
+        "bench", "local-steps", "--sources", "digits", "--candidates", "dane,dane-mu0",
+        "--digits-steps", "5,100", "--rounds", "2", "--workdir", str(tmp_path / "w"),
+        "--json", str(out), "--plot", str(figure), cwd=tmp_path,
     )  # fmt: skip
 
     assert done.returncode == 0, done.stderr[-3000:]

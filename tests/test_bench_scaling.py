@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -137,13 +135,10 @@ def test_outputs_reference_fixed_cost_and_projection(scaling):
     assert all(r["round_s"] > 0 for r in network["rounds"])
 
 
-@pytest.mark.cluster
-def test_shard_count_mismatch_is_a_clean_error(digits_stores, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "bench", "scaling", "--store",
-         str(digits_stores[2]), "--model", "small-cnn", "--shards", "8",
-         "--workdir", str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=120,
+def test_shard_count_mismatch_is_a_clean_error(digits_stores, tmp_path, dane_here):
+    result = dane_here(
+        "bench", "scaling", "--store", str(digits_stores[2]), "--model", "small-cnn",
+        "--shards", "8", "--workdir", str(tmp_path / "work"), cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 2
     assert "holds 2 shards" in result.stderr and "--shards 8" in result.stderr
