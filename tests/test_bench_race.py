@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from dask_dane.cli.commands import app
 from dask_dane.models.registry import ModelSpec, build_model
 
-pytestmark = [pytest.mark.cluster, pytest.mark.bench]
+pytestmark = pytest.mark.bench
 
 
 def test_single_process_trains_the_same_model_and_reports_each_target(digits_stores, tmp_path):
@@ -40,6 +40,7 @@ def test_single_process_trains_the_same_model_and_reports_each_target(digits_sto
     assert (tmp_path / "s.png").stat().st_size > 10_000
 
 
+@pytest.mark.cluster
 def test_the_race_runs_ddp_one_process_and_every_listed_run(digits_stores, tmp_path):
     runs = tmp_path / "runs.toml"
     runs.write_text(
@@ -76,6 +77,7 @@ def test_the_race_runs_ddp_one_process_and_every_listed_run(digits_stores, tmp_p
     assert "| dask-dane scaffold |" in done.output
 
 
+@pytest.mark.cluster
 def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
     config = tmp_path / "run.toml"
     config.write_text(
