@@ -24,9 +24,9 @@ def test_the_crossover_times_a_hop_and_the_groups_all_gather_at_each_size(tmp_pa
     rows = json.loads(out.read_text())["rows"]
     assert [r["mib"] for r in rows] == [0.01, 0.1]
     for row in rows:
-        # Each timed for real (the all-gather checks its bytes arrived: bench/scaling/gloo.py);
-        # packing adds to the raw all-gather, never takes from it.
-        assert row["hop_ms"] > 0 and 0 < row["gloo_raw_ms"] <= row["gloo_packed_ms"]
+        # Each timed for real (the all-gather checks its bytes arrived: bench/scaling/gloo.py).
+        # No order between the timings is asserted: on a loaded machine either may come first.
+        assert row["hop_ms"] > 0 and row["gloo_raw_ms"] > 0 and row["gloo_packed_ms"] > 0
     assert "| 0.1 |" in done.stdout
 
 
