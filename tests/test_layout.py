@@ -45,7 +45,7 @@ LAYERS = ("cli", "bench", "pipeline", "models|datasets|presets")
 # the driver (run/), what a run is made of (setup/), then one round and the algorithms it
 # runs (round/ and algorithms/ share a layer: a worker task calls an algorithm, which takes
 # the shard's objective).
-PIPELINE_LAYERS = ("", "observe", "run", "setup", "round|algorithms")
+PIPELINE_LAYERS = ("", "observe", "run", "setup", "round|algorithms", "rows")
 # The /dane page is registered by importing its module before an in-process scheduler
 # starts; that module imports nothing of the package.
 PIPELINE_UPWARD_ALLOWED = {("pipeline.run.cluster", "pipeline.observe.dashboard")}

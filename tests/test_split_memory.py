@@ -21,9 +21,9 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round import tasks
-from dask_dane.pipeline.round.features import StoredRows
 from dask_dane.pipeline.round.scoring import combine_scores, score_piece
-from dask_dane.pipeline.round.streamed import PASS_CACHE_CHUNKS, StreamedRows
+from dask_dane.pipeline.rows.features import StoredRows
+from dask_dane.pipeline.rows.streamed import PASS_CACHE_CHUNKS, StreamedRows
 from dask_dane.pipeline.run import shard_memory
 from dask_dane.pipeline.run.metrics import read_metrics
 from dask_dane.pipeline.run.rundir import RunDir

@@ -19,9 +19,9 @@ from dask_dane.datasets.sources import load_source
 from dask_dane.datasets.store import open_store, write_store
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.round import tasks  # registers the sizes Dask uses
-from dask_dane.pipeline.round.features import ALIGNMENT, StoredRows, stored_rows
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.round.shards import architecture, make_objective
+from dask_dane.pipeline.rows.features import ALIGNMENT, StoredRows, stored_rows
 from dask_dane.pipeline.setup.run_setup import initial_state
 
 NORMALIZATION = {"mean": [0.2, 0.5, 0.7], "std": [0.3, 0.25, 0.2]}

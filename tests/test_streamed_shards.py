@@ -22,7 +22,7 @@ from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.round.objective import ShardObjective
 from dask_dane.pipeline.round.shards import architecture, load_shard
-from dask_dane.pipeline.round.streamed import (
+from dask_dane.pipeline.rows.streamed import (
     CACHE_CHUNKS,
     WINDOW_CHUNKS,
     ChunkWindow,

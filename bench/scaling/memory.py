@@ -163,7 +163,7 @@ def data_bytes(setup: Any, workers: int) -> list[int]:
     """Bytes of the training rows (and their pieces of the test split) that each of `workers`
     workers holds: piece i of the test split lies beside shard i (round/scoring.py)."""
     store = setup.store
-    # Features as workers hold them (round/features.py): as stored when that is narrower than
+    # Features as workers hold them (rows/features.py): as stored when that is narrower than
     # the run's dtype (uint8 images), else converted; in the run's dtype with --shard-memory
     # converted; streamed, only their labels (and a few chunks); labels as int64.
     stored, wide = np.dtype(store.x_dtype).itemsize, np.dtype(setup.config.dtype).itemsize

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ...models.flat import forward_flat
-from .features import Features
+from ..rows.features import Features
 
 _PER_ROW: dict[tuple, int] = {}
 

@@ -26,10 +26,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ...models.flat import Buffers, forward_flat
+from ..rows.features import Features, StoredRows
+from ..rows.streamed import ChunkWindow
 from .activations import activation_bytes_per_row
 from .augment import Augmentation, augment_batch
-from .features import Features, StoredRows
-from .streamed import ChunkWindow
 
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times

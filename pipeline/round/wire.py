@@ -37,8 +37,8 @@ from dask.sizeof import sizeof
 from distributed.protocol import dask_deserialize, dask_serialize
 
 from ..algorithms.base import LocalOutput
+from ..rows.features import ALIGNMENT, FeatureRows, on_boundary
 from .aggregate import Partial, ShardReport
-from .features import ALIGNMENT, FeatureRows, on_boundary
 
 # Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
 # the in-band pickle on the same objects; the engine never changes it.

@@ -56,7 +56,7 @@ RESUMABLE_KEYS = frozenset(
         # across workers, threads, collectives and clusters (every collective sums in one fixed
         # order, aggregate.py); a device changes the rounding of the same math only. Where the
         # shards are held too: a resume on a cluster with less memory must be able to stream
-        # (minibatch draws differ from resident ones, round/streamed.py ChunkWindow; full passes
+        # (minibatch draws differ from resident ones, rows/streamed.py ChunkWindow; full passes
         # and exact solves do not). Not transport: bfloat16 changes the sums.
         *(f.name for f in fields(ClusterSettings) if f.name != "transport"),
     }

@@ -131,7 +131,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     )
     # auto by default: a run whose data fits is held resident, as before, and one whose data
     # does not fit streams what does not, instead of stopping to ask for the flag. How workers
-    # hold their shards: in memory, or streamed from the store (round/streamed.py).
+    # hold their shards: in memory, or streamed from the store (rows/streamed.py).
     shard_memory: str = declare(
         "auto",
         one_of("resident", "converted", "stream", "auto"),
