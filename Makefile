@@ -70,9 +70,9 @@ test-fast: $(STAMP)
 # The algorithms, the accounting and the aggregation, and (issue 35 item 8) a user's model
 # from its file to its export: loading, checks, objective, augmentation, image stores.
 # (tests/mutation/coverage_map.py's MUTATED and forkserver.py's MUTATED_MODULES name the same.)
-MUTATE_CORE := pipeline/round/comm.py,pipeline/round/aggregate.py,pipeline/algorithms/
-MUTATE_MODEL := models/user.py,pipeline/setup/model_check.py,pipeline/round/objective.py
-MUTATE_DATA := pipeline/round/augment.py,datasets/images.py,datasets/cifar.py,pipeline/trained.py
+MUTATE_CORE := pipeline/engine/round/comm.py,pipeline/engine/round/aggregate.py,pipeline/algorithms/
+MUTATE_MODEL := models/user.py,pipeline/setup/model_check.py,pipeline/engine/round/objective.py
+MUTATE_DATA := pipeline/engine/round/augment.py,datasets/images.py,datasets/cifar.py,pipeline/trained.py
 MUTATE ?= $(MUTATE_CORE),$(MUTATE_MODEL),$(MUTATE_DATA)
 MUTATION_MAP ?= .mutation-map.json
 MUTATION_SOCKET ?= .mutation.sock

@@ -32,11 +32,11 @@ __all__ = ["Callbacks", "TrainResult", "__version__", "load", "prepare", "train"
 
 if TYPE_CHECKING:
     from .pipeline.api import TrainResult, load, prepare, train
-    from .pipeline.run.callbacks import Callbacks
+    from .pipeline.engine.run.callbacks import Callbacks
 
 # name: the module under the package that defines it, imported on first use.
 _LAZY = {
-    "Callbacks": "pipeline.run.callbacks",  # torch-free: reaching it costs nothing
+    "Callbacks": "pipeline.engine.run.callbacks",  # torch-free: reaching it costs nothing
     "TrainResult": "pipeline.api",
     "load": "pipeline.api",
     "prepare": "pipeline.api",

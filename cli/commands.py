@@ -129,12 +129,12 @@ def train(
     presets/skew-dane.toml (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
+    from ..pipeline.engine.run import loop
+    from ..pipeline.engine.run.callbacks import chain
+    from ..pipeline.launchers.worker_count import check_workers
     from ..pipeline.observe.progress import selection_line
     from ..pipeline.observe.tracking import TrackingContext, preset_of, trackers
     from ..pipeline.plan import plan_run
-    from ..pipeline.run import loop
-    from ..pipeline.run.callbacks import chain
-    from ..pipeline.run.worker_count import check_workers
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
     from .train_lines import (

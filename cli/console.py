@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..pipeline.launchers.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 from ..pipeline.observe.collapse import CollapseWatch, advice
 from ..pipeline.observe.progress import ProgressLines, number
-from ..pipeline.run.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 
 if TYPE_CHECKING:
     from ..pipeline.setup.config import RunConfig
@@ -104,7 +104,7 @@ def quiet_cluster_logs(run_dir: Path) -> Iterator[None]:
     """The in-process scheduler's, Tornado's and Bokeh's logs go to RUN_DIR/cluster.log,
     not the terminal: a browser closing a dashboard page made Bokeh print a 30-line
     traceback between the progress bar's updates. Our own one-line errors are unaffected.
-    The loggers are the ones the workers route too (pipeline/run/cluster_checks.py)."""
+    The loggers are the ones the workers route too (pipeline/launchers/cluster_checks.py)."""
     handler = RunDirLog(run_dir)
     saved = route_cluster_logs(handler)
     try:

@@ -29,7 +29,8 @@ EXIT_CLUSTER_LOST = 4
 
 def main() -> None:
     """Console-script entry: errors become one line on stderr and an exit status (see top)."""
-    from ..pipeline.run.errors import ClusterLost, TrainingDiverged  # torch-free
+    from ..pipeline.engine.run.errors import TrainingDiverged
+    from ..pipeline.launchers.errors import ClusterLost
 
     try:
         app(standalone_mode=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..pipeline.engine.run.rundir import RunDir
 from ..pipeline.observe.progress import plural
-from ..pipeline.run.rundir import RunDir
 
 EXIT_INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 

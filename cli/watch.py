@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from ..pipeline.run.metrics import read_metrics
-from ..pipeline.run.rundir import RunDir
+from ..pipeline.engine.run.metrics import read_metrics
+from ..pipeline.engine.run.rundir import RunDir
 from ..pipeline.setup.config import read_toml
 
 BARS = "▁▂▃▄▅▆▇█"

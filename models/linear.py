@@ -1,7 +1,7 @@
 """linear and logistic: the convex models of the DANE paper, on tabular rows x of shape (d,).
 
 The loss (squared error, cross-entropy) and the L2 penalty live in
-pipeline/round/objective.py; these are only the maps x -> <x, w> and x -> W x + b.
+pipeline/engine/round/objective.py; these are only the maps x -> <x, w> and x -> W x + b.
 """
 
 from __future__ import annotations

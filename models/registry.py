@@ -40,7 +40,7 @@ class ModelSpec:
     num_classes: int
     dtype: str = "float32"
     # The L2 penalty lambda*||w||^2 in every shard's loss: part of the model's objective, so it
-    # travels with the spec to every task that builds one (pipeline/round/objective.py applies it).
+    # travels with the spec to every task that builds one (engine/round/objective.py applies it).
     l2: float = 0.0
     # A user's model: the builder as bytes (models/user.py); empty for the built-in names.
     builder: bytes = b""
@@ -48,7 +48,7 @@ class ModelSpec:
     # losses are means over batches of this many rows, the local steps' batch size, so that a
     # full-shard gradient is the gradient of the objective the local steps minimise.
     train_batch: int = 0
-    # Random flips / crops of each local step's minibatch (pipeline/round/augment.py); "" for none.
+    # Random flips / crops of each local step's minibatch (engine/round/augment.py); "" for none.
     augment: str = ""
     # fp32, or bf16: forward and backward under torch.autocast, weights and gradients in dtype.
     precision: str = "fp32"

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from .algorithms.parts.noise_scale import noise_figures, ratio, shard_metrics
+from .engine.round.objective import ShardObjective
+from .engine.round.shards import make_objective
 from .observe.progress import WARN_FROM_ROUND, noise_warning
-from .round.objective import ShardObjective
-from .round.shards import make_objective
 from .setup.config import RunConfig
 from .setup.run_setup import ensure_default_store, initial_state, prepare_run
 

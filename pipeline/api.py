@@ -20,14 +20,14 @@ from torch import nn
 
 from ..models.user import callable_name
 from .api_prepare import prepare
+from .engine.run import loop
+from .engine.run.rundir import RunDir
 from .keywords import SETTINGS_KEYWORDS, check_keywords, reword
+from .launchers.errors import refuse_in_spawned_import
+from .launchers.worker_count import check_workers
 from .observe.progress import Callbacks, ProgressLines, chain, plural
 from .observe.tracking import TrackingContext, trackers
 from .plan import plan_run
-from .run import loop
-from .run.errors import refuse_in_spawned_import
-from .run.rundir import RunDir
-from .run.worker_count import check_workers
 from .setup.config import RunConfig, check_settings
 from .trained import build_trained, export_model, read_trained
 

@@ -21,7 +21,7 @@ from ..datasets.raw import RawDataset, SkippedFiles, SourceOptions
 from ..datasets.sources import load_source, parse_source_name
 from ..datasets.store import StoreInfo, open_store, write_store
 from .keywords import reword
-from .run.errors import refuse_in_spawned_import
+from .launchers.errors import refuse_in_spawned_import
 
 Arrays = tuple[np.ndarray, np.ndarray]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from .algorithms.parts.setting_error import SettingError, setting
+from .engine.round.transport import read_broadcast
+from .engine.run.rundir import RunDir, check_same_run, fresh_run_dir, newest_run_dir
+from .launchers.cluster_checks import refuse_missing_gpu
+from .launchers.jobqueue import check_job_queue
 from .observe.tracking import check_tracking
-from .round.transport import read_broadcast
-from .run.cluster_checks import refuse_missing_gpu
-from .run.jobqueue import check_job_queue
-from .run.rundir import RunDir, check_same_run, fresh_run_dir, newest_run_dir
 from .setup.config import RunConfig, read_toml
 from .setup.epochs import COUNT_OF_EPOCHS
 from .setup.run_setup import ensure_default_store

@@ -16,7 +16,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from .run.rundir import RunDir
+from .engine.run.rundir import RunDir
 from .setup.config import RunConfig
 from .setup.resumed import Resume, RunRecord
 

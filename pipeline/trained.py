@@ -25,9 +25,9 @@ from ..datasets.images import read_class_names
 from ..models.flat import load_state
 from ..models.registry import ModelSpec, build_model
 from ..models.user import is_import_path, to_bytes
-from .round import tasks
-from .run.checkpoint import atomic_write_bytes, load_checkpoint
-from .run.rundir import RunDir
+from .engine.round import tasks
+from .engine.run.checkpoint import atomic_write_bytes, load_checkpoint
+from .engine.run.rundir import RunDir
 from .setup.config import RunConfig
 from .setup.run_setup import prepare_run
 

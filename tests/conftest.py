@@ -20,7 +20,7 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 
-# `--collective torch` takes a lease on each worker (pipeline/run/segment_cluster.py); a
+# `--collective torch` takes a lease on each worker (pipeline/engine/run/segment_cluster.py); a
 # driver a test kills holding one frees it after Dask's lease-timeout, 30 s by default. The
 # schedulers of the tests (in this process, or started by it) lapse it in 3 s, so that the
 # resumed run does not wait out the default (the behaviour is the same, only sooner).
@@ -50,7 +50,8 @@ def _fork_workers_from_a_warm_server() -> None:
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     distributed.utils.get_mp_context()  # distributed sets its own preload list first
     preload = multiprocessing.forkserver._forkserver._preload_modules or []
-    engine = ["dask_dane.pipeline.round.tasks", "dask_dane.pipeline.round.worker_round"]
+    round_ = "dask_dane.pipeline.engine.round"
+    engine = [f"{round_}.tasks", f"{round_}.worker_round"]
     multiprocessing.forkserver.set_forkserver_preload([*preload, *engine])
 
 
@@ -89,7 +90,7 @@ def cluster_client():
     import dask
     from distributed import Client, LocalCluster
 
-    from dask_dane.pipeline.run.cluster import CLUSTER_CONFIG, TorchThreads
+    from dask_dane.pipeline.launchers.cluster import CLUSTER_CONFIG, TorchThreads
 
     with dask.config.set(CLUSTER_CONFIG):
         cluster = LocalCluster(

@@ -135,7 +135,7 @@ def running_cluster(folder: Path, num_workers: int) -> Iterator[Client]:
 def when_rows(out: Path, count: int, act) -> threading.Thread:  # type: ignore[no-untyped-def]
     """Call act(None) once out/metrics.jsonl holds `count` rows (a segment of rounds runs
     inside one task per worker, `--collective torch`: no round task to watch for)."""
-    from dask_dane.pipeline.run.metrics import read_metrics
+    from dask_dane.pipeline.engine.run.metrics import read_metrics
 
     def watch() -> None:
         deadline = time.monotonic() + 120

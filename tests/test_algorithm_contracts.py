@@ -27,7 +27,8 @@ from dask_dane.pipeline.algorithms import ALGORITHMS
 from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
 from dask_dane.pipeline.algorithms.parts.server import ServerStep
-from dask_dane.pipeline.round import aggregate, comm
+from dask_dane.pipeline.engine import protocol
+from dask_dane.pipeline.engine.round import aggregate, comm
 from dask_dane.pipeline.setup.settings import (
     AlgorithmSettings,
     RunSettings,
@@ -43,10 +44,10 @@ MUTABLE = {"_Exact"}
 
 
 def _modules() -> list:
-    # The algorithms and, below them, the parts they share (parts/).
+    # The algorithms and, below them, the parts they share (parts/), and the protocol's records.
     prefix = algorithms_package.__name__ + "."
     names = [m.name for m in pkgutil.walk_packages(algorithms_package.__path__, prefix)]
-    return [importlib.import_module(name) for name in names] + [aggregate, comm]
+    return [importlib.import_module(name) for name in names] + [protocol, aggregate, comm]
 
 
 def _dataclasses() -> list[type]:
@@ -160,7 +161,7 @@ def test_each_strategys_state_types_are_those_of_its_initial_states(name, settin
 
 def test_the_protocols_optional_parts_default_to_none():
     # A strategy tells "no state" and "no decision" by None; "" or 0 would read as present.
-    from dask_dane.pipeline.algorithms import base
+    from dask_dane.pipeline.engine import protocol as base
 
     optional = {
         base.LocalContext: ("shard_state", "round_data"), base.Broadcast: ("decision",),

@@ -14,11 +14,11 @@ from dask_dane.pipeline.algorithms import make_strategy
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
 from dask_dane.pipeline.algorithms.parts.schedule import lr_factor
 from dask_dane.pipeline.algorithms.parts.server import MomentumState, momentum_step
-from dask_dane.pipeline.reference import ReferenceRun, run_reference
-from dask_dane.pipeline.round.objective import ShardObjective
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.reference import ReferenceRun, run_reference
+from dask_dane.pipeline.engine.round.objective import ShardObjective
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 

@@ -9,11 +9,16 @@ from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.fedavg import FedAvg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.sgd import Sgd, SgdState
-from dask_dane.pipeline.round.aggregate import to_partial, tree_reduce
-from dask_dane.pipeline.round.comm import layout
-from dask_dane.pipeline.round.objective import ShardObjective
-from dask_dane.pipeline.round.shards import ShardData, make_objective
-from dask_dane.pipeline.round.tasks import RoundInput, finish_phase, run_local, update_round
+from dask_dane.pipeline.engine.round.aggregate import to_partial, tree_reduce
+from dask_dane.pipeline.engine.round.comm import layout
+from dask_dane.pipeline.engine.round.objective import ShardObjective
+from dask_dane.pipeline.engine.round.shards import ShardData, make_objective
+from dask_dane.pipeline.engine.round.tasks import (
+    RoundInput,
+    finish_phase,
+    run_local,
+    update_round,
+)
 
 SPEC = ModelSpec(name="mlp", sample_shape=(5,), num_classes=3, dtype="float64")
 

@@ -29,8 +29,9 @@ def test_every_module_and_folder_the_architecture_page_names_exists():
 
 
 def test_the_path_reader_finds_files_and_folders_and_skips_placeholders():
-    text = "`pipeline/run/loop.py`, tests/test_layout.py, `bench/`, FILE.py:NAME, x.pyc, train/x."
-    assert _named_paths(text) == {"pipeline/run/loop.py", "tests/test_layout.py", "bench/"}
+    text = "`pipeline/engine/run/loop.py`, tests/test_layout.py, `bench/`, "
+    text += "FILE.py:NAME, x.pyc, train/x."
+    assert _named_paths(text) == {"pipeline/engine/run/loop.py", "tests/test_layout.py", "bench/"}
 
 
 def test_the_code_cites_the_architecture_page_not_an_absent_design_file():

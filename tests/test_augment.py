@@ -1,4 +1,4 @@
-"""--augment against images flipped and shifted by hand in numpy (pipeline/round/augment.py).
+"""--augment against images flipped and shifted by hand in numpy (pipeline/engine/round/augment.py).
 
 The Dask run and the reference share `augment_batch`, so their agreement proves nothing about
 it: a no-op, a flip of the wrong axis or a crop with its offsets swapped passes there. Here
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from dask_dane.pipeline.round.augment import Augmentation, augment_batch, parse_augment
+from dask_dane.pipeline.engine.round.augment import Augmentation, augment_batch, parse_augment
 
 SEED = 7
 

@@ -24,7 +24,7 @@ from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import FORMAT_VERSION, open_store, write_store
-from dask_dane.pipeline.round import tasks
+from dask_dane.pipeline.engine.round import tasks
 from dask_dane.pipeline.setup.config import RunConfig, read_toml, to_toml
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

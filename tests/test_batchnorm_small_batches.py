@@ -20,13 +20,13 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.raw import RawDataset
 from dask_dane.datasets.store import write_store
 from dask_dane.models.registry import build_model
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round import tasks
-from dask_dane.pipeline.round.objective import full_pass_batches
-from dask_dane.pipeline.round.shards import make_objective
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round import tasks
+from dask_dane.pipeline.engine.round.objective import full_pass_batches
+from dask_dane.pipeline.engine.round.shards import make_objective
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 

@@ -23,7 +23,7 @@ from dask_dane.bench.training.defaults import (
     one_run,
 )
 from dask_dane.bench.training.defaults_report import markdown_table
-from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 pytestmark = pytest.mark.bench

@@ -15,11 +15,16 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 from dask_dane.models.flat import load_state
 from dask_dane.models.registry import build_model
-from dask_dane.pipeline.algorithms import LocalOutput
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round import tasks
-from dask_dane.pipeline.round.aggregate import ShardReport, buffer_mean, to_partial, tree_reduce
-from dask_dane.pipeline.round.shards import make_objective
+from dask_dane.pipeline.engine.protocol import LocalOutput
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round import tasks
+from dask_dane.pipeline.engine.round.aggregate import (
+    ShardReport,
+    buffer_mean,
+    to_partial,
+    tree_reduce,
+)
+from dask_dane.pipeline.engine.round.shards import make_objective
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 

@@ -11,9 +11,9 @@ import pytest
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.run.callbacks import Callbacks, chain
-from dask_dane.pipeline.run.errors import TrainingDiverged
-from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.engine.run.callbacks import Callbacks, chain
+from dask_dane.pipeline.engine.run.errors import TrainingDiverged
+from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.setup.config import RunConfig
 
 

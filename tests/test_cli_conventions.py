@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from dask_dane.bench import app as bench_app
 from dask_dane.cli.commands import app
 from dask_dane.cli.options import bench_group
-from dask_dane.pipeline.round.augment import Augmentation, parse_augment
-from dask_dane.pipeline.run import cluster_checks
+from dask_dane.pipeline.engine.round.augment import Augmentation, parse_augment
+from dask_dane.pipeline.launchers import cluster_checks
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.settings import ClusterSettings
 
@@ -112,7 +112,7 @@ def planned(monkeypatch):
         seen.append(config)
         return {"algorithm": config.algorithm, "rounds": 0, "final_test_accuracy": None}
 
-    monkeypatch.setattr("dask_dane.pipeline.run.loop.train", fake_train)
+    monkeypatch.setattr("dask_dane.pipeline.engine.run.loop.train", fake_train)
     return seen
 
 

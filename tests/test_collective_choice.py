@@ -9,10 +9,14 @@ import sys
 import pytest
 import torch
 
-from dask_dane.pipeline.round.group import pack, unpack
-from dask_dane.pipeline.round.tasks import RoundResult
+from dask_dane.pipeline.engine.round.group import pack, unpack
+from dask_dane.pipeline.engine.round.tasks import RoundResult
+from dask_dane.pipeline.engine.run.segment_plan import (
+    TORCH_MAX_BYTES,
+    Selection,
+    choose_collective,
+)
 from dask_dane.pipeline.rows.features import ALIGNMENT
-from dask_dane.pipeline.run.segment_plan import TORCH_MAX_BYTES, Selection, choose_collective
 from dask_dane.pipeline.setup.config import RunConfig
 
 

@@ -1,5 +1,5 @@
-"""The communication accounting (pipeline/round/comm.py) and the averaging
-(pipeline/round/aggregate.py), fast and against counts made by hand: no cluster, so the
+"""The communication accounting (pipeline/engine/round/comm.py) and the averaging
+(pipeline/engine/round/aggregate.py), fast and against counts made by hand: no cluster, so the
 development loop and mutation testing (`make mutation`) exercise them. The Dask runs' own
 byte checks are in test_algorithm_options.py and test_dask_vs_reference.py (cluster tests).
 """
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalOutput
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round import comm
-from dask_dane.pipeline.round.aggregate import (
+from dask_dane.pipeline.engine.protocol import LocalOutput
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round import comm
+from dask_dane.pipeline.engine.round.aggregate import (
     ShardReport,
     mean_of,
     merge,
@@ -24,7 +24,7 @@ from dask_dane.pipeline.round.aggregate import (
     tree_levels,
     tree_reduce,
 )
-from dask_dane.pipeline.round.transport import read_broadcast, round_form
+from dask_dane.pipeline.engine.round.transport import read_broadcast, round_form
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 

@@ -44,7 +44,7 @@ def test_a_run_refused_before_it_starts_leaves_no_log_file(tmp_path):
 
 @pytest.mark.cluster
 def test_a_started_clusters_workers_log_to_the_file_not_the_terminal(tmp_path, capfd):
-    from dask_dane.pipeline.run.cluster import make_client
+    from dask_dane.pipeline.launchers.cluster import make_client
     from dask_dane.pipeline.setup.settings import ClusterSettings
 
     settings = ClusterSettings(workers=1, dashboard_address="127.0.0.1:0")

@@ -13,9 +13,9 @@ import zarr
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write_store
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.shards import load_shard
-from dask_dane.pipeline.run.shard_memory import resolve_shard_memory
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round.shards import load_shard
+from dask_dane.pipeline.engine.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

@@ -13,14 +13,19 @@ import pytest
 import torch
 from torch import nn
 
-from dask_dane.pipeline.algorithms.base import LocalContext
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.parts import correction as cr
 from dask_dane.pipeline.algorithms.parts.gradient_estimate import GradientEstimate
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.aggregate import ShardReport, mean_of, to_partial, tree_reduce
-from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.engine.protocol import LocalContext
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round.aggregate import (
+    ShardReport,
+    mean_of,
+    to_partial,
+    tree_reduce,
+)
+from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

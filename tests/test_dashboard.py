@@ -10,7 +10,9 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from dask_dane.pipeline.engine.run import bounded
 from dask_dane.pipeline.observe.dashboard import (
+    EVENT_TOPIC,
     ROUTE,
     DaneCollector,
     DanePage,
@@ -91,7 +93,7 @@ def test_the_collector_reports_each_runs_last_figures():
 
 @pytest.mark.cluster
 def test_a_live_scheduler_serves_the_page_and_the_metrics(digits_stores, cluster_client, tmp_path):
-    from dask_dane.pipeline.run.loop import train
+    from dask_dane.pipeline.engine.run.loop import train
 
     config = RunConfig(
         store=str(digits_stores[2]), out=str(tmp_path / "run"), model="small-cnn", rounds=2,
@@ -111,3 +113,8 @@ def test_a_live_scheduler_serves_the_page_and_the_metrics(digits_stores, cluster
     total = rows[-1]["cum_comm_bytes"]
     sent = re.search(rf'dane_comm_bytes_total{{run="\w+",run_dir="{run_dir}"}} (\S+)', text)
     assert sent and float(sent.group(1)) == total
+
+
+def test_the_driver_publishes_rounds_on_the_topic_the_page_reads():
+    # Two constants: the page's module runs in a scheduler and imports nothing of the package.
+    assert bounded.EVENT_TOPIC == EVENT_TOPIC

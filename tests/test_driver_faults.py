@@ -17,9 +17,9 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.metrics import read_metrics
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.metrics import read_metrics
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parent
@@ -34,7 +34,7 @@ _start, _stop = fault_cluster.start, fault_cluster.stop
 SLOW_CHECKPOINT = """
 import sys, time
 from pathlib import Path
-from dask_dane.pipeline.run import checkpoint, run_state
+from dask_dane.pipeline.engine.run import checkpoint, run_state
 
 marker = Path(sys.argv[1])
 save = run_state.save_checkpoint

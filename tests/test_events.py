@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dask_dane.pipeline.run.cluster import EVENT_TOPIC
-from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.engine.run.bounded import EVENT_TOPIC
+from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.setup.config import RunConfig
 
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,7 @@ from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.fedavg import FedAvg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.scaffold import Scaffold
-from dask_dane.pipeline.round.aggregate import (
+from dask_dane.pipeline.engine.round.aggregate import (
     Partial,
     merge,
     node_sum,
@@ -24,9 +24,9 @@ from dask_dane.pipeline.round.aggregate import (
     tree_reduce,
     tree_root,
 )
-from dask_dane.pipeline.round.comm import Layout, layout
-from dask_dane.pipeline.round.graph import ChainLink, build_round
-from dask_dane.pipeline.round.worker_round import RoundStatic, WorkerPhase, phase_total
+from dask_dane.pipeline.engine.round.comm import Layout, layout
+from dask_dane.pipeline.engine.round.graph import ChainLink, build_round
+from dask_dane.pipeline.engine.round.worker_round import RoundStatic, WorkerPhase, phase_total
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
 SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)

@@ -34,10 +34,10 @@ def test_the_tree_keeps_every_contract():
 @pytest.mark.parametrize(
     ("module", "planted", "named"),
     [
-        ("pipeline/round/graph.py", "from ...cli import commands",
-         "dask_dane.pipeline.round.graph -> dask_dane.cli.commands"),
-        ("pipeline/run/loop.py", "from ..observe import tracking",
-         "dask_dane.pipeline.run.loop -> dask_dane.pipeline.observe.tracking"),
+        ("pipeline/engine/round/graph.py", "from ....cli import commands",
+         "dask_dane.pipeline.engine.round.graph -> dask_dane.cli.commands"),
+        ("pipeline/engine/run/loop.py", "from ...observe import tracking",
+         "dask_dane.pipeline.engine.run.loop -> dask_dane.pipeline.observe.tracking"),
         ("pipeline/algorithms/dane.py", "import rich",
          "dask_dane.pipeline.algorithms.dane -> rich"),
     ],

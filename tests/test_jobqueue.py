@@ -15,8 +15,8 @@ import dask
 import pytest
 
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
-from dask_dane.pipeline.run import jobqueue
-from dask_dane.pipeline.run.errors import ClusterLost, QueueStalled
+from dask_dane.pipeline.launchers import jobqueue
+from dask_dane.pipeline.launchers.errors import ClusterLost, QueueStalled
 from dask_dane.pipeline.setup.config import RunConfig, in_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_no_submit_command_or_no_cores_is_refused_before_the_run(monkeypatch):
 
 
 def test_dask_jobqueue_is_imported_by_the_job_queue_module_alone_and_only_inside_it():
-    tree = ast.parse((ROOT / "pipeline" / "run" / "jobqueue.py").read_text())
+    tree = ast.parse((ROOT / "pipeline" / "launchers" / "jobqueue.py").read_text())
     top = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
     names = [alias.name for node in top for alias in node.names]
     assert not any(name.startswith("dask_jobqueue") for name in names)
@@ -175,7 +175,7 @@ def test_its_defaults_come_back_after_a_config_block_removed_them(monkeypatch):
 def test_device_cuda_is_not_refused_on_a_driver_without_a_gpu_when_jobs_have_them():
     # The workers run in batch jobs on GPU nodes (--job-directives '--gres=gpu:1'); the
     # login node that runs dane train may have none. A local cluster is still refused.
-    from dask_dane.pipeline.run.cluster_checks import refuse_missing_gpu
+    from dask_dane.pipeline.launchers.cluster_checks import refuse_missing_gpu
 
     refuse_missing_gpu(RunConfig(cluster="slurm", device="cuda").validate())
     import torch

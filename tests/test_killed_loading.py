@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from distributed.scheduler import KilledWorker
 
-from dask_dane.pipeline.run import loop
-from dask_dane.pipeline.run.shard_memory import killed_loading
+from dask_dane.pipeline.engine.run import loop
+from dask_dane.pipeline.engine.run.shard_memory import killed_loading
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

@@ -11,7 +11,7 @@ import pytest
 
 from dask_dane.pipeline.algorithms import SettingError
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
-from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig, in_flags
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

@@ -1,5 +1,5 @@
 """A script without `if __name__ == "__main__":` gets one line, ends within its --timeout, and
-leaves neither a run directory nor a process behind (pipeline/run/errors.py).
+leaves neither a run directory nor a process behind (pipeline/launchers/errors.py).
 
 Before: each spawned worker re-ran the script, printed multiprocessing's "bootstrapping phase"
 traceback (178 to 200 lines in all) and the driver was still waiting after 300 s.
@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dask_dane.pipeline.run import errors
-from dask_dane.pipeline.run.errors import MARK_ENV, refuse_in_spawned_import
+from dask_dane.pipeline.launchers import errors
+from dask_dane.pipeline.launchers.errors import MARK_ENV, refuse_in_spawned_import
 
 TIMEOUT_S = 20  # the run's --timeout; interpreter start and torch's import come on top
 STARTUP_S = 25  # the driver's and each worker's imports, on a loaded 2-core machine

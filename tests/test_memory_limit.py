@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from dask.utils import parse_bytes
 
-from dask_dane.pipeline.run.cluster import make_client
-from dask_dane.pipeline.run.shard_memory import worker_memory_limit
+from dask_dane.pipeline.engine.run.shard_memory import worker_memory_limit
+from dask_dane.pipeline.launchers.cluster import make_client
 from dask_dane.pipeline.setup.config import RunConfig
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_dane.pipeline.run.rundir import fresh_run_dir, newest_run_dir
+from dask_dane.pipeline.engine.run.rundir import fresh_run_dir, newest_run_dir
 
 
 def test_fresh_run_folders_take_the_next_free_number(tmp_path):
@@ -77,7 +77,7 @@ def test_ctrl_c_exits_130_naming_the_command_that_continues_the_run(tmp_path, di
 
 
 def test_one_saved_round_is_said_in_the_singular():
-    from dask_dane.pipeline.run.errors import lost_message
+    from dask_dane.pipeline.engine.run.errors import lost_message
     from dask_dane.pipeline.setup.config import RunConfig
 
     line = lost_message(RunConfig(), Path("runs/dane-1"), 2, "gone", saved=1)

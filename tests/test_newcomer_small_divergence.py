@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from dask_dane.pipeline.round.tasks import RoundResult
-from dask_dane.pipeline.round.worker_round import NO_WEIGHTS
-from dask_dane.pipeline.run.errors import TrainingDiverged
-from dask_dane.pipeline.run.run_state import check_finite
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.round.tasks import RoundResult
+from dask_dane.pipeline.engine.round.worker_round import NO_WEIGHTS
+from dask_dane.pipeline.engine.run.errors import TrainingDiverged
+from dask_dane.pipeline.engine.run.run_state import check_finite
+from dask_dane.pipeline.engine.run.rundir import RunDir
 
 FINITE = torch.ones(4)
 NAN_WEIGHTS = torch.tensor([1.0, math.nan, 2.0, 3.0])

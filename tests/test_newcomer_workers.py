@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
-from dask_dane.pipeline.run.worker_count import idle_worker_warning
+from dask_dane.pipeline.launchers.worker_count import idle_worker_warning
 from dask_dane.pipeline.setup.config import RunConfig, in_flags
 
 

@@ -16,11 +16,16 @@ import pytest
 import torch
 from torch import nn
 
-from dask_dane.pipeline.algorithms.base import LocalContext
 from dask_dane.pipeline.algorithms.parts import noise_scale as ns
 from dask_dane.pipeline.algorithms.parts.gradient_estimate import GradientEstimate
-from dask_dane.pipeline.round.aggregate import ShardReport, mean_of, to_partial, tree_reduce
-from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.engine.protocol import LocalContext
+from dask_dane.pipeline.engine.round.aggregate import (
+    ShardReport,
+    mean_of,
+    to_partial,
+    tree_reduce,
+)
+from dask_dane.pipeline.engine.round.objective import ShardObjective
 
 ROWS, FEATURES, CLASSES = 320, 64, 10
 
@@ -173,7 +178,7 @@ def test_a_gradient_lost_in_its_noise_has_no_ratio():
 def test_every_row_holds_the_noise_scale_where_the_round_measures_it(
     algorithm, settings, measured, digits_stores, tmp_path
 ):
-    from dask_dane.pipeline.reference import run_reference
+    from dask_dane.pipeline.engine.reference import run_reference
     from dask_dane.pipeline.setup.config import RunConfig
     from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -192,8 +197,8 @@ def test_every_row_holds_the_noise_scale_where_the_round_measures_it(
 
 
 def test_the_smoothed_noise_scale_averages_numerator_and_denominator_apart():
-    from dask_dane.pipeline.run.metrics import NOISE_EMA_DECAY as beta
-    from dask_dane.pipeline.run.metrics import smoothed_noise
+    from dask_dane.pipeline.engine.run.metrics import NOISE_EMA_DECAY as beta
+    from dask_dane.pipeline.engine.run.metrics import smoothed_noise
 
     first = smoothed_noise(None, {"noise_trace": 10.0, "noise_grad_sq": 1.0})
     second = smoothed_noise(first, {"noise_trace": 30.0, "noise_grad_sq": -0.5})

@@ -15,7 +15,7 @@ import zarr
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
-from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 

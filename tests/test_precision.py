@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.objective import ShardObjective
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round.objective import ShardObjective
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

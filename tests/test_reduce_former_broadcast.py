@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from dask_dane.pipeline.engine.run.rundir import check_same_run
 from dask_dane.pipeline.plan import plan_run
-from dask_dane.pipeline.run.rundir import check_same_run
 from dask_dane.pipeline.setup.config import RunConfig, check_settings, read_record, to_toml
 
 NOTE = (

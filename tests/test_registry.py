@@ -9,15 +9,11 @@ import math
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms import (
-    ALGORITHMS,
-    make_strategy,
-    state_from_data,
-    state_to_data,
-)
+from dask_dane.pipeline.algorithms import ALGORITHMS, make_strategy
 from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.safeguard import SafeguardState
+from dask_dane.pipeline.engine.protocol import state_from_data, state_to_data
 from dask_dane.pipeline.setup.config import RunConfig
 
 

@@ -265,7 +265,7 @@ def test_a_shard_streams_from_s3_chunk_by_chunk_as_read_whole(s3_env, monkeypatc
     from dask_dane.datasets.partition import PartitionSpec
     from dask_dane.datasets.sources import SourceOptions, load_source
     from dask_dane.datasets.store import write
-    from dask_dane.pipeline.round.shards import load_shard
+    from dask_dane.pipeline.engine.round.shards import load_shard
 
     for name, value in s3_env.items():
         monkeypatch.setenv(name, value)

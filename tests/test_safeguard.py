@@ -8,15 +8,15 @@ import math
 import pytest
 import torch
 
-from dask_dane.pipeline.algorithms.base import LocalContext, LocalOutput, RoundEnd
 from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.parts import safeguard as sg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.update_rule import UpdateRule
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.protocol import LocalContext, LocalOutput, RoundEnd
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
@@ -173,7 +173,7 @@ def test_safeguarded_dask_run_equals_reference_and_counts_each_backtrack(
     rejected = [r["safeguard_rejected"] for r in rows]
     assert rejected == [h["safeguard_rejected"] for h in reference.history]
     assert rejected[3:5] == [1.0, 1.0]
-    # The allgather collective (--broadcast auto, pipeline/round/transport.py): the weights are
+    # The allgather collective (--broadcast auto, engine/round/transport.py): the weights are
     # already on both workers, and each phase sends each worker's partial sum to the other.
     # A full round: 2 gradient copies + 2 solution copies. A rejected one: only the gradient
     # phase at the backtracked weights.

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dask_dane.datasets.store import open_store
-from dask_dane.pipeline.algorithms import LocalOutput, RoundEnd, make_strategy
+from dask_dane.pipeline.algorithms import make_strategy
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.local_steps_schedule import (
     local_steps_at,
@@ -18,8 +18,9 @@ from dask_dane.pipeline.algorithms.parts.local_steps_schedule import (
 )
 from dask_dane.pipeline.algorithms.parts.server import ServerStep
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
+from dask_dane.pipeline.engine.protocol import LocalOutput, RoundEnd
+from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.plan import plan_run
-from dask_dane.pipeline.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

@@ -20,10 +20,10 @@ import pytest
 import torch
 from distributed import Client
 
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.metrics import read_metrics
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.metrics import read_metrics
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 
 pytestmark = pytest.mark.cluster
@@ -209,7 +209,7 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
 FREEZE_BEFORE = """
 import os, signal, sys
 from distributed import Client
-from dask_dane.pipeline.run import loop
+from dask_dane.pipeline.engine.run import loop
 
 name, pid = sys.argv[1], int(sys.argv[2])
 owner = loop if name.startswith("_") else Client

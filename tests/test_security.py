@@ -22,9 +22,9 @@ import zarr
 
 from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.store import open_store
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.cluster import make_client
-from dask_dane.pipeline.run.loop import train
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.launchers.cluster import make_client
 from dask_dane.pipeline.setup.config import RunConfig, to_toml
 
 pytestmark = pytest.mark.cluster

@@ -17,7 +17,7 @@ import zarr
 
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
-from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
@@ -203,7 +203,7 @@ def test_a_stop_rule_is_asked_from_the_second_step_on():
 
     from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
     from dask_dane.pipeline.algorithms.parts.solvers import make_solver
-    from dask_dane.pipeline.round.objective import ShardObjective
+    from dask_dane.pipeline.engine.round.objective import ShardObjective
 
     solver = make_solver({"local_steps": 5, "local_lr": 0.1, "batch_size": 4})
     assert isinstance(solver, LocalSolver)  # no local_solver given: K steps

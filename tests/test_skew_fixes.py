@@ -20,8 +20,8 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.objective import ShardObjective
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 

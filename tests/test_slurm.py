@@ -20,9 +20,9 @@ import slurm_node
 import torch
 
 import dask_dane
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import Callbacks
-from dask_dane.pipeline.run.metrics import read_metrics
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import Callbacks
+from dask_dane.pipeline.engine.run.metrics import read_metrics
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parent

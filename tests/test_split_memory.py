@@ -19,15 +19,15 @@ import torch
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round import tasks
-from dask_dane.pipeline.round.scoring import combine_scores, score_piece
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round import tasks
+from dask_dane.pipeline.engine.round.scoring import combine_scores, score_piece
+from dask_dane.pipeline.engine.run import shard_memory
+from dask_dane.pipeline.engine.run.metrics import read_metrics
+from dask_dane.pipeline.engine.run.rundir import RunDir
+from dask_dane.pipeline.engine.run.shard_memory import resolve_split_memory
 from dask_dane.pipeline.rows.features import StoredRows
 from dask_dane.pipeline.rows.streamed import PASS_CACHE_CHUNKS, StreamedRows
-from dask_dane.pipeline.run import shard_memory
-from dask_dane.pipeline.run.metrics import read_metrics
-from dask_dane.pipeline.run.rundir import RunDir
-from dask_dane.pipeline.run.shard_memory import resolve_split_memory
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 
@@ -114,7 +114,7 @@ def small_workers():
     import dask
     from distributed import Client, LocalCluster
 
-    from dask_dane.pipeline.run.cluster import CLUSTER_CONFIG
+    from dask_dane.pipeline.launchers.cluster import CLUSTER_CONFIG
 
     off = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause")}
     off["distributed.worker.memory.terminate"] = False
@@ -134,7 +134,7 @@ def small_workers():
 def test_a_test_split_larger_than_a_worker_trains_and_scores_with_the_defaults(
     big_test_split, small_workers, tmp_path, val_fraction
 ):
-    from dask_dane.pipeline.run.loop import train
+    from dask_dane.pipeline.engine.run.loop import train
 
     config = RunConfig(
         store=str(big_test_split.path), out=str(tmp_path / "run"), model="small-cnn",

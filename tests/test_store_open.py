@@ -188,7 +188,7 @@ def test_a_relative_store_path_reaches_the_workers_absolute(tmp_path, monkeypatc
 
 
 def test_a_worker_that_cannot_see_the_store_says_so_and_what_it_needs(tmp_path):
-    from dask_dane.pipeline.round import tasks
+    from dask_dane.pipeline.engine.round import tasks
 
     missing = str(tmp_path / "elsewhere.zarr")
     with pytest.raises(ValueError) as raised:

@@ -13,7 +13,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_dane.pipeline.run.cluster_checks import stranded, wait_for
+from dask_dane.pipeline.engine.run.bounded import stranded, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -68,10 +68,10 @@ class _Pending:
 
 
 def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory():
-    from dask_dane.pipeline.run import cluster_checks
+    from dask_dane.pipeline.engine.run import bounded
 
     clock = iter([0.0, 30.0, 61.0])
-    stuck = cluster_checks.Stuck(clock=lambda: next(clock))  # not time.monotonic: see Stuck
+    stuck = bounded.Stuck(clock=lambda: next(clock))  # not time.monotonic: see Stuck
 
     stuck.check(_PausedCluster(True), [_Pending()])  # paused since 0 s
     stuck.check(_PausedCluster(True), [_Pending()])  # 30 s: still waiting
@@ -81,10 +81,10 @@ def test_every_worker_paused_past_the_limit_is_one_line_naming_the_memory():
 
 
 def test_a_worker_that_resumes_starts_the_pause_clock_again():
-    from dask_dane.pipeline.run import cluster_checks
+    from dask_dane.pipeline.engine.run import bounded
 
     clock = iter([0.0, 50.0, 100.0, 150.0])
-    stuck = cluster_checks.Stuck(clock=lambda: next(clock))  # not time.monotonic: see Stuck
+    stuck = bounded.Stuck(clock=lambda: next(clock))  # not time.monotonic: see Stuck
 
     for paused in (True, False, True, True):  # paused 0-50 s, resumed, paused again at 100 s
         stuck.check(_PausedCluster(paused), [_Pending()])

@@ -19,16 +19,16 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.raw import RawDataset
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.objective import ShardObjective
-from dask_dane.pipeline.round.shards import architecture, load_shard
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round.objective import ShardObjective
+from dask_dane.pipeline.engine.round.shards import architecture, load_shard
+from dask_dane.pipeline.engine.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.rows.streamed import (
     CACHE_CHUNKS,
     WINDOW_CHUNKS,
     ChunkWindow,
     StreamedRows,
 )
-from dask_dane.pipeline.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -272,9 +272,9 @@ def test_auto_streams_a_shard_above_a_quarter_of_a_worker_and_resident_refuses_a
 def test_a_streamed_dask_run_equals_the_streamed_reference(
     small_chunks, cluster_client, tmp_path, algorithm
 ):
-    from dask_dane.pipeline.run.checkpoint import load_checkpoint
-    from dask_dane.pipeline.run.loop import train
-    from dask_dane.pipeline.run.rundir import RunDir
+    from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+    from dask_dane.pipeline.engine.run.loop import train
+    from dask_dane.pipeline.engine.run.rundir import RunDir
 
     config = RunConfig(
         store=str(small_chunks["digits"].path), out=str(tmp_path / "run"), model="small-cnn",

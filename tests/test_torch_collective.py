@@ -15,10 +15,10 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.algorithms import ALGORITHMS
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -57,7 +57,7 @@ def clusters():
     import dask
     from distributed import Client, LocalCluster
 
-    from dask_dane.pipeline.run.cluster import CLUSTER_CONFIG, TorchThreads
+    from dask_dane.pipeline.launchers.cluster import CLUSTER_CONFIG, TorchThreads
 
     started: dict[int, Client] = {}
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 from distributed import Client
 
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import Callbacks, train
-from dask_dane.pipeline.run.metrics import read_metrics
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import Callbacks, train
+from dask_dane.pipeline.engine.run.metrics import read_metrics
+from dask_dane.pipeline.engine.run.rundir import RunDir
 
 pytestmark = pytest.mark.cluster
 

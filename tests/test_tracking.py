@@ -7,8 +7,8 @@ import json
 import pytest
 
 import dask_dane
+from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.observe import tracking
-from dask_dane.pipeline.run.metrics import read_metrics
 
 # Two rounds of FedAvg on the 2-shard digits store, then a resume to 3: cheap, and enough to
 # see steps continue. One MLflow store per run dir keeps the tests independent.

@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round import comm, transport
-from dask_dane.pipeline.round.aggregate import Partial
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round import comm, transport
+from dask_dane.pipeline.engine.round.aggregate import Partial
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 

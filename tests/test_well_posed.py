@@ -8,9 +8,9 @@ import torch
 
 from dask_dane.pipeline.algorithms.parts.local_problem import LocalProblem
 from dask_dane.pipeline.algorithms.parts.stop_rule import WARMUP_STEPS, SmoothedStop
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round.shards import make_objective
 from dask_dane.pipeline.observe.collapse import CollapseWatch, advice
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round.shards import make_objective
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 

@@ -19,15 +19,16 @@ from distributed.protocol import (
 )
 
 from dask_dane.models.registry import ModelSpec
-from dask_dane.pipeline.algorithms import Broadcast, LocalOutput, make_strategy
-from dask_dane.pipeline.reference import run_reference
-from dask_dane.pipeline.round import comm, wire
-from dask_dane.pipeline.round.aggregate import Partial, ShardReport
-from dask_dane.pipeline.round.tasks import PhaseEnd, RoundInput, RoundResult
-from dask_dane.pipeline.round.worker_round import RoundStatic, WorkerPhase, nodes_of
-from dask_dane.pipeline.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.run.loop import train
-from dask_dane.pipeline.run.rundir import RunDir
+from dask_dane.pipeline.algorithms import make_strategy
+from dask_dane.pipeline.engine.protocol import Broadcast, LocalOutput
+from dask_dane.pipeline.engine.reference import run_reference
+from dask_dane.pipeline.engine.round import comm, wire
+from dask_dane.pipeline.engine.round.aggregate import Partial, ShardReport
+from dask_dane.pipeline.engine.round.tasks import PhaseEnd, RoundInput, RoundResult
+from dask_dane.pipeline.engine.round.worker_round import RoundStatic, WorkerPhase, nodes_of
+from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
+from dask_dane.pipeline.engine.run.loop import train
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -220,7 +221,7 @@ def test_tensors_cross_workers_as_frames_and_the_run_equals_the_reference(
     def registered() -> bool:  # in a worker process, by value
         from distributed.protocol import dask_serialize
 
-        from dask_dane.pipeline.round import wire, worker_round
+        from dask_dane.pipeline.engine.round import wire, worker_round
 
         return dask_serialize.dispatch(worker_round.WorkerPhase) is wire.to_frames
 
@@ -253,7 +254,7 @@ def _land_frames_past_a_boundary(offset: int | None) -> None:
     import numpy as np
     import torch
 
-    from dask_dane.pipeline.round import wire
+    from dask_dane.pipeline.engine.round import wire
 
     real = wire.__dict__.setdefault("_unlanded", wire._tensor_from_frame)
     if offset is None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import zarr
 
-from dask_dane.pipeline.reference import run_reference
+from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import ensure_default_store, initial_weights, prepare_run
 
@@ -108,7 +108,7 @@ def test_the_adam_local_optimizer_is_adam(small_least_squares):
 def test_a_started_cluster_has_the_threads_no_stealing_and_the_allocator_settings():
     import torch
 
-    from dask_dane.pipeline.run.cluster import CLUSTER_CONFIG, make_client
+    from dask_dane.pipeline.launchers.cluster import CLUSTER_CONFIG, make_client
 
     config = RunConfig(workers=1, threads_per_worker=2, dashboard_address="127.0.0.1:0")
     with make_client(config) as client:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...pipeline.run.checkpoint import atomic_write_bytes
+from ...pipeline.engine.run.checkpoint import atomic_write_bytes
 
 Result = dict[str, Any]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ...pipeline.round.objective import ShardObjective
-from ...pipeline.round.shards import ShardData, make_objective
+from ...pipeline.engine.round.objective import ShardObjective
+from ...pipeline.engine.round.shards import ShardData, make_objective
 from ...pipeline.rows.features import StoredRows
 from ...pipeline.setup.run_setup import RunSetup
 

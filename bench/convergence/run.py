@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ...pipeline.run.callbacks import Callbacks
-from ...pipeline.run.errors import TrainingDiverged
-from ...pipeline.run.loop import train
+from ...pipeline.engine.run.callbacks import Callbacks
+from ...pipeline.engine.run.errors import TrainingDiverged
+from ...pipeline.engine.run.loop import train
 from ...pipeline.setup.run_setup import initial_weights, prepare_run
 from ..common.specs import run_config
 from .problem import ConvergenceSpec, Problem, cell_config, prepare_problem
@@ -131,7 +131,7 @@ def run_convergence(
     `on_cell` receives the result so far after every cell (the CLI writes it to --json, so
     an interrupted grid keeps what it finished).
     """
-    from ...pipeline.run.cluster import make_client
+    from ...pipeline.launchers.cluster import make_client
 
     spec.validate()
     if client is None:

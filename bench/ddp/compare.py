@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...pipeline.run.rundir import RunDir
+from ...pipeline.engine.run.rundir import RunDir
 from ...pipeline.setup.config import RunConfig
 from ..common.specs import option, require_at_least_one, run_tables
 from ..network.model import Network
@@ -116,9 +116,9 @@ class CompareSpec:
 
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
-    from ...pipeline.run.cluster import make_client
-    from ...pipeline.run.errors import TrainingDiverged
-    from ...pipeline.run.loop import train
+    from ...pipeline.engine.run.errors import TrainingDiverged
+    from ...pipeline.engine.run.loop import train
+    from ...pipeline.launchers.cluster import make_client
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)

@@ -28,8 +28,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ...models.flat import flatten_parameters
 from ...models.registry import ModelSpec
-from ...pipeline.round.shards import ShardData
-from ...pipeline.round.tasks import evaluate
+from ...pipeline.engine.round.shards import ShardData
+from ...pipeline.engine.round.tasks import evaluate
 from ...pipeline.setup.run_setup import prepare_run
 from .comm_clock import CommClock, timed_allreduce_hook
 from .plain_torch import (

@@ -23,8 +23,8 @@ import torch
 
 from ...models.flat import flatten_parameters
 from ...pipeline.algorithms.parts.schedule import lr_factor
-from ...pipeline.round.augment import parse_augment
-from ...pipeline.round.tasks import evaluate
+from ...pipeline.engine.round.augment import parse_augment
+from ...pipeline.engine.round.tasks import evaluate
 from ...pipeline.setup.config import RunConfig
 from ...pipeline.setup.run_setup import prepare_run
 from ..common.output import percent

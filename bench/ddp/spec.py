@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...pipeline.round.aggregate import shard_placement
+from ...pipeline.engine.round.aggregate import shard_placement
 from ...pipeline.setup.config import RunConfig
 from ...pipeline.setup.run_setup import RunSetup, prepare_run
 from ..common.specs import option, run_config

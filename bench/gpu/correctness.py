@@ -1,7 +1,7 @@
 """GPU correctness check (presets/scripts/gpu-check.sh): Dask on the GPU against the CPU reference.
 
 DANE with K local SGD steps on L2-regularised logistic regression, float64: the Dask run keeps
-its shards and does its work on the GPU, the single-process reference (pipeline/reference.py)
+its shards and does its work on the GPU, the single-process reference (pipeline/engine/reference.py)
 on the CPU, both drawing the same minibatches (the generator is on the CPU). In float64 the
 two differ only by the order of floating-point additions inside the kernels, so the weights
 must agree to 1e-9 (relative); a wrong device transfer or a stale input would differ at the
@@ -23,9 +23,9 @@ TOLERANCE = 1e-9
 
 
 def check(workdir: Path, device: str = "cuda") -> dict:
-    from ...pipeline.reference import run_reference
-    from ...pipeline.run.loop import train
-    from ...pipeline.run.rundir import RunDir
+    from ...pipeline.engine.reference import run_reference
+    from ...pipeline.engine.run.loop import train
+    from ...pipeline.engine.run.rundir import RunDir
     from ...pipeline.setup.run_setup import initial_weights, prepare_run, prepare_store
     from ..common.specs import run_config
 

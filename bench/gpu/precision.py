@@ -1,10 +1,11 @@
 """`dane bench precision`: one process's time per local step in fp32 and in bf16.
 
-A local step as the workers take it (pipeline/round/objective.py): a minibatch of one shard, the
-loss and its gradient at the weights, an SGD update of the float32 weights. Both precisions
-start from the same weights and draw the same minibatches; the first steps warm the kernels
-up and are not timed. It answers whether `--precision bf16` pays on this device: on a GPU
-with bfloat16 tensor cores it should; on a CPU without bfloat16 units it may cost time.
+A local step as the workers take it (pipeline/engine/round/objective.py): a minibatch of one
+shard, the loss and its gradient at the weights, an SGD update of the float32 weights. Both
+precisions start from the same weights and draw the same minibatches; the first steps warm
+the kernels up and are not timed. It answers whether `--precision bf16` pays on this device:
+on a GPU with bfloat16 tensor cores it should; on a CPU without bfloat16 units it may cost
+time.
 The same fp32 steps taken by plain PyTorch (the module's own parameters, loss.backward())
 give the engine's cost beside a plain step: the flat weights and functional_call should cost
 next to nothing (`fp32_over_plain` near 1).

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...pipeline.run.rundir import RunDir
+from ...pipeline.engine.run.rundir import RunDir
 from ..common.specs import spec_record
 from ..ddp.compare import dask_curve, ddp_method, targets_reached
 from ..ddp.projection import model_copies

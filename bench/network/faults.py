@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ...pipeline.run.metrics import read_metrics
-from ...pipeline.run.rundir import RunDir
+from ...pipeline.engine.run.metrics import read_metrics
+from ...pipeline.engine.run.rundir import RunDir
 from ...pipeline.setup.config import RunConfig
 from .netns import NetnsCluster, check_can_run
 from .runs import run_dask

@@ -21,8 +21,8 @@ from .profile import dependent_steps, tasks_per_round
 
 
 def reference_rounds(spec: Any) -> dict[str, Any]:
-    """The same rounds by pipeline/reference.py, in this process, on one thread."""
-    from ...pipeline.reference import run_reference
+    """The same rounds by pipeline/engine/reference.py, in this process, on one thread."""
+    from ...pipeline.engine.reference import run_reference
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 """What a torch.distributed group's all-gather costs on the benchmark's own cluster: the floor
 under a `--collective torch` round, measured in the same run as its rounds and Dask's hop.
 
-Built as the engine builds a segment's group (pipeline/run/segment.py: form_group), one task
+Built as the engine builds a segment's group (pipeline/engine/run/segment.py: form_group), one task
 per worker, then timed two ways: the raw all-gather of a uint8 tensor of the payload's bytes
 (the network's and gloo's share), and the engine's all-gather of that tensor as an object
 (round/group.py: packed with its frames, one slot a rank, unpacked: what a round pays).
@@ -18,8 +18,8 @@ import torch
 from distributed import get_worker
 from distributed.comm import get_address_host
 
-from ...pipeline.round.group import GroupSpec
-from ...pipeline.run.segment import form_group
+from ...pipeline.engine.round.group import GroupSpec
+from ...pipeline.engine.run.segment import form_group
 
 
 def gloo_allgather_ms(client: Any, payload_bytes: int, repeats: int = 30) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...pipeline.round.aggregate import shard_placement
-from ...pipeline.round.graph import ChainLink, build_round, keys_in
-from ...pipeline.round.shards import load_shard
-from ...pipeline.run.run_state import round_static
+from ...pipeline.engine.round.aggregate import shard_placement
+from ...pipeline.engine.round.graph import ChainLink, build_round, keys_in
+from ...pipeline.engine.round.shards import load_shard
+from ...pipeline.engine.run.run_state import round_static
 from ...pipeline.setup.run_setup import RunSetup
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...pipeline.round.aggregate import shard_placement
+from ...pipeline.engine.round.aggregate import shard_placement
 
 MODEL_COPIES = 20
 # What a worker process holds beyond its data, the model copies and the bare footprint while
@@ -40,7 +40,7 @@ def _warm_rss(spec: Any, device: str, load_args: dict, dask_worker: Any = None) 
     import torch
 
     from ...models.registry import build_model
-    from ...pipeline.round.shards import resolve_device
+    from ...pipeline.engine.round.shards import resolve_device
     from .introspect import read_first_rows
 
     read_first_rows(load_args)  # zarr's I/O thread and codecs
@@ -191,8 +191,8 @@ def check(
     """Per worker (address order): bare, peak, data bytes, bound and whether peak is within;
     `dask_held`: what Dask itself counted on each worker after the rounds (a cross-check of the
     data bytes, which are computed from the store)."""
-    from ...pipeline.round.activations import activation_bytes_per_row
-    from ...pipeline.round.shards import architecture
+    from ...pipeline.engine.round.activations import activation_bytes_per_row
+    from ...pipeline.engine.round.shards import architecture
 
     held = data_bytes(setup, workers)
     x = torch.empty((1, *setup.spec.sample_shape), dtype=getattr(torch, setup.config.dtype))

@@ -13,7 +13,7 @@ left out of the medians). Per round it records, beside the wall time:
 - bytes moved by Dask (its transfer logs, plus what the driver scattered) against the
   pipeline's comm_bytes, and the bytes through the driver.
 
-It also times the same rounds run by pipeline/reference.py in this process with one thread
+It also times the same rounds run by pipeline/engine/reference.py in this process with one thread
 (the orchestration overhead of a 1-worker cluster), the fixed cost of a round on a tiny model
 and tiny shards (`fixed_cost`), each worker's peak memory against its bound, and projects
 round times onto real networks (network.py).
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from dask.sizeof import sizeof
 
-from ...pipeline.round import wire  # noqa: F401  (true sizes of tensors for sizeof)
+from ...pipeline.engine.round import wire  # noqa: F401  (true sizes of tensors for sizeof)
 from ...pipeline.setup.config import RunConfig
 from ...pipeline.setup.run_setup import initial_weights, prepare_run
 from ..common.specs import spec_record
@@ -151,8 +151,8 @@ def run_workers(
     dependent scheduling step (round_profile.py), under "profile"; `hop_bytes`: the hop
     passing that many bytes too (the benchmark's model).
     """
-    from ...pipeline.run.callbacks import Callbacks
-    from ...pipeline.run.loop import train
+    from ...pipeline.engine.run.callbacks import Callbacks
+    from ...pipeline.engine.run.loop import train
 
     config = spec.config(workers)
     with _cluster(config) as client:
@@ -197,7 +197,7 @@ def run_workers(
 
 
 def _cluster(config: RunConfig):  # type: ignore[no-untyped-def]
-    from ...pipeline.run.cluster import make_client
+    from ...pipeline.launchers.cluster import make_client
 
     return make_client(config)
 
@@ -220,7 +220,7 @@ def _task_keys(dask_scheduler: Any = None) -> list[str]:
 
 
 def _held_bytes(dask_worker: Any = None) -> int:
-    """Bytes of the data a worker holds, as Dask sizes it (pipeline/round/wire.py's sizeof)."""
+    """Bytes of the data a worker holds, as Dask sizes it (engine/round/wire.py's sizeof)."""
     return int(dask_worker.state.nbytes)
 
 

@@ -44,9 +44,9 @@ def _buffers(channels: tuple[int, ...]) -> dict[str, torch.Tensor]:
 
 def make_object(kind: str, model: str, seed: int) -> Any:
     """One round's object of `kind` at `model`'s size (a task: runs on worker A)."""
-    from ...pipeline.round.aggregate import Partial
-    from ...pipeline.round.tasks import RoundResult
-    from ...pipeline.round.worker_round import WorkerPhase
+    from ...pipeline.engine.round.aggregate import Partial
+    from ...pipeline.engine.round.tasks import RoundResult
+    from ...pipeline.engine.round.worker_round import WorkerPhase
 
     size, channels = MODELS[model]
     weights = torch.randn(size, generator=torch.Generator().manual_seed(seed))
@@ -86,7 +86,7 @@ def _local_once(obj: Any) -> dict[str, float]:
 
 def local_rows(kind: str, model: str, repeats: int) -> list[dict[str, Any]]:
     """The comm's dumps and loads of one object in this process, in each form."""
-    from ...pipeline.round.wire import use_frames
+    from ...pipeline.engine.round.wire import use_frames
 
     obj = make_object(kind, model, 0)
     runs: dict[str, list[dict[str, float]]] = {form: [] for form in FORMS}
@@ -130,7 +130,7 @@ def _transfer_once(client: Any, kind: str, model: str, a: str, b: str) -> dict[s
 
 def transfer_rows(client: Any, kind: str, model: str, repeats: int) -> list[dict[str, Any]]:
     """Worker A to worker B, each form, alternating (the first of each form not counted)."""
-    from ...pipeline.round.wire import use_frames
+    from ...pipeline.engine.round.wire import use_frames
 
     a, b = sorted(client.scheduler_info()["workers"])
     runs: dict[str, list[dict[str, float]]] = {form: [] for form in FORMS}
@@ -162,7 +162,7 @@ def _ratios(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str,
 
 def run_wire(repeats: int = DEFAULT_REPEATS, *, log: Callable[[str], None] = print) -> dict:
     """Both measures for every kind and model; the JSON-able result."""
-    from ...pipeline.run.cluster import make_client
+    from ...pipeline.launchers.cluster import make_client
     from ...pipeline.setup.config import RunConfig
 
     local: list[dict[str, Any]] = []

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from ...pipeline.run.callbacks import Callbacks
-from ...pipeline.run.cluster import make_client
-from ...pipeline.run.loop import train
+from ...pipeline.engine.run.callbacks import Callbacks
+from ...pipeline.engine.run.loop import train
+from ...pipeline.launchers.cluster import make_client
 from ...pipeline.setup.run_setup import prepare_store
 from ..common.specs import spec_record
 from .spec import SoakSpec
@@ -62,7 +62,7 @@ def _task_keys(dask_scheduler) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _round_of(key: str) -> int | None:
     """The round a task belongs to: the engine's round keys read `<name>-<round>-...`
-    (pipeline/round/graph.py); None for the run's data (`load_...`) and any
+    (pipeline/engine/round/graph.py); None for the run's data (`load_...`) and any
     other."""
     name, _, rest = key.partition("-")
     index = rest.split("-", 1)[0]

@@ -162,7 +162,7 @@ def correction_noise(
     --grad-sample adds, per shard, as JSON."""
     import json
 
-    from ...pipeline.run.checkpoint import load_checkpoint
+    from ...pipeline.engine.run.checkpoint import load_checkpoint
     from ...pipeline.setup.config import RunConfig
     from ...pipeline.setup.run_setup import initial_weights, prepare_run
     from .correction_noise import measure

@@ -26,7 +26,7 @@ import numpy as np
 from ...datasets.partition import PartitionSpec
 from ...datasets.sources import SourceOptions, load_source
 from ...datasets.store import write_store
-from ...pipeline.reference import run_reference
+from ...pipeline.engine.reference import run_reference
 from ...pipeline.setup.config import RunConfig
 from ...pipeline.setup.run_setup import initial_state, prepare_run
 from ..common.specs import option, run_defaults, spec_record

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ...pipeline.run.rundir import RunDir
+from ...pipeline.engine.run.rundir import RunDir
 from ...pipeline.setup.config import RunConfig
 from ...pipeline.setup.run_setup import prepare_run
 from ..common.specs import option, run_defaults, spec_record
@@ -159,7 +159,7 @@ def run_study(
 ) -> dict[str, Any]:
     """Every candidate at every K and seed on every store; a verdict per store and candidate.
     `on_run` receives the result so far after each run (an interrupted study keeps them)."""
-    from ...pipeline.run.cluster import make_client
+    from ...pipeline.launchers.cluster import make_client
 
     runs: list[dict[str, Any]] = []
     stores = {source: make_store(spec, source) for source in spec.sources}
@@ -178,7 +178,7 @@ def run_study(
 
 def one_run(config: RunConfig, client: Any, source: str, candidate: str, steps: int) -> dict:
     """Train `config` on `client` (its directory replaced: the bench's own) and measure it."""
-    from ...pipeline.run.loop import train
+    from ...pipeline.engine.run.loop import train
 
     shutil.rmtree(config.out, ignore_errors=True)
     started = time.perf_counter()

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ...datasets.store import open_store
 from ...pipeline.algorithms.parts.local_steps_schedule import steps_for_epochs
-from ...pipeline.run.rundir import RunDir
+from ...pipeline.engine.run.rundir import RunDir
 from ...pipeline.setup.config import RunConfig, read_toml
 from ...pipeline.setup.run_setup import prepare_store
 from ..common.output import percent
@@ -103,8 +103,8 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
     """Every shard count on one cluster, one after another; returns the JSON-able result."""
     from contextlib import nullcontext
 
-    from ...pipeline.run.cluster import make_client
-    from ...pipeline.run.loop import train
+    from ...pipeline.engine.run.loop import train
+    from ...pipeline.launchers.cluster import make_client
 
     spec = spec.validate()
     stores = Path(spec.workdir) / "stores"

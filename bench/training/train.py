@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...datasets.store import open_store
-from ...pipeline.run.rundir import RunDir
+from ...pipeline.engine.run.rundir import RunDir
 from ...pipeline.setup.config import RunConfig
 from ..common.specs import run_tables
 
@@ -96,8 +96,8 @@ def run_all(
     on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
     """Train every run on one cluster; `on_run` receives the result so far after each run."""
-    from ...pipeline.run.cluster import make_client
-    from ...pipeline.run.loop import train
+    from ...pipeline.engine.run.loop import train
+    from ...pipeline.launchers.cluster import make_client
 
     results: list[dict[str, Any]] = []
     with make_client(runs[0][1]) as client:

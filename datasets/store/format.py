@@ -8,7 +8,7 @@ from dataclasses import dataclass
 FORMAT_VERSION = 1
 ARRAYS = ("train/x", "train/y", "test/x", "test/y")
 
-# What a worker that cannot see a store is told (pipeline/round/tasks.py load_shard).
+# What a worker that cannot see a store is told (pipeline/engine/round/tasks.py load_shard).
 SHARED_STORE = (
     "a store must be on a file system every worker shares, at the same path, or at a URL "
     "(s3://...) they all reach"

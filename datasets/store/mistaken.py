@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import location
 
-# A run folder holds these (pipeline/run/rundir.py); a store never does.
+# A run folder holds these (pipeline/engine/run/rundir.py); a store never does.
 _RUN_MARKS = ("config.toml", "metrics.jsonl", "checkpoints")
 # Where a store goes, and where a run folder goes: the commands the messages name.
 _TAKE_A_STORE = "dane train, dane info or dane advise"

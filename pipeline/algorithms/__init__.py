@@ -24,9 +24,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from .admm import Admm
-from .agd import Agd
-from .base import (
+from ..engine.protocol import (
     Broadcast,
     LocalContext,
     LocalOutput,
@@ -36,6 +34,8 @@ from .base import (
     state_from_data,
     state_to_data,
 )
+from .admm import Admm
+from .agd import Agd
 from .dane import Dane
 from .fedavg import FedAvg, FedProx, OneShot
 from .feddyn import FedDyn

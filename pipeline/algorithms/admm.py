@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput
+from ..engine.protocol import LocalContext, LocalOutput
 from .fedavg import SolveAndAverage
 from .parts.checks import positive
 from .parts.hyperparameters import declare

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import RoundEnd, RoundUpdate
+from ..engine.protocol import RoundEnd, RoundUpdate
 from .gd import Gd
 from .parts.local_solver import MOMENTUM
 

@@ -27,7 +27,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
+from ..engine.protocol import (
+    Broadcast,
+    LocalContext,
+    LocalOutput,
+    RoundEnd,
+    RoundUpdate,
+    Strategy,
+)
 from .parts.checks import non_negative, optional, positive
 from .parts.gradient_estimate import GRADIENT_PART, GradientEstimate
 from .parts.hyperparameters import declare

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
+from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import MU, LocalProblem, needs_steps
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import setting

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput
+from ..engine.protocol import LocalContext, LocalOutput
 from .fedavg import SolveAndAverage
 from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
+from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import LOCAL_LR
 from .parts.noise_scale import gradient_figures, shard_gradient
 

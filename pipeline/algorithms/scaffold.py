@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Tensors
+from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Tensors
 from .fedavg import SolveAndAverage
 from .parts.local_solver import LocalProblem, LocalSolver, needs_steps
 from .parts.server import SERVER_PART, ServerStep

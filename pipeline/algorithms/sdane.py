@@ -23,7 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import Broadcast, LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
+from ..engine.protocol import (
+    Broadcast,
+    LocalContext,
+    LocalOutput,
+    RoundEnd,
+    RoundUpdate,
+    Strategy,
+)
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
@@ -33,7 +40,7 @@ from .parts.solvers import SOLVER_PART, Solver
 if TYPE_CHECKING:
     import torch
 
-    from ..round.objective import ShardObjective
+    from ..engine.round.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)

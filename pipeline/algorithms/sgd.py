@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .base import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
+from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
 from .parts.noise_scale import gradient_figures, shard_metrics
 from .parts.schedule import lr_factor

@@ -1,5 +1,5 @@
 """What a run tells its caller as it goes: the API's progress lines, built on the engine's
-Callbacks (pipeline/run/callbacks.py, re-exported here), and the noise-scale warning.
+Callbacks (pipeline/engine/run/callbacks.py, re-exported here), and the noise-scale warning.
 This module imports neither torch nor Dask.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..run.callbacks import Callbacks, chain
+from ..engine.run.callbacks import Callbacks, chain
 from .collapse import CollapseWatch, advice
 
 if TYPE_CHECKING:

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from ... import presets
-from ..algorithms import Strategy, make_strategy
+from ..algorithms import make_strategy
 from ..algorithms.parts.checks import validate
 from ..algorithms.parts.setting_error import FIELD_OF_KEY, SettingError, flag, key_of
-from ..round.transport import read_broadcast
+from ..engine.protocol import Strategy
+from ..engine.round.transport import read_broadcast
 from .resumed import RESUMED, Change, Resume, RunRecord
 from .settings import GENERATED, SECTIONS
 

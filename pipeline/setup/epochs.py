@@ -30,7 +30,7 @@ from ..algorithms.parts.schedule import lr_factor
 
 if TYPE_CHECKING:
     from ...datasets.store import StoreInfo
-    from ..algorithms import Strategy
+    from ..engine.protocol import Strategy
     from .config import RunConfig
 
 # epochs setting -> the rounds setting it sets (counted along the run's K_t)

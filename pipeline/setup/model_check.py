@@ -15,7 +15,7 @@ import torch
 from ...models.flat import Buffers, model_state
 from ...models.registry import ModelSpec, checked_model
 from ...models.user import is_import_path
-from ..round.objective import mode_dependent
+from ..engine.round.objective import mode_dependent
 
 CHECK_ROWS = 2  # BatchNorm in training mode needs more than one row
 

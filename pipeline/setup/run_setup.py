@@ -26,9 +26,9 @@ from ...datasets.store import StoreInfo, open_store, write_store
 from ...models.flat import Buffers, model_state
 from ...models.registry import ModelSpec, build_model, user_spec_builder
 from ...models.user import is_import_path, to_bytes
-from ..algorithms import Strategy
-from ..round.augment import parse_augment
-from ..round.shards import ShardData, load_evaluation, load_shard
+from ..engine.protocol import Strategy
+from ..engine.round.augment import parse_augment
+from ..engine.round.shards import ShardData, load_evaluation, load_shard
 from .config import RunConfig
 from .epochs import strategy_on_store, with_epochs_resolved
 from .model_check import CHECK_ROWS, initial_model

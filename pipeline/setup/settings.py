@@ -25,8 +25,8 @@ from ..algorithms.parts.checks import (
 )
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
-from ..round.augment import NO_AUGMENTATION, parse_augment
-from ..round.transport import BROADCASTS, FORMER_BROADCASTS, TRANSPORTS
+from ..engine.round.augment import NO_AUGMENTATION, parse_augment
+from ..engine.round.transport import BROADCASTS, FORMER_BROADCASTS, TRANSPORTS
 from .job_settings import JobSettings, check_bytes, scheduler_file_address
 from .run_settings import RunSettings
 

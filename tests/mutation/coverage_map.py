@@ -23,12 +23,12 @@ import coverage
 # The files of the Makefile's MUTATE: keep the two lists the same.
 MUTATED = (
     "pipeline/algorithms/",
-    "pipeline/round/comm.py",
-    "pipeline/round/aggregate.py",
+    "pipeline/engine/round/comm.py",
+    "pipeline/engine/round/aggregate.py",
     "models/user.py",
     "pipeline/setup/model_check.py",
-    "pipeline/round/objective.py",
-    "pipeline/round/augment.py",
+    "pipeline/engine/round/objective.py",
+    "pipeline/engine/round/augment.py",
     "datasets/images.py",
     "datasets/cifar.py",
     "pipeline/trained.py",

@@ -25,12 +25,12 @@ import time
 
 MUTATED_MODULES = (
     "dask_dane.pipeline.algorithms",
-    "dask_dane.pipeline.round.aggregate",
-    "dask_dane.pipeline.round.comm",
+    "dask_dane.pipeline.engine.round.aggregate",
+    "dask_dane.pipeline.engine.round.comm",
     "dask_dane.models.user",
     "dask_dane.pipeline.setup.model_check",
-    "dask_dane.pipeline.round.objective",
-    "dask_dane.pipeline.round.augment",
+    "dask_dane.pipeline.engine.round.objective",
+    "dask_dane.pipeline.engine.round.augment",
     "dask_dane.datasets.images",
     "dask_dane.datasets.cifar",
     "dask_dane.pipeline.trained",

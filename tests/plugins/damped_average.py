@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from dask_dane.pipeline.algorithms.base import RoundEnd, RoundUpdate
 from dask_dane.pipeline.algorithms.fedavg import SolveAndAverage
 from dask_dane.pipeline.algorithms.parts.checks import positive
 from dask_dane.pipeline.algorithms.parts.hyperparameters import declare
+from dask_dane.pipeline.engine.protocol import RoundEnd, RoundUpdate
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,7 +38,7 @@ from .hyperparameters import Declaration
 if TYPE_CHECKING:
     import torch
 
-    from ...round.objective import ShardObjective
+    from ...engine.round.objective import ShardObjective
 
 CORRECTIONS = ("plain", "shrink")
 # The gradient sample dane and sdane take f_i and g_i on (declared once, hyperparameters.py).

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..base import LocalContext, LocalOutput
+from ...engine.protocol import LocalContext, LocalOutput
 from . import correction as cr
 from . import noise_scale as ns
 from .checks import at_least, non_negative, one_of, validate
@@ -31,7 +31,7 @@ from .setting_error import SettingError, setting
 if TYPE_CHECKING:
     import torch
 
-    from ...round.objective import ShardObjective
+    from ...engine.round.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from .hyperparameters import Declaration
 if TYPE_CHECKING:
     import torch
 
-    from ...round.objective import ShardObjective
+    from ...engine.round.objective import ShardObjective
 
 # (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
 StopRule = Callable[["torch.Tensor", "torch.Tensor"], bool]

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import LocalOutput
+from ...engine.protocol import LocalOutput
 
 if TYPE_CHECKING:
     import torch
 
-    from ...round.objective import ShardObjective
+    from ...engine.round.objective import ShardObjective
 
 # The gradient phase's helper metrics, averaged over shards with weights w_j like every
 # metric: |g_j|^2, 1 / b_j, n_j / b_j and b_j / n_j. The leading underscore keeps them out of

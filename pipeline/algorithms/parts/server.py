@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..base import RoundEnd, RoundUpdate
+from ...engine.protocol import RoundEnd, RoundUpdate
 from .checks import momentum_range, non_negative, one_of, optional, positive, validate
 from .hyperparameters import declare, part
 from .setting_error import SettingError, setting

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..base import LocalOutput, RoundEnd, RoundUpdate
+from ...engine.protocol import LocalOutput, RoundEnd, RoundUpdate
 from . import safeguard as sg
 from .checks import count_or_off, one_of, validate
 from .hyperparameters import declare, part
@@ -28,7 +28,7 @@ from .setting_error import SettingError, setting
 if TYPE_CHECKING:
     import torch
 
-    from ...round.objective import ShardObjective
+    from ...engine.round.objective import ShardObjective
 
 
 @dataclass(frozen=True, kw_only=True)

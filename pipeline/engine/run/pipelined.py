@@ -31,14 +31,14 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 from distributed.scheduler import KilledWorker
 
+from ...launchers.errors import ClusterLost
+from ...setup.run_setup import RunSetup
 from ..round.graph import ChainLink, RoundKeys, ShardSet, build_round
 from ..round.transport import round_form
-from ..setup.run_setup import RunSetup
 from . import fetch, run_state
+from .bounded import check_scheduler, publish_round
 from .checkpoint import CheckpointWriter
-from .cluster import publish_round
-from .cluster_checks import check_scheduler
-from .errors import ClusterLost, lost_message
+from .errors import lost_message
 from .fetch import Taken
 from .metrics import append_metrics, round_row, stops_early
 from .run_state import RunState

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from .algorithms import Broadcast
+from ..setup.run_setup import RunSetup
+from .protocol import Broadcast
 from .round import comm, tasks, transport
 from .round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
 from .round.scoring import combine_scores, score_pieces
@@ -22,7 +23,6 @@ from .round.shards import ShardData
 from .round.worker_round import WorkerPhase, phase_total
 from .run.metrics import round_row
 from .run.run_state import RunState, round_start
-from .setup.run_setup import RunSetup
 
 
 class ReferenceRun(RunState):

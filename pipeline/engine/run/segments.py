@@ -25,12 +25,12 @@ from typing import Any
 
 from distributed import Future, Queue
 
+from ...launchers.errors import ClusterLost
 from ..round import comm
 from ..round.aggregate import owned_nodes
 from ..round.group import GroupFailed, GroupSpec
 from . import fetch, run_state
-from .cluster_checks import bounded, check_scheduler
-from .errors import ClusterLost
+from .bounded import bounded, check_scheduler
 from .fetch import Taken
 from .pipelined import MAX_ROUND_ATTEMPTS, WORKER_LOST, _Driver, _ends, _record
 from .segment import LandedElsewhere, kept_result, run_segment

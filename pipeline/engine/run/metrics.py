@@ -14,15 +14,15 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..algorithms import Strategy
-from ..algorithms.parts.local_solver import LocalSolver
-from ..algorithms.parts.noise_scale import FIGURES, ratio
+from ...algorithms.parts.local_solver import LocalSolver
+from ...algorithms.parts.noise_scale import FIGURES, ratio
+from ..protocol import Strategy
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
 from .checkpoint import atomic_write_bytes
 
 if TYPE_CHECKING:  # types only
-    from ..setup.run_setup import RunSetup
+    from ...setup.run_setup import RunSetup
 
 
 # How fast the smoothed noise scale forgets (smoothed_noise): a run is tens of rounds and its

@@ -23,7 +23,7 @@ from ..round.graph import RoundKeys, ShardSet
 from ..round.scoring import combine_scores
 from ..round.tasks import RoundResult
 from ..round.worker_round import weights_finite
-from .cluster_checks import bounded, scheduler_checked, wait_for
+from .bounded import bounded, scheduler_checked, wait_for
 
 
 @dataclass

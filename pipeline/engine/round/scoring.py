@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ...models.registry import ModelSpec
+from ....models.registry import ModelSpec
 from .shards import ShardData, make_objective
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..setup.config import RunConfig, read_record, to_toml
-from ..setup.resumed import Resume, RunRecord, add_resume, check_same_run
+from ...setup.config import RunConfig, read_record, to_toml
+from ...setup.resumed import Resume, RunRecord, add_resume, check_same_run
 from .checkpoint import atomic_write_bytes, load_checkpoint
 from .metrics import read_metrics
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..algorithms.base import LocalOutput
+from ..protocol import LocalOutput
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,5 @@
-"""Failures of a valid run (not of its input), each with its own exit status in the CLI, and
-the one failure caught before a run starts: a script that trains when it is imported.
+"""A cluster that could not be reached or was lost (exit 4 in the CLI), and the one failure
+caught before a cluster starts: a script that trains when it is imported.
 
 Kept free of heavy imports so that cli/entry.py can tell them apart without loading torch
 or Dask.
@@ -26,14 +26,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # types only: this module stays free of torch and Dask
-    from ..setup.config import RunConfig
-
-
-class TrainingDiverged(ValueError):
-    """Loss or weights stopped being finite; the last good checkpoint is kept (exit 3)."""
 
 
 class ClusterLost(RuntimeError):
@@ -43,21 +35,6 @@ class ClusterLost(RuntimeError):
 class QueueStalled(ClusterLost):
     """The job queue did not start the workers' jobs within --queue-timeout: the cluster
     never came up, so nothing was trained (exit 4, as a lost cluster)."""
-
-
-def lost_message(config: RunConfig, run_dir: Path, t: int, reason: str, saved: int) -> str:
-    """The line a lost cluster ends the run with: what was saved in `run_dir` (rounds
-    1..saved, the last checkpoint, which --checkpoint-every may leave behind round t - 1) and
-    how to go on."""
-    cluster = f"the Dask cluster at {config.scheduler}" if config.scheduler else "the Dask cluster"
-    if saved == 0:
-        done = "no round finished" if t == 1 else "no checkpoint was written yet"
-        return f"lost {cluster} in round {t}: {reason}; {done}; run the command again"
-    kept = "round 1 is" if saved == 1 else f"rounds 1-{saved} are"
-    return (
-        f"lost {cluster} in round {t}: {reason}; {kept} saved in {run_dir}; "
-        f"start a cluster and continue with `dane train --out {run_dir} --resume`"
-    )
 
 
 # The missing main guard, caught.

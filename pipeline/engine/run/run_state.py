@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from ..algorithms import Broadcast, Strategy, state_from_data, state_to_data
+from ...setup.config import RunConfig
+from ...setup.run_setup import RunSetup
+from ..protocol import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult
 from ..round.worker_round import RoundStatic, open_round, weights_finite
-from ..setup.config import RunConfig
-from ..setup.run_setup import RunSetup
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
 from .metrics import keep_rounds_up_to

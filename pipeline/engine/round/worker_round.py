@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..algorithms import Broadcast
+from ..protocol import Broadcast
 from . import comm, kept, transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
 from .shards import ShardData

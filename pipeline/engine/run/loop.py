@@ -22,14 +22,14 @@ import torch
 from distributed import Client, span
 from distributed.scheduler import KilledWorker
 
+from ...launchers.cluster import make_client
+from ...setup.config import RunConfig
+from ...setup.run_setup import RunSetup, prepare_run
 from ..round import comm, tasks
 from ..round.graph import ShardSet
-from ..setup.config import RunConfig
-from ..setup.run_setup import RunSetup, prepare_run
 from . import run_state
+from .bounded import wait_for
 from .callbacks import Callbacks
-from .cluster import make_client
-from .cluster_checks import wait_for
 from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained

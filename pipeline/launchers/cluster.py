@@ -27,9 +27,9 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 # Importing the dashboard module adds /dane to the dashboards started here.
-from ..observe.dashboard import EVENT_TOPIC
+from ..observe import dashboard  # noqa: F401
 from ..setup.settings import ClusterSettings, scheduler_file_address
-from .cluster_checks import LOG_FORMAT, checked_start, route_cluster_logs, scheduler_checked
+from .cluster_checks import LOG_FORMAT, checked_start, route_cluster_logs
 from .errors import reporting_unguarded_main
 from .jobqueue import start_job_cluster, uses_job_queue, wait_for_jobs
 
@@ -207,16 +207,3 @@ def _security(config: ClusterSettings):  # type: ignore[no-untyped-def]
         tls_client_key=config.tls_key,
         require_encryption=True,
     )
-
-
-def publish_round(client: Client, timeout: float, run_dir: Path, token: str, row: dict) -> None:
-    """The round's metrics row as a Dask event, for any client, the scheduler and its pages.
-
-    Tagged with the run's token and directory, so that runs sharing a scheduler are told
-    apart. Bounded like every request of the driver's (a frozen scheduler raises OSError).
-    """
-    event = {"run": token, "run_dir": str(run_dir), **row}
-    with scheduler_checked(client, timeout):
-        client.sync(
-            client.scheduler.log_event, topic=EVENT_TOPIC, msg=event, callback_timeout=timeout
-        )

@@ -3,5 +3,6 @@
 The modules here run a round and nothing else: the shards and their objective on the
 workers (shards, objective, augment), the task functions (tasks, worker_round), the graph
 (graph), the reductions and what they cost (aggregate, comm, transport, wire). They share
-a layer with the algorithms they call, and import neither the setup nor the driver.
+a layer with the algorithms they call and the protocol, and import neither the setup nor the
+driver.
 """

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from ...models.registry import ModelSpec
-from ..algorithms import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
+from ....models.registry import ModelSpec
+from ..protocol import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from . import comm, transport
 from .aggregate import Partial, ShardReport, buffer_mean, mean_of
 from .objective import derived_seed

@@ -36,8 +36,8 @@ import torch
 from dask.sizeof import sizeof
 from distributed.protocol import dask_deserialize, dask_serialize
 
-from ..algorithms.base import LocalOutput
-from ..rows.features import ALIGNMENT, FeatureRows, on_boundary
+from ...rows.features import ALIGNMENT, FeatureRows, on_boundary
+from ..protocol import LocalOutput
 from .aggregate import Partial, ShardReport
 
 # Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time

@@ -41,12 +41,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .parts import checks
+from ..algorithms.parts import checks
 
 if TYPE_CHECKING:
     import torch
 
-    from ..round.objective import ShardObjective
+    from .round.objective import ShardObjective
 
 # A string inside: torch is imported where tensors are made, not to declare the settings.
 Tensors = dict[str, "torch.Tensor"]

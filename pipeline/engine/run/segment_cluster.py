@@ -12,7 +12,7 @@ from typing import Any
 
 from distributed import Queue, Semaphore
 
-from .cluster_checks import bounded
+from .bounded import bounded
 
 # Seconds to wait for a lease that another run holds before saying so.
 LOCK_NOTE_S = 2.0
