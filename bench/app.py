@@ -6,7 +6,7 @@ need not wait for. So this module names every command, in the order `dane bench 
 lists them, with its benchmark and the first line of its docstring (what the listing
 shows); cli/options.py builds the `dane bench` group from COMMANDS, and `load` imports a
 command's cli.py only when that command runs or shows its own --help. A new command goes
-into its cli.py's COMMANDS and here: tests/test_cli_conventions.py fails on one without the
+into its cli.py's COMMANDS and here: tests/cli/test_cli_conventions.py fails on one without the
 other, or on a line that is not its docstring's.
 """
 

@@ -36,7 +36,7 @@ exclude_patterns = [
 ]
 
 # GitHub's anchors ("## Non-iid data" -> #non-iid-data): the pages link to headings that way,
-# and tests/test_docs.py checks them with GitHub's rules.
+# and tests/docs/test_docs.py checks them with GitHub's rules.
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence", "deflist"]
 # Links to files outside docs/ (source files, presets) are links into the repository.

@@ -1,6 +1,6 @@
 """CIFAR-10 and CIFAR-100 folders of small batches in the real key layout, for
-tests/test_cifar_reading.py and tests/test_cifar_bad_input.py, which both import it
-by name (pyproject.toml's pytest pythonpath)."""
+tests/datasets/test_cifar_reading.py and tests/datasets/test_cifar_bad_input.py, which both import
+it by name (pyproject.toml's pytest pythonpath)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What tests/test_docs.py checks in README.md and docs/: links and anchors, `preset:` names and
-`dane` command lines. Pure functions of a page's text, so a unit test can feed them a broken
+"""What tests/docs/test_docs.py checks in README.md and docs/: links and anchors, `preset:` names
+and `dane` command lines. Pure functions of a page's text, so a unit test can feed them a broken
 snippet and see the break named."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`dane` command lines in the docs, parsed against the real click commands without running
-them (tests/test_docs.py). A line's placeholders (STORE, OUT.json, $S, <DIR>, ...) stand in
+them (tests/docs/test_docs.py). A line's placeholders (STORE, OUT.json, $S, <DIR>, ...) stand in
 for values the reader supplies: a placeholder given to a typed option is swapped for a value
 of that type, so the rest of the line is still checked; a line that still cannot be parsed
 because of a placeholder is reported as skipped, never as passed.

@@ -1,5 +1,5 @@
-"""ImageFolder trees of small PNGs for tests/test_image_reading.py and
-tests/test_image_prepare.py, which both import it by name."""
+"""ImageFolder trees of small PNGs for tests/datasets/test_image_reading.py and
+tests/datasets/test_image_prepare.py, which both import it by name."""
 
 from __future__ import annotations
 

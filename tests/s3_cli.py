@@ -1,6 +1,6 @@
-"""What the s3 tests share (tests/test_s3_server.py, against a moto server, and
-tests/test_s3_no_server.py, without one): the bucket and the store's URL, and `dane` run in a
-subprocess as a user runs it, with the one line it must end with when it fails.
+"""What the s3 tests share (tests/datasets/test_s3_server.py, against a moto server, and
+tests/datasets/test_s3_no_server.py, without one): the bucket and the store's URL, and `dane` run in
+a subprocess as a user runs it, with the one line it must end with when it fails.
 """
 
 from __future__ import annotations

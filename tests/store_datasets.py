@@ -1,5 +1,5 @@
-"""The raw datasets that tests/test_store_write.py and tests/test_store_open.py write into
-stores: module-scoped fixtures, which both files import from here."""
+"""The raw datasets that tests/datasets/test_store_write.py and tests/datasets/test_store_open.py
+write into stores: module-scoped fixtures, which both files import from here."""
 
 from __future__ import annotations
 

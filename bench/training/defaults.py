@@ -10,7 +10,7 @@ itself, at the weights the round ends with (the full shards, in training mode): 
 first minibatch), which does not compare across algorithms. A run survives when every one of
 those losses stays below the loss at the initial weights (the loss `dane train` shows as round
 1's). The runs are the single-process reference (run_reference): the Dask run equals it bit
-for bit (tests/test_dask_vs_reference.py), and it needs no cluster.
+for bit (tests/engine/test_dask_vs_reference.py), and it needs no cluster.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cannot drift: `dane-cli` (every `dane` command from the Typer app, the lazily built `train`
 and `dane bench ...` included), `dane-settings` (every TOML key, from the settings'
 declarations) and `dane-presets` (the shipped presets, with their purpose).
-`commands()` is the walk the directive and tests/test_docs_site.py share.
+`commands()` is the walk the directive and tests/docs/test_docs_site.py share.
 """
 
 from __future__ import annotations

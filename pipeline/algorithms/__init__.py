@@ -13,7 +13,7 @@ Its declared hyperparameters become run settings, `dane train` flags and TOML ke
 
 These modules import torch inside the functions that compute with it, and for annotations
 only under TYPE_CHECKING: importing them declares the settings, which `dane train --help`
-reads, and that must not wait seconds for torch (tests/test_cli_conventions.py).
+reads, and that must not wait seconds for torch (tests/cli/test_cli_conventions.py).
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class DanePage:
         from bokeh.models import ColumnDataSource, Div, Select
 
         self.scheduler = scheduler
-        # Named, so that a browser (and tests/test_browser.py) can read the plotted rows.
+        # Named, so that a browser (and tests/observe/test_browser.py) can read the plotted rows.
         self.source = ColumnDataSource({name: [] for name in COLUMNS}, name=SOURCE_NAME)
         self.workers = ColumnDataSource({"xs": [], "ys": [], "worker": []})
         self.status = Div(text="")

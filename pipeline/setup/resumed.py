@@ -38,9 +38,9 @@ RESUMABLE_KEYS = frozenset(
         # a run further is what a resume is most often for); when to evaluate and when to stop
         # (they choose what is measured, not what is trained); when the driver fetches the
         # weights and saves them (the rounds' results are the same whenever they are fetched,
-        # tests/test_checkpoint_every.py); where copies of the metrics go (observe/tracking.py:
-        # nothing trained depends on them); `out`: the directory may have moved, or be spelled
-        # another way.
+        # tests/engine/test_checkpoint_every.py); where copies of the metrics go
+        # (observe/tracking.py: nothing trained depends on them); `out`: the directory may have
+        # moved, or be spelled another way.
         *(f.name for f in fields(RunSettings) if f.name not in IDENTITY_KEYS),
         # The local step size already changes from round to round by design (--lr-schedule,
         # --lr-warmup), so no round's update assumes another round's rate; each row records
@@ -50,7 +50,7 @@ RESUMABLE_KEYS = frozenset(
         "lr_warmup",
         "lr_warmup_epochs",
         # The per-shard figures: forward passes on fixed rows, the weights bit for bit the same
-        # with and without them (tests/test_diagnostics.py).
+        # with and without them (tests/algorithms/test_diagnostics.py).
         "diagnostics_every",
         # The cluster section: where and how the same rounds run. Results equal bit for bit
         # across workers, threads, collectives and clusters (every collective sums in one fixed

@@ -30,7 +30,7 @@ def coverage_map() -> dict[str, dict[str, list[str]]]:
 
 # Lines that run at import (decorators, fields, defaults, class attributes): the tests of a
 # class's declaration first, then every test that runs the file.
-DECLARATION_TESTS = ["tests/test_algorithm_contracts.py"]
+DECLARATION_TESTS = ["tests/algorithms/test_algorithm_contracts.py"]
 
 
 def tests_for(filename: str, line: int) -> list[str]:

@@ -1,8 +1,8 @@
 """A toy algorithm that lives outside dask_dane, as a user's own would: one file.
 
 It is registered by one line, the entry point `damped-average = damped_average:DampedAverage`
-in the group `dask_dane.algorithms` (tests/test_plugin_algorithm.py writes that line into a
-package's metadata), and its one hyperparameter, declared below and nowhere else, becomes
+in the group `dask_dane.algorithms` (tests/algorithms/test_plugin_algorithm.py writes that line into
+a package's metadata), and its one hyperparameter, declared below and nowhere else, becomes
 `dane train --damping`, the TOML key `damping` and `dask_dane.train(damping=...)`.
 
 Legend: w = weights at the start of the round, v_i = shard i's weights after K local steps.
