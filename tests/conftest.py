@@ -51,7 +51,7 @@ def _fork_workers_from_a_warm_server() -> None:
     distributed.utils.get_mp_context()  # distributed sets its own preload list first
     preload = multiprocessing.forkserver._forkserver._preload_modules or []
     round_ = "dask_dane.pipeline.engine.round"
-    engine = [f"{round_}.tasks", f"{round_}.worker_round"]
+    engine = [f"{round_}.tasks", f"{round_}.worker"]
     multiprocessing.forkserver.set_forkserver_preload([*preload, *engine])
 
 

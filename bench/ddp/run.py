@@ -7,7 +7,7 @@ differs from a Dask run on the same store:
 
 - the model and its initial weights: run_setup.initial_weights under the run seed;
 - the data: rank r holds the shards the Dask pipeline places on worker r (contiguous blocks),
-  loaded and normalised by tasks.load_shard;
+  loaded and normalised by shards.load_shard;
 - the loss: mean minibatch loss plus the store's L2 penalty, as ShardObjective.batch_loss;
 - the test metrics: tasks.evaluate on rank 0, outside the training clock.
 

@@ -13,7 +13,7 @@ from typing import Any
 from ...pipeline.engine.round.aggregate import shard_placement
 from ...pipeline.engine.round.graph import ChainLink, build_round, keys_in
 from ...pipeline.engine.round.shards import load_shard
-from ...pipeline.engine.run.run_state import round_static
+from ...pipeline.engine.run.run_state import round_input_of
 from ...pipeline.setup.run_setup import RunSetup
 
 
@@ -24,7 +24,7 @@ def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, str]:
     carry = [f"carry{k}" for k in range(len(set(placement)))]  # not keys of this graph
     shards = [f"shard{i}" for i in range(len(placement))]
     graph, keys = build_round(
-        round_static(setup, 1, placement),
+        round_input_of(setup, 1, placement),
         shards=shards,
         placement=placement,
         link=ChainLink(carry=carry),
@@ -41,7 +41,7 @@ def chained_dependencies(
     to the chain."""
     placement = shard_placement(setup.store.num_shards, workers)
     dependencies, keys, _ = chained_rounds(
-        lambda t: round_static(setup, t, placement), placement, rounds
+        lambda t: round_input_of(setup, t, placement), placement, rounds
     )
     return dependencies, [k.updates[0] for k in keys]
 
@@ -49,7 +49,7 @@ def chained_dependencies(
 def chained_rounds(
     static_of: Callable[[int], Any], placement: list[str], rounds: int = 3, token: str = "count"
 ) -> tuple[dict[str, set[str]], list[Any], dict[str, Any]]:
-    """`rounds` rounds (round t's RoundStatic: static_of(t)) chained as the driver chains
+    """`rounds` rounds (round t's RoundInput: static_of(t)) chained as the driver chains
     them, each round's graph linked to the one before by its keys standing in for futures:
     every task's dependencies among the tasks, across rounds; each round's RoundKeys; and the
     tasks themselves."""

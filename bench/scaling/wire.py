@@ -46,7 +46,7 @@ def make_object(kind: str, model: str, seed: int) -> Any:
     """One round's object of `kind` at `model`'s size (a task: runs on worker A)."""
     from ...pipeline.engine.round.aggregate import Partial
     from ...pipeline.engine.round.tasks import RoundResult
-    from ...pipeline.engine.round.worker_round import WorkerPhase
+    from ...pipeline.engine.round.worker import WorkerPhase
 
     size, channels = MODELS[model]
     weights = torch.randn(size, generator=torch.Generator().manual_seed(seed))

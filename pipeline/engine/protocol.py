@@ -41,8 +41,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..algorithms.parts import checks
-
 if TYPE_CHECKING:
     import torch
 
@@ -136,7 +134,7 @@ class Strategy:
     full_batch: ClassVar[bool] = False  # takes no minibatch steps (gd, agd)
 
     def __post_init__(self) -> None:
-        checks.validate(self)  # each field's rule (checks.checked)
+        validate(self)  # each field's declared rule (algorithms/parts/checks.py)
 
     def init_state(self, weights: torch.Tensor) -> Any:
         """Driver state before round 1 (e.g. a momentum buffer); None if none."""
@@ -170,6 +168,16 @@ class Strategy:
     def label(self) -> str:
         """The algorithm and the settings that distinguish it, for plots."""
         raise NotImplementedError
+
+
+def validate(instance: Any) -> None:
+    """Apply every declared field's rule to an instance's values: a field declares its rule
+    in its metadata (algorithms/parts/hyperparameters.py `declare`), which raises a
+    SettingError naming the field and the fix."""
+    for f in dataclasses.fields(instance):
+        rule = getattr(f.metadata.get("declaration"), "rule", None)
+        if rule is not None:
+            rule(f.name, getattr(instance, f.name))
 
 
 def state_to_data(state: Any) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from .round import comm, tasks, transport
 from .round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
 from .round.scoring import combine_scores, score_pieces
 from .round.shards import ShardData
-from .round.worker_round import WorkerPhase, phase_total
+from .round.worker import WorkerPhase, phase_total
 from .run.metrics import round_row
 from .run.run_state import RunState, round_start
 
@@ -119,7 +119,7 @@ def _phase_sum(
 ) -> Any:
     """The phase's sum over all shards. With a lossy transport, as the Dask round forms it:
     each worker's subtree sums encoded, then the tree completed from
-    them decoded (worker_round.phase_total); else the pairwise tree of the shards' outputs."""
+    them decoded (worker.phase_total); else the pairwise tree of the shards' outputs."""
     leaves = [to_partial(r) for r in reports]
     if transport.is_lossless(layout.transport):
         return tree_reduce(leaves)

@@ -39,9 +39,8 @@ from typing import Any
 
 from ... import presets
 from ..algorithms import make_strategy
-from ..algorithms.parts.checks import validate
 from ..algorithms.parts.setting_error import FIELD_OF_KEY, SettingError, flag, key_of
-from ..engine.protocol import Strategy
+from ..engine.protocol import Strategy, validate
 from ..engine.round.transport import read_broadcast
 from .resumed import RESUMED, Change, Resume, RunRecord
 from .settings import GENERATED, SECTIONS

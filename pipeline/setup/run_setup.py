@@ -51,11 +51,11 @@ class RunSetup:
     val_memory: str | None = None
 
     def shard_args(self, index: int) -> dict:
-        """Keyword arguments of tasks.load_shard for training shard `index`."""
+        """Keyword arguments of shards.load_shard for training shard `index`."""
         return _shard_args(self.config, self.store, index)
 
     def val_args(self, index: int) -> dict:
-        """Keyword arguments of tasks.load_shard for training shard `index`'s held-out rows."""
+        """Keyword arguments of shards.load_shard for training shard `index`'s held-out rows."""
         args = {**self.shard_args(index), "part": "val"}
         return {**args, "shard_memory": self.val_memory or args["shard_memory"]}
 
@@ -74,7 +74,7 @@ class RunSetup:
         return load_shard(**self.test_args())
 
     def piece_args(self, index: int) -> dict:
-        """Keyword arguments of tasks.load_evaluation for scoring piece `index` (one per
+        """Keyword arguments of shards.load_evaluation for scoring piece `index` (one per
         training shard, scored on its worker: round/scoring.py): a near-equal slice of the
         test split, carrying that shard's held-out validation rows."""
         pieces, rows = self.store.num_shards, self.store.num_test
@@ -94,7 +94,7 @@ class RunSetup:
 
 
 def _load_args(config: RunConfig, store: StoreInfo, **where: object) -> dict:
-    """Keyword arguments of tasks.load_shard for rows of `store` (`where`: which)."""
+    """Keyword arguments of shards.load_shard for rows of `store` (`where`: which)."""
     return dict(
         store=store.path,
         task=store.task,
@@ -110,7 +110,7 @@ def _load_args(config: RunConfig, store: StoreInfo, **where: object) -> dict:
 
 
 def _shard_args(config: RunConfig, store: StoreInfo, index: int) -> dict:
-    """Keyword arguments of tasks.load_shard for training shard `index` (its held-out rows
+    """Keyword arguments of shards.load_shard for training shard `index` (its held-out rows
     dropped: round/shards.py)."""
     start, stop = store.shards[index]
     args = _load_args(config, store, split="train", start=start, stop=stop, index=index)

@@ -20,7 +20,8 @@ from dask_dane.bench.ddp.plain_torch import epoch_batches, rank_seed
 from dask_dane.bench.ddp.run import DdpSpec, run_ddp
 from dask_dane.models.flat import forward_flat
 from dask_dane.models.registry import build_model
-from dask_dane.pipeline.engine.round.tasks import evaluate, load_shard
+from dask_dane.pipeline.engine.round.shards import load_shard
+from dask_dane.pipeline.engine.round.tasks import evaluate
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 pytestmark = pytest.mark.bench

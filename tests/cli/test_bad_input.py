@@ -24,7 +24,7 @@ from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import FORMAT_VERSION, open_store, write_store
-from dask_dane.pipeline.engine.round import tasks
+from dask_dane.pipeline.engine.round.shards import load_shard
 from dask_dane.pipeline.setup.config import RunConfig, read_toml, to_toml
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
@@ -296,5 +296,5 @@ def test_randomly_damaged_stores_load_or_fail_with_one_clean_value_error(tiny_st
 def _load_everything(store: Path) -> list:
     info = open_store(store)
     setup = prepare_run(RunConfig(store=str(store), model="mlp"))
-    shards = [tasks.load_shard(**setup.shard_args(i)) for i in range(info.num_shards)]
-    return [*shards, tasks.load_shard(**setup.test_args())]
+    shards = [load_shard(**setup.shard_args(i)) for i in range(info.num_shards)]
+    return [*shards, load_shard(**setup.test_args())]

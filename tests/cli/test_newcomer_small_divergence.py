@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dask_dane.pipeline.engine.round.tasks import RoundResult
-from dask_dane.pipeline.engine.round.worker_round import NO_WEIGHTS
+from dask_dane.pipeline.engine.round.worker import NO_WEIGHTS
 from dask_dane.pipeline.engine.run.errors import TrainingDiverged
 from dask_dane.pipeline.engine.run.run_state import check_finite
 from dask_dane.pipeline.engine.run.rundir import RunDir

@@ -16,7 +16,7 @@ import pytest
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset, SourceOptions, check_raw_dataset, load_source
 from dask_dane.datasets.store import open_store, write_store
-from dask_dane.pipeline.engine.round.tasks import load_shard
+from dask_dane.pipeline.engine.round.shards import load_shard
 
 # --- validation of the data on prepare --------------------------------------------------------
 

@@ -189,10 +189,11 @@ def test_a_relative_store_path_reaches_the_workers_absolute(tmp_path, monkeypatc
 
 def test_a_worker_that_cannot_see_the_store_says_so_and_what_it_needs(tmp_path):
     from dask_dane.pipeline.engine.round import tasks
+    from dask_dane.pipeline.engine.round.shards import load_shard
 
     missing = str(tmp_path / "elsewhere.zarr")
     with pytest.raises(ValueError) as raised:
-        tasks.load_shard(
+        load_shard(
             missing, split="train", start=0, stop=10, index=0, task="classification",
             normalization={"mean": [0.0], "std": [1.0]}, dtype="float32",
         )  # fmt: skip

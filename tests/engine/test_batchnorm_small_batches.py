@@ -21,9 +21,8 @@ from dask_dane.datasets.raw import RawDataset
 from dask_dane.datasets.store import write_store
 from dask_dane.models.registry import build_model
 from dask_dane.pipeline.engine.reference import run_reference
-from dask_dane.pipeline.engine.round import tasks
 from dask_dane.pipeline.engine.round.objective import full_pass_batches
-from dask_dane.pipeline.engine.round.shards import make_objective
+from dask_dane.pipeline.engine.round.shards import load_shard, make_objective
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
@@ -102,7 +101,7 @@ def test_full_pass_on_the_7_row_shard_is_torchs_own_train_mode_loss_over_2_3_2(
     odd_store, model_path
 ):
     setup = prepare_run(_config(odd_store, model_path))
-    shard = tasks.load_shard(**setup.shard_args(1))
+    shard = load_shard(**setup.shard_args(1))
     weights, buffers = initial_state(setup.spec, 0)
     objective = make_objective(setup.spec, shard, buffers)
 

@@ -17,14 +17,13 @@ from dask_dane.models.flat import load_state
 from dask_dane.models.registry import build_model
 from dask_dane.pipeline.engine.protocol import LocalOutput
 from dask_dane.pipeline.engine.reference import run_reference
-from dask_dane.pipeline.engine.round import tasks
 from dask_dane.pipeline.engine.round.aggregate import (
     ShardReport,
     buffer_mean,
     to_partial,
     tree_reduce,
 )
-from dask_dane.pipeline.engine.round.shards import make_objective
+from dask_dane.pipeline.engine.round.shards import load_shard, make_objective
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 
@@ -79,7 +78,7 @@ def unequal_digits(tmp_path_factory):
 def _torch_statistics(setup) -> tuple[dict, dict]:
     """Each shard's running statistics after torch's own BatchNorm update on all its rows,
     as their row-weighted and their plain means."""
-    shards = [tasks.load_shard(**setup.shard_args(i)) for i in range(2)]
+    shards = [load_shard(**setup.shard_args(i)) for i in range(2)]
     weighted, plain, rows = {}, {}, sum(len(shard.x) for shard in shards)
     for shard in shards:
         torch.manual_seed(setup.config.seed)
@@ -127,7 +126,7 @@ def test_full_shard_gradient_is_over_the_local_steps_batches(digits_stores):
     # DANE's gradient phase: training mode, batches of --batch-size in the shard's order
     # (near-equal sizes), statistics untouched: torch's own train-mode loss, batch by batch.
     setup = _setup(digits_stores[2], algorithm="dane", batch_size=100)
-    shard = tasks.load_shard(**setup.shard_args(0))
+    shard = load_shard(**setup.shard_args(0))
     weights, buffers = initial_state(setup.spec, 0)
     objective = make_objective(setup.spec, shard, buffers)
 
@@ -164,7 +163,7 @@ def test_server_momentum_moves_the_weights_and_never_the_buffers(digits_stores):
 def test_evaluation_is_eval_mode_with_the_combined_statistics(digits_stores):
     setup = _setup(digits_stores[2], rounds=2, local_steps=5)
     run = run_reference(setup, rounds=2, num_workers=2)
-    test = tasks.load_shard(**setup.test_args())
+    test = load_shard(**setup.test_args())
 
     model = load_state(build_model(setup.spec), run.weights, run.buffers).eval()
     with torch.no_grad():

@@ -26,7 +26,8 @@ from dask_dane.pipeline.engine.round.aggregate import (
 )
 from dask_dane.pipeline.engine.round.comm import Layout, layout
 from dask_dane.pipeline.engine.round.graph import ChainLink, build_round
-from dask_dane.pipeline.engine.round.worker_round import RoundStatic, WorkerPhase, phase_total
+from dask_dane.pipeline.engine.round.tasks import RoundInput
+from dask_dane.pipeline.engine.round.worker import WorkerPhase, phase_total
 
 SPEC = ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10)
 SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)
@@ -96,7 +97,7 @@ def test_the_order_of_additions_matters_so_the_tree_is_the_oracle():
 
 
 def _chained(strategy, placement: list[str], token: str = "tok"):
-    static = RoundStatic(
+    static = RoundInput(
         strategy=strategy, spec=SPEC, seed=0, index=3, layout=layout(placement),
         num_shards=len(placement),
     )  # fmt: skip
@@ -125,7 +126,7 @@ def test_a_dane_round_is_three_dependent_steps_with_one_task_per_worker_and_phas
         f"{phase}-3-{k}-tok" for phase in ("local_grad", "local_solve") for k in (0, 1)
     }
     # local gradients -> local solves -> the update, on each worker. A solve takes every
-    # worker's sums of the gradients; its own shards' gradients wait on its worker (kept.py).
+    # worker's sums of the gradients; its own shards' gradients wait on its worker (worker.py).
     assert [_depth(graph, key) for key in keys.updates] == [3, 3]
     assert not [n for n in graph.layers if n.startswith("nodes_")]
     assert graph.dependencies["local_solve-3-1-tok"] == {
@@ -150,7 +151,7 @@ def test_a_dane_round_is_three_dependent_steps_with_one_task_per_worker_and_phas
 
 
 def test_a_round_the_driver_takes_no_weights_of_builds_its_figures_beside_the_update():
-    static = RoundStatic(
+    static = RoundInput(
         strategy=FedAvg(solver=SOLVER), spec=SPEC, seed=0, index=3, layout=layout(TWO),
         num_shards=len(TWO),
     )  # fmt: skip
@@ -173,8 +174,8 @@ def test_a_fedavg_round_is_two_dependent_steps():
 def _three_rounds(strategy, placement: list[str]):
     """Three rounds chained as the driver chains them (bench's own walk, on these statics)."""
 
-    def static_of(t: int) -> RoundStatic:
-        return RoundStatic(
+    def static_of(t: int) -> RoundInput:
+        return RoundInput(
             strategy=strategy, spec=SPEC, seed=0, index=t, num_shards=len(placement),
             layout=layout(placement),
         )  # fmt: skip

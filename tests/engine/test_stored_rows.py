@@ -20,7 +20,7 @@ from dask_dane.datasets.store import open_store, write_store
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.engine.round import tasks  # registers the sizes Dask uses
 from dask_dane.pipeline.engine.round.objective import ShardObjective
-from dask_dane.pipeline.engine.round.shards import architecture, make_objective
+from dask_dane.pipeline.engine.round.shards import architecture, load_shard, make_objective
 from dask_dane.pipeline.rows.features import ALIGNMENT, StoredRows, stored_rows
 from dask_dane.pipeline.setup.run_setup import initial_state
 
@@ -99,7 +99,7 @@ def test_a_digits_shard_is_held_as_uint8_and_sized_so_for_dask(tmp_path):
     )
     info = open_store(str(store))
     start, stop = info.shards[0]
-    shard = tasks.load_shard(
+    shard = load_shard(
         str(store),
         split="train",
         start=start,

@@ -25,7 +25,7 @@ from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round import comm, wire
 from dask_dane.pipeline.engine.round.aggregate import Partial, ShardReport
 from dask_dane.pipeline.engine.round.tasks import PhaseEnd, RoundInput, RoundResult
-from dask_dane.pipeline.engine.round.worker_round import RoundStatic, WorkerPhase, nodes_of
+from dask_dane.pipeline.engine.round.worker import WorkerPhase, nodes_of
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
@@ -70,8 +70,8 @@ def _instances(tensors: dict[str, torch.Tensor]) -> dict[str, object]:
     return {
         "RoundInput": RoundInput(strategy=strategy, spec=spec, seed=1, index=1, layout=layout,
                                  num_shards=2, round_data=(tensors["int64"],), buffers=tensors),
-        "RoundStatic": RoundStatic(strategy=strategy, spec=spec, seed=1, index=1,
-                                   layout=layout, num_shards=2),
+        "RoundInput unopened": RoundInput(strategy=strategy, spec=spec, seed=1, index=1,
+                                          layout=layout, num_shards=2),
         "PhaseEnd": PhaseEnd(broadcast=broadcast, metrics={}, comm_bytes=8, communicated=True,
                              compute_by_worker={}, rows=1, buffers=tensors),
         "RoundResult": RoundResult(weights=tensors["float32"].flatten(), state=[broadcast],
@@ -221,9 +221,9 @@ def test_tensors_cross_workers_as_frames_and_the_run_equals_the_reference(
     def registered() -> bool:  # in a worker process, by value
         from distributed.protocol import dask_serialize
 
-        from dask_dane.pipeline.engine.round import wire, worker_round
+        from dask_dane.pipeline.engine.round import wire, worker
 
-        return dask_serialize.dispatch(worker_round.WorkerPhase) is wire.to_frames
+        return dask_serialize.dispatch(worker.WorkerPhase) is wire.to_frames
 
     assert list(cluster_client.run(registered).values()) == [True, True]
     assert dask_serialize.dispatch(WorkerPhase) is wire.to_frames

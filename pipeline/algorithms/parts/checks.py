@@ -1,15 +1,14 @@
 """Rules for hyperparameters, the checks their declarations name (hyperparameters.py).
 
 A field's rule lives in its declaration: `eta: float = declare(1.0, positive, help=...)`. A
-class checks its own fields when it is built (`validate`), and the registry checks a run's
-settings against every declared rule (algorithms.make_strategy), so a bad value is refused
-even when the chosen algorithm would not use it. Each rule raises a SettingError naming the
-field (its flag beside it) and the fix.
+class checks its own fields when it is built (engine/protocol.py `validate`), and the registry
+checks a run's settings against every declared rule (algorithms.make_strategy), so a bad value
+is refused even when the chosen algorithm would not use it. Each rule raises a SettingError
+naming the field (its flag beside it) and the fix.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,14 +16,6 @@ from typing import Any
 from .setting_error import SettingError, setting
 
 Rule = Callable[[str, Any], None]
-
-
-def validate(instance: Any) -> None:
-    """Apply every declared field's rule to an instance's values."""
-    for f in dataclasses.fields(instance):
-        rule = getattr(f.metadata.get("declaration"), "rule", None)
-        if rule is not None:
-            rule(f.name, getattr(instance, f.name))
 
 
 def make_rule(refused: Callable[[Any], bool], problem: str) -> Rule:

@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .checks import one_of, relative_tolerance, validate
+from ...engine.protocol import validate
+from .checks import one_of, relative_tolerance
 from .hyperparameters import declare
 from .local_problem import LocalProblem, Solution, StopRule
 

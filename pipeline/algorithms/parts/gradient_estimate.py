@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...engine.protocol import LocalContext, LocalOutput
+from ...engine.protocol import LocalContext, LocalOutput, validate
 from . import correction as cr
 from . import noise_scale as ns
-from .checks import at_least, non_negative, one_of, validate
+from .checks import at_least, non_negative, one_of
 from .hyperparameters import declare, part
 from .setting_error import SettingError, setting
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from ...engine.protocol import validate
 from .checks import (
     at_least_one,
     momentum_range,
@@ -21,7 +22,6 @@ from .checks import (
     one_of,
     optional,
     positive,
-    validate,
 )
 from .hyperparameters import Declaration, declare
 from .local_problem import LocalProblem, Solution, StopRule  # importers take them from here too

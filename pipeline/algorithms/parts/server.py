@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ...engine.protocol import RoundEnd, RoundUpdate
-from .checks import momentum_range, non_negative, one_of, optional, positive, validate
+from ...engine.protocol import RoundEnd, RoundUpdate, validate
+from .checks import momentum_range, non_negative, one_of, optional, positive
 from .hyperparameters import declare, part
 from .setting_error import SettingError, setting
 

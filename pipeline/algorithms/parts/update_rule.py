@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...engine.protocol import LocalOutput, RoundEnd, RoundUpdate
+from ...engine.protocol import LocalOutput, RoundEnd, RoundUpdate, validate
 from . import safeguard as sg
-from .checks import count_or_off, one_of, validate
+from .checks import count_or_off, one_of
 from .hyperparameters import declare, part
 from .server import SERVER_PART, ServerStep
 from .setting_error import SettingError, setting

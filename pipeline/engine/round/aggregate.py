@@ -118,7 +118,7 @@ def shard_placement(num_shards: int, workers: list[str]) -> list[str]:
 # The pairwise tree as nodes: node (level, j) sums leaves [j * 2^level, (j + 1) * 2^level),
 # clipped to the shard count; a level's odd last node passes its only child through, so a
 # level pairs (0, 1), (2, 3), ... and leaves an odd last one alone. The all-gather round
-# (worker_round.py) sums each worker's whole subtrees where they live and completes the tree
+# (worker.py) sums each worker's whole subtrees where they live and completes the tree
 # from those nodes on every worker: the same additions in the same order as tree_reduce over
 # all the leaves, so the result is the same to the last bit for any placement.
 TreeNode = tuple[int, int]

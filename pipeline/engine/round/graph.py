@@ -1,15 +1,15 @@
 """One round as a Dask task graph, chained to the round before it on the cluster.
 
 Per phase p and worker k: `{phase}-{t}-{k}` runs phase p on all of worker k's shards and sums
-its whole subtrees (worker_round.py); its result is those sums, and the shards' reports that
-its next phase takes wait on the worker (kept.py). Where the last phase's output also holds
-the shards' states for the next round, a small `nodes_{phase}-{t}-{k}` task on the same
+its whole subtrees (worker.py); its result is those sums, and the shards' reports that
+its next phase takes wait on the worker (worker.py keeps them). Where the last phase's output
+also holds the shards' states for the next round, a small `nodes_{phase}-{t}-{k}` task on the same
 worker hands on the sums alone. Then the sums cross by all-gather: every worker takes every
 worker's sums and finishes the phase itself, summing in aggregate.py's pairwise order (the
 reference's). After the last phase, `update-{t}-{k}` makes round t's result on every worker,
 for the round's later phases, its evaluation and the driver. Round t + 1's first task on
 worker k does not wait for it: it runs the same update inline (ChainLink.update), from the
-same inputs, and finds it already made where the update task ran first (kept.update_once).
+same inputs, and finds it already made where the update task ran first (worker.py).
 
 Dependent steps a round adds to the chain: one per phase, and one more where the last
 phase's output is split: DANE 2, FedAvg 1, SCAFFOLD 2. Builds the graph; computes nothing.
@@ -24,10 +24,10 @@ from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-from . import worker_round
+from . import worker
 from .aggregate import owned_nodes
 from .scoring import score_pieces
-from .worker_round import RoundStatic
+from .tasks import RoundInput
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +51,7 @@ class ChainLink:
     `update`: per worker, round t - 1's update task itself, which round t's first
     task runs inline rather than wait for the `update` task's result: the update is a few
     vector operations on inputs every worker already holds, so inline it costs no step, and
-    each worker makes it once for all its tasks that take it (kept.update_once).
+    each worker makes it once for all its tasks that take it (worker.update_on_worker).
     """
 
     carry: list[Any]
@@ -127,7 +127,7 @@ class _Builder:
 
 
 def build_round(
-    static: RoundStatic,
+    static: RoundInput,
     *,
     shards: list[Any],
     placement: list[str],
@@ -156,14 +156,14 @@ def build_round(
             carry = link.update[k] if p == 0 and link.update is not None else link.carry[k]
             before = link.before[k] if link.before is not None else None
             args = (static, p, held[k], nodes[k], carry, received, before)
-            own.append(b.add(name, k, (worker_round.run_worker_phase, *args), w))
+            own.append(b.add(name, k, (worker.run_worker_phase, *args), w))
         shared.append(_shared(b, static, p, own, workers))
     updates, update_tasks = _updates(b, static, link, shared, workers)
-    made = update_tasks  # the update inline, made once on each worker (kept.update_once)
+    made = update_tasks  # the update inline, made once on each worker (worker.py)
     evaluation = _scores(b, static, placement, made, evaluate) if evaluate is not None else []
     # The round's figures without its weights, where the driver does not take them: made
     # inline beside the update, so that they run before the next round's tasks.
-    figures = b.add("figures", 0, (worker_round.stripped, made[0]), workers[0]) if light else None
+    figures = b.add("figures", 0, (worker.stripped, made[0]), workers[0]) if light else None
     graph = HighLevelGraph(b.layers, b.deps)
     states = list(own) if static.strategy.shard_state_type is not None else []
     keys = RoundKeys(
@@ -177,28 +177,28 @@ def build_round(
 
 
 def _scores(
-    b: _Builder, static: RoundStatic, placement: list[str], made: list, evaluate: list[Any]
+    b: _Builder, static: RoundInput, placement: list[str], made: list, evaluate: list[Any]
 ) -> list[str]:
     """One scoring task a worker, its own shards' pieces, each scoring the round's update made
     inline (`made`): ready as the update is, they run before the next round's first task on
     the worker (the earlier graph's tasks come first), and the driver adds their sums."""
     scores = []
-    for k, worker in enumerate(dict.fromkeys(placement)):
-        indices = [i for i, at in enumerate(placement) if at == worker]
+    for k, address in enumerate(dict.fromkeys(placement)):
+        indices = [i for i, at in enumerate(placement) if at == address]
         pieces = [evaluate[i] for i in indices]
         task = (score_pieces, static.spec, indices, pieces, made[k])
-        scores.append(b.add("score", k, task, worker))
+        scores.append(b.add("score", k, task, address))
     return scores
 
 
 def _updates(
-    b: _Builder, static: RoundStatic, link: ChainLink, shared: list[list[str]], workers: list[str]
+    b: _Builder, static: RoundInput, link: ChainLink, shared: list[list[str]], workers: list[str]
 ) -> tuple[list[str], list[tuple]]:
     """The round's update, made on each worker, and each worker's update task, which the next
     round's first task runs inline."""
     earlier = [list(outputs) for outputs in shared[:-1]]
     tasks = [
-        (worker_round.update_on_worker, static, link.carry[k], earlier, list(shared[-1]))
+        (worker.update_on_worker, static, link.carry[k], earlier, list(shared[-1]))
         for k in range(len(workers))
     ]
     updates = [
@@ -208,7 +208,7 @@ def _updates(
 
 
 def _shared(
-    b: _Builder, static: RoundStatic, p: int, outputs: list[str], workers: list[str]
+    b: _Builder, static: RoundInput, p: int, outputs: list[str], workers: list[str]
 ) -> list[str]:
     """What leaves each worker of phase p's outputs: the outputs themselves, or where they
     hold the shards' states as well (the last phase of a strategy with shard states), the
@@ -219,6 +219,6 @@ def _shared(
         return outputs
     name = f"nodes_{static.strategy.phases[p]}"
     return [
-        b.add(name, k, (worker_round.nodes_of, out), w)
+        b.add(name, k, (worker.nodes_of, out), w)
         for k, (out, w) in enumerate(zip(outputs, workers, strict=True))
     ]

@@ -1,9 +1,9 @@
-"""The per-shard and per-phase functions of a round: pure, module level, no globals.
+"""A round's phases as pure functions of plain data: module level, no globals.
 
-The tasks a worker runs (worker_round.py's phases and update, shards.py's loads, scoring.py)
-call these. Each takes plain data (tensors, frozen dataclasses) and returns plain data, so
-the same functions serve the Dask graph (graph.py, through worker_round.py) and the single-process
-reference (reference.py). A round's data takes one path through them: every shard's
+Each takes plain data (tensors, frozen dataclasses) and returns plain data, so the same
+functions serve the workers' tasks (worker.py, which the graph of graph.py and the torch
+collective's segments run) and the single-process reference (reference.py). A round's data
+takes one path through them: the round opened from its carry (`open_round`), every shard's
 `run_local`, the pairwise sums (aggregate.py), each phase finished (`finish_phase`: its
 average, its broadcast, its bytes) and the round ended (`update_round`, which finishes the
 last phase and calls the strategy's update).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,17 +24,18 @@ from . import comm, transport
 from .aggregate import Partial, ShardReport, buffer_mean, mean_of
 from .objective import derived_seed
 from .scoring import combine_scores, score_piece
-
-# load_shard is a task too: it lives with the shard it builds (shards.py).
 from .shards import ShardData, make_objective, to_device, worker_id
-from .shards import load_evaluation as load_evaluation
-from .shards import load_shard as load_shard
 from .wire import register_dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)
-class RoundStatic:
-    """What the driver knows of round t before it runs: the same object in each task."""
+class RoundInput:
+    """What every task of round t is given besides its data: the same object in each.
+
+    The driver makes it (run_state.round_input) with what it knows before the round runs;
+    `open_round` adds what the round's carry decides (the three fields after `chain`), once
+    per worker (worker.py) and once in the reference.
+    """
 
     strategy: Strategy
     spec: ModelSpec
@@ -47,21 +48,27 @@ class RoundStatic:
     # index, so the order they finish in changes nothing).
     threads: int = 1
     # The chain the round belongs to (the run's token and attempt, graph.py): what a worker
-    # keeps between its tasks is kept under it (kept.py). "": none (the reference runner).
+    # keeps between its tasks is kept under it (worker.py). "": none (the reference runner).
     chain: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundInput(RoundStatic):
-    """What every task of round t is given besides its data: the same object in each, made
-    from RoundStatic and the round's carry (worker_round.open_round)."""
-
     round_data: Any = None  # strategy.round_data(driver state as the round starts)
     opening_bytes: int = 0  # bytes of strategy.opening(state), sent with the weights
     # The model's buffers as the round starts (BatchNorm's statistics; {} for most models):
     # a few floats per channel, so they ride with the round's plain data, counted with the
     # weights. Strategies never see them: the pipeline combines them (aggregate.py).
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def open_round(round_input: RoundInput, carry: Any) -> tuple[RoundInput, Broadcast | None]:
+    """Round t's input as its carry (a RoundResult, or the reference's RunState) opens it,
+    and its opening as phase 0 receives it (None if the strategy sends none)."""
+    opening = round_input.strategy.opening(carry.state)
+    opened = replace(
+        round_input,
+        round_data=round_input.strategy.round_data(carry.state),
+        opening_bytes=comm.payload_bytes(opening),
+        buffers=carry.buffers,
+    )
+    return opened, Broadcast(tensors=opening) if opening else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +110,7 @@ class RoundResult:
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)  # the model's, combined
 
 
-register_dataclasses(ShardData, RoundStatic, RoundInput, PhaseEnd, RoundResult, Broadcast)
+register_dataclasses(ShardData, RoundInput, PhaseEnd, RoundResult, Broadcast)
 
 
 def run_local(
@@ -115,7 +122,7 @@ def run_local(
     previous: ShardReport | None,
     shard_state: Any = None,
 ) -> ShardReport:
-    """One shard's work in one phase of one round (`shard_state`: see algorithms/base.py).
+    """One shard's work in one phase of one round (`shard_state`: see protocol.py).
 
     `received` is the previous phase's end, or in phase 0 the round's opening (None when
     the strategy opens with nothing); `previous` is this shard's own report of the previous
@@ -212,7 +219,7 @@ def update_round(
 
     `ends` are the earlier phases, each finished once by finish_phase; `last` is the last
     phase's sum. The shards' states for the next round are not in it: each worker's stay
-    with its output of the last phase (worker_round.py), the driver fetching them apart.
+    with its output of the last phase (worker.py), the driver fetching them apart.
     """
     mean = mean_of(last)
     previous = ends[-1] if ends else None

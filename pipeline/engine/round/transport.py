@@ -1,7 +1,7 @@
 """What travels between workers, and in what encoding: `--transport float32 | bfloat16`, and
 the values `--broadcast` reads.
 
-Each worker sends the sums of its whole subtrees (worker_round.py) to every other worker (an
+Each worker sends the sums of its whole subtrees (worker.py) to every other worker (an
 all-gather), and each completes the tree itself. With `bfloat16` those sums travel in bfloat16: the
 tensors an algorithm averages as weights (its `weights` output, the local solutions v_i) as
 their change from the round's weights, sum_i n_i (v_i - w), the others (gradients, control

@@ -2,7 +2,7 @@
 the driver must hold them (--checkpoint-every, the run's end, a new best.pt, a restart).
 
 A round's weights, buffers and strategy state stay on the cluster otherwise: a small task of
-the round's graph (`figures`, worker_round.stripped beside the update) sends the driver the
+the round's graph (`figures`, worker.stripped beside the update) sends the driver the
 round's figures and whether the weights are finite, so divergence is still caught in the
 round it happens. The scores of an evaluated round come one per worker; the driver adds them
 (scoring.combine_scores), so no task on the cluster waits for the slowest worker's.
@@ -22,7 +22,7 @@ from ..round import comm
 from ..round.graph import RoundKeys, ShardSet
 from ..round.scoring import combine_scores
 from ..round.tasks import RoundResult
-from ..round.worker_round import weights_finite
+from ..round.worker import weights_finite
 from .bounded import bounded, scheduler_checked, wait_for
 
 

@@ -25,8 +25,9 @@ from distributed.scheduler import KilledWorker
 from ...launchers.cluster import make_client
 from ...setup.config import RunConfig
 from ...setup.run_setup import RunSetup, prepare_run
-from ..round import comm, tasks
+from ..round import comm
 from ..round.graph import ShardSet
+from ..round.shards import load_evaluation, load_shard
 from . import run_state
 from .bounded import wait_for
 from .callbacks import Callbacks
@@ -114,7 +115,7 @@ def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> Shard
     """
     token = uuid.uuid4().hex[:8]
 
-    def load(key: str, worker: str, args: dict, task: Callable = tasks.load_shard) -> Any:
+    def load(key: str, worker: str, args: dict, task: Callable = load_shard) -> Any:
         return client.submit(task, key=key, workers=[worker], allow_other_workers=True, **args)
 
     # Each shard, then its scoring piece (a slice of the test split and that shard's
@@ -122,7 +123,7 @@ def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> Shard
     pieces = range(setup.store.num_shards)
     shards = [load(f"load_shard-{i}-{token}", placement[i], setup.shard_args(i)) for i in pieces]
     test = [
-        load(f"load_test-{i}-{token}", placement[i], setup.piece_args(i), tasks.load_evaluation)
+        load(f"load_test-{i}-{token}", placement[i], setup.piece_args(i), load_evaluation)
         for i in pieces
     ]
     try:

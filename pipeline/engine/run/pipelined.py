@@ -251,7 +251,7 @@ def _fill(driver: _Driver) -> None:
         t = last + 1
         evaluate = t % config.eval_every == 0 or t == config.rounds
         graph, keys = build_round(
-            run_state.round_static(driver.setup, t, data.placement),
+            run_state.round_input_of(driver.setup, t, data.placement),
             shards=data.shards,
             placement=data.placement,
             link=driver.link,

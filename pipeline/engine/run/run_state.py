@@ -20,8 +20,8 @@ from ...setup.config import RunConfig
 from ...setup.run_setup import RunSetup
 from ..protocol import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
-from ..round.tasks import RoundInput, RoundResult
-from ..round.worker_round import RoundStatic, open_round, weights_finite
+from ..round.tasks import RoundInput, RoundResult, open_round
+from ..round.worker import weights_finite
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
 from .metrics import keep_rounds_up_to
@@ -166,17 +166,17 @@ def round_start(
     setup: RunSetup, state: RunState, placement: list[str]
 ) -> tuple[RoundInput, Broadcast | None]:
     """The next round's input, and its opening as phase 0 receives it (None if the strategy
-    sends none besides the weights): made by worker_round.open_round, as the workers make
+    sends none besides the weights): made by tasks.open_round, as the workers make
     it, so that the Dask run and the reference start a round from the same objects."""
-    return open_round(round_static(setup, state.round + 1, placement), state)
+    return open_round(round_input_of(setup, state.round + 1, placement), state)
 
 
-def round_static(setup: RunSetup, index: int, placement: list[str]) -> RoundStatic:
+def round_input_of(setup: RunSetup, index: int, placement: list[str]) -> RoundInput:
     """What round `index` is given besides the weights and state, the same in every task,
     for shards so placed (one worker address a shard): its layout (comm.layout) is the
     all-gather's copies and transport over that placement."""
     config = setup.config
-    return RoundStatic(
+    return RoundInput(
         strategy=setup.strategy,
         spec=setup.spec,
         seed=config.seed,

@@ -3,9 +3,9 @@ collective: Dask places, pins and watches the tasks; a gloo group (round/group.p
 sums.
 
 Each rank runs the same functions a round's Dask graph runs under allgather, in the same
-order: its shards' phase (worker_round.run_worker_phase), every worker's subtree sums taken
+order: its shards' phase (worker.run_worker_phase), every worker's subtree sums taken
 (here by an all-gather instead of a Dask transfer), the round's update made from them
-(worker_round.update_on_worker), its own pieces scored (scoring.score_pieces) and every
+(worker.update_on_worker), its own pieces scored (scoring.score_pieces) and every
 worker's scores combined. So a segment's weights are the Dask run's and the reference's, bit
 for bit; no algorithm or phase function knows which collective ran it.
 
@@ -39,8 +39,8 @@ from distributed.comm import get_address_host
 
 from ..round.group import Group, GroupFailed, GroupSpec, store_variable_name
 from ..round.scoring import combine_scores, score_pieces
-from ..round.tasks import RoundResult, RoundStatic
-from ..round.worker_round import (
+from ..round.tasks import RoundInput, RoundResult
+from ..round.worker import (
     WorkerPhase,
     nodes_of,
     run_worker_phase,
@@ -131,7 +131,7 @@ def form_group(spec: GroupSpec, rank: int, host: str) -> Group:
 
 def run_segment(
     plan: SegmentPlan,
-    static: RoundStatic,
+    static: RoundInput,
     rank: int,
     address: str,
     shards: list[Any],
@@ -161,7 +161,7 @@ def run_segment(
 
 def _rounds(
     plan: SegmentPlan,
-    static: RoundStatic,
+    static: RoundInput,
     group: Group,
     held: tuple[list[Any], list[Any], tuple[list[int], list[Any]]],
     carry: RoundResult,
@@ -202,7 +202,7 @@ def _rounds(
 
 
 def _one_round(
-    static: RoundStatic,
+    static: RoundInput,
     group: Group,
     held: tuple[list[Any], list[Any]],
     carry: RoundResult,
@@ -230,7 +230,7 @@ def _one_round(
 
 def _evaluate(
     plan: SegmentPlan,
-    static: RoundStatic,
+    static: RoundInput,
     group: Group,
     pieces: tuple[list[int], list[Any]],
     result: RoundResult,

@@ -139,7 +139,7 @@ def _submit(driver: _Driver, workers: list[str]) -> _Segment:
         ),
         has_states=setup.strategy.shard_state_type is not None,
     )
-    static = run_state.round_static(setup, plan.first, data.placement)
+    static = run_state.round_input_of(setup, plan.first, data.placement)
     futures = []
     for rank, worker in enumerate(workers):
         mine = [i for i, at in enumerate(data.placement) if at == worker]
