@@ -11,19 +11,20 @@ same run (check_same_run: only resumed.RESUMABLE_KEYS may change; begin_run reco
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from .algorithms.parts.setting_error import SettingError, setting
-from .engine.round.transport import read_broadcast
-from .engine.run.rundir import RunDir, check_same_run, fresh_run_dir, newest_run_dir
+from .engine.run.rundir import RunDir, check_same_run
 from .launchers.cluster_checks import refuse_missing_gpu
 from .launchers.jobqueue import check_job_queue
 from .observe.tracking import check_tracking
 from .setup.config import RunConfig, read_toml
 from .setup.epochs import COUNT_OF_EPOCHS
 from .setup.run_setup import ensure_default_store
+from .setup.settings import read_broadcast
 
 
 def plan_run(
@@ -78,3 +79,35 @@ def _one_source(
     if count in given and epochs not in given and getattr(config, epochs) is not None:
         return dataclasses.replace(config, **{epochs: None})
     return config
+
+
+RUNS = Path("runs")  # where fresh run folders go, under the working directory
+
+
+def fresh_run_dir(algorithm: str, root: Path = RUNS) -> Path:
+    """root/ALGORITHM-N with N one past the highest taken: dane-1, dane-2, ... A folder is
+    not created here (a run refused by its checks leaves nothing); one that a refused or
+    failed run left empty is skipped all the same, as its number is taken."""
+    pattern = re.compile(rf"{re.escape(algorithm)}-(\d+)")
+    taken = [
+        int(match.group(1))
+        for entry in (root.iterdir() if root.is_dir() else ())
+        if (match := pattern.fullmatch(entry.name))
+    ]
+    return root / f"{algorithm}-{max(taken, default=0) + 1}"
+
+
+def newest_run_dir(root: Path = RUNS) -> Path:
+    """The run under root whose metrics changed last (`--resume` without `--out`);
+    ValueError when root holds none."""
+    runs = [entry for entry in root.glob("*") if (entry / "config.toml").is_file()]
+    if not runs:
+        raise ValueError(
+            f"--resume without --out continues the newest run in {root}/, and there is none; "
+            "pass --out RUN_DIR"
+        )
+    return max(runs, key=lambda run: _last_change(RunDir(run)))
+
+
+def _last_change(run: RunDir) -> float:
+    return max(path.stat().st_mtime for path in (run.config, run.metrics) if path.exists())

@@ -41,9 +41,8 @@ from ... import presets
 from ..algorithms import make_strategy
 from ..algorithms.parts.setting_error import FIELD_OF_KEY, SettingError, flag, key_of
 from ..engine.protocol import Strategy, validate
-from ..engine.round.transport import read_broadcast
 from .resumed import RESUMED, Change, Resume, RunRecord
-from .settings import GENERATED, SECTIONS
+from .settings import GENERATED, SECTIONS, read_broadcast
 
 
 # The bases in reverse: a dataclass takes its bases' fields from the last one up, so RunConfig's

@@ -12,7 +12,7 @@ from ..algorithms.parts.setting_error import setting
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    # None: plan_run picks a fresh folder (rundir.fresh_run_dir), so that a second experiment
+    # None: plan_run picks a fresh folder (plan.fresh_run_dir), so that a second experiment
     # needs no new flag; the CLI and the API follow the same rule.
     out: str | None = declare(
         None,

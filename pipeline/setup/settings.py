@@ -26,9 +26,28 @@ from ..algorithms.parts.checks import (
 from ..algorithms.parts.hyperparameters import declare
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..engine.round.augment import NO_AUGMENTATION, parse_augment
-from ..engine.round.transport import BROADCASTS, FORMER_BROADCASTS, TRANSPORTS
+from ..engine.round.transport import TRANSPORTS
 from .job_settings import JobSettings, check_bytes, scheduler_file_address
 from .run_settings import RunSettings
+
+# `--broadcast`: a Dask graph's round crosses by all-gather, whatever is named; the setting
+# stays so that older config files, scripts and resumed runs read.
+BROADCASTS = ("auto", "allgather")
+# What older config files may hold: the reduce collective (one worker finished each phase and
+# sent it back out) and the per-round form's `direct` and `tree`. Each reads as `auto` with a
+# note (read_broadcast): all-gather costs less at every size, and sums in the same order.
+FORMER_BROADCASTS = ("reduce", "direct", "tree")
+
+
+def read_broadcast(value: str) -> tuple[str, str | None]:
+    """A `--broadcast` value as it runs now, and for a former one a note saying so (None for
+    a current value). The caller names where the value came from."""
+    if value not in FORMER_BROADCASTS:
+        return value, None
+    return "auto", (
+        "is no longer a separate collective: rounds cross by all-gather, which measured "
+        "faster at every size; the weights are the same bit for bit"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +171,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
     host: str = declare("127.0.0.1", help="Interface a started cluster binds.")
     dashboard_address: str = declare("127.0.0.1:8787", help="Dashboard address.")
     # Kept for older config files and scripts: a Dask graph's round is an all-gather
-    # (transport.py); a former value reads as auto, with a note (transport.read_broadcast).
+    # (transport.py); a former value reads as auto, with a note (read_broadcast).
     broadcast: str = declare(
         "auto",
         help="auto | allgather: how a Dask graph's round crosses (every worker takes every "

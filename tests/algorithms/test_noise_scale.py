@@ -197,8 +197,8 @@ def test_every_row_holds_the_noise_scale_where_the_round_measures_it(
 
 
 def test_the_smoothed_noise_scale_averages_numerator_and_denominator_apart():
-    from dask_dane.pipeline.engine.run.metrics import NOISE_EMA_DECAY as beta
-    from dask_dane.pipeline.engine.run.metrics import smoothed_noise
+    from dask_dane.pipeline.algorithms.parts.row_figures import NOISE_EMA_DECAY as beta
+    from dask_dane.pipeline.algorithms.parts.row_figures import smoothed_noise
 
     first = smoothed_noise(None, {"noise_trace": 10.0, "noise_grad_sq": 1.0})
     second = smoothed_noise(first, {"noise_trace": 30.0, "noise_grad_sq": -0.5})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dask_dane.pipeline.engine.run.rundir import fresh_run_dir, newest_run_dir
+from dask_dane.pipeline.plan import fresh_run_dir, newest_run_dir
 
 
 def test_fresh_run_folders_take_the_next_free_number(tmp_path):

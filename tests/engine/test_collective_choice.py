@@ -11,13 +11,10 @@ import torch
 
 from dask_dane.pipeline.engine.round.group import pack, unpack
 from dask_dane.pipeline.engine.round.tasks import RoundResult
-from dask_dane.pipeline.engine.run.segment_plan import (
-    TORCH_MAX_BYTES,
-    Selection,
-    choose_collective,
-)
+from dask_dane.pipeline.engine.run.segment_plan import Selection
 from dask_dane.pipeline.rows.features import ALIGNMENT
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_setup import TORCH_MAX_BYTES, choose_collective
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,10 @@ from dask_dane.pipeline.engine.round.aggregate import (
     tree_levels,
     tree_reduce,
 )
-from dask_dane.pipeline.engine.round.transport import read_broadcast, round_form
+from dask_dane.pipeline.engine.round.transport import round_form
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.setup.settings import read_broadcast
 
 
 def test_payload_bytes_count_every_element_at_its_width():

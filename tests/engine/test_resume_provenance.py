@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import dask_dane
-from dask_dane.pipeline.engine.run.metrics import scheduled
+from dask_dane.pipeline.algorithms.parts.row_figures import scheduled
 from dask_dane.pipeline.engine.run.rundir import RunDir, check_same_run
 from dask_dane.pipeline.report import load_run, run_label
 from dask_dane.pipeline.setup.config import RunConfig, read_record, read_toml, to_toml

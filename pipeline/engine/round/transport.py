@@ -1,5 +1,4 @@
-"""What travels between workers, and in what encoding: `--transport float32 | bfloat16`, and
-the values `--broadcast` reads.
+"""What travels between workers, and in what encoding: `--transport float32 | bfloat16`.
 
 Each worker sends the sums of its whole subtrees (worker.py) to every other worker (an
 all-gather), and each completes the tree itself. With `bfloat16` those sums travel in bfloat16: the
@@ -31,24 +30,6 @@ if TYPE_CHECKING:
 
 
 TRANSPORTS = ("float32", "bfloat16")
-# `--broadcast`: a Dask graph's round crosses by all-gather, whatever is named; the setting
-# stays so that older config files, scripts and resumed runs read.
-BROADCASTS = ("auto", "allgather")
-# What older config files may hold: the reduce collective (one worker finished each phase and
-# sent it back out) and the per-round form's `direct` and `tree`. Each reads as `auto` with a
-# note (read_broadcast): all-gather costs less at every size, and sums in the same order.
-FORMER_BROADCASTS = ("reduce", "direct", "tree")
-
-
-def read_broadcast(value: str) -> tuple[str, str | None]:
-    """A `--broadcast` value as it runs now, and for a former one a note saying so (None for
-    a current value). The caller names where the value came from."""
-    if value not in FORMER_BROADCASTS:
-        return value, None
-    return "auto", (
-        "is no longer a separate collective: rounds cross by all-gather, which measured "
-        "faster at every size; the weights are the same bit for bit"
-    )
 
 
 def round_form(collective: str) -> str:

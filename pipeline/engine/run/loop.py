@@ -24,7 +24,7 @@ from distributed.scheduler import KilledWorker
 
 from ...launchers.cluster import make_client
 from ...setup.config import RunConfig
-from ...setup.run_setup import RunSetup, prepare_run
+from ...setup.run_setup import RunSetup, choose_collective, prepare_run
 from ..round import comm
 from ..round.graph import ShardSet
 from ..round.shards import load_evaluation, load_shard
@@ -35,7 +35,6 @@ from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained
 from .rundir import RunDir
-from .segment_plan import choose_collective
 from .segments import run_segments
 from .shard_memory import killed_loading, place_shards
 

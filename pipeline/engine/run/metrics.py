@@ -14,8 +14,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...algorithms.parts.local_solver import LocalSolver
-from ...algorithms.parts.noise_scale import FIGURES, ratio
+from ...algorithms.parts.row_figures import algorithm_figures
 from ..protocol import Strategy
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
@@ -23,11 +22,6 @@ from .checkpoint import atomic_write_bytes
 
 if TYPE_CHECKING:  # types only
     from ...setup.run_setup import RunSetup
-
-
-# How fast the smoothed noise scale forgets (smoothed_noise): a run is tens of rounds and its
-# noise scale changes as it trains, so the last five rounds or so weigh.
-NOISE_EMA_DECAY = 0.8
 
 
 def round_row(
@@ -48,7 +42,7 @@ def round_row(
     (attempts, shards reloaded, the collective, its own bytes).
     """
     metrics, compute = result.metrics, sorted(result.compute_by_worker.values())
-    scores = evaluation or {}
+    scores, previous = evaluation or {}, totals.rows[-1] if totals.rows else None
     # Every line has these keys, in this order, None where unknown (docs/reference/formats.md).
     row: dict[str, Any] = {
         "round": round_index,
@@ -77,11 +71,8 @@ def round_row(
         "num_workers": len(compute),
         # Inside wall_s: benchmarks that time training alone subtract it.
         "eval_s": scores.get("eval_s"),
-        **scheduled(strategy, round_index),
-        # The gradient noise scale at w (algorithms/parts/noise_scale.py), None where the
-        # round computes no per-shard gradient at w; smoothed over rounds (smoothed_noise).
-        **{name: metrics.get(name) for name in FIGURES},
-        **smoothed_noise(totals.rows[-1] if totals.rows else None, metrics),
+        # The schedules' rates and steps, and the gradient noise scale (algorithms/parts/).
+        **algorithm_figures(strategy, round_index, metrics, previous),
     }
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them;
     # names with a leading underscore are sums for the reduction, not figures.
@@ -90,24 +81,6 @@ def round_row(
         row["shards"] = [{"shard": i, **f} for i, f in sorted(result.diagnostics.items())]
     # is_best: the round selected so far (RunState.is_best); then what the driver adds.
     return row | {"is_best": totals.is_best} | (driver or {})
-
-
-def scheduled(strategy: Strategy, round_index: int) -> dict[str, Any]:
-    """What the schedules gave round `round_index`: `local_lr`, the rate its local steps (or
-    its step) used after --lr-schedule and --lr-warmup (None where it has no rate: an exact
-    solver), and `scheduled_local_steps`, K_t of --local-steps-schedule (the strategy's own
-    `local_steps`, where it reports one, is what a solve took, stopped early or not)."""
-    solver = getattr(strategy, "solver", None)
-    if isinstance(solver, LocalSolver):
-        return {
-            "local_lr": solver.lr(round_index),
-            "scheduled_local_steps": solver.steps(round_index),
-        }
-    if hasattr(strategy, "lr"):  # sgd: the rate is the scheduled step itself
-        return {"local_lr": strategy.lr(round_index)}
-    if hasattr(strategy, "local_lr"):  # gd, agd: a constant step, no schedule
-        return {"local_lr": strategy.local_lr}
-    return {"local_lr": None}
 
 
 def stops_early(config: Any, row: dict[str, Any], since_best: int) -> bool:
@@ -121,26 +94,6 @@ def stops_early(config: Any, row: dict[str, Any], since_best: int) -> bool:
     key = "val_accuracy" if validated else "test_accuracy"
     accuracy = row.get(key)
     return target > 0 and accuracy is not None and accuracy >= target
-
-
-def smoothed_noise(previous: dict[str, Any] | None, metrics: dict[str, float]) -> dict[str, Any]:
-    """noise_trace_ema and noise_grad_sq_ema, exponential moving averages (NOISE_EMA_DECAY)
-    of the rounds' noise_trace and noise_grad_sq apart, and noise_scale_ema, their ratio: the
-    ratio of two noisy estimates is biased, so the paper smooths numerator and denominator.
-    `previous` is the previous round's metrics row (None for the first): the averages resume
-    from metrics.jsonl. A round without figures carries the previous averages on."""
-    keys = ("noise_trace", "noise_grad_sq")
-    before = [(previous or {}).get(f"{key}_ema") for key in keys]
-    now = [metrics.get(key) for key in keys]
-    smoothed = [
-        old if new is None else new if old is None else old + (1 - NOISE_EMA_DECAY) * (new - old)
-        for old, new in zip(before, now, strict=True)
-    ]
-    return {
-        "noise_trace_ema": smoothed[0],
-        "noise_grad_sq_ema": smoothed[1],
-        "noise_scale_ema": ratio(*smoothed),
-    }
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,35 +115,3 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_bytes(self.summary, lambda h: h.write(text.encode()))
-
-
-RUNS = Path("runs")  # where fresh run folders go, under the working directory
-
-
-def fresh_run_dir(algorithm: str, root: Path = RUNS) -> Path:
-    """root/ALGORITHM-N with N one past the highest taken: dane-1, dane-2, ... A folder is
-    not created here (a run refused by its checks leaves nothing); one that a refused or
-    failed run left empty is skipped all the same, as its number is taken."""
-    pattern = re.compile(rf"{re.escape(algorithm)}-(\d+)")
-    taken = [
-        int(match.group(1))
-        for entry in (root.iterdir() if root.is_dir() else ())
-        if (match := pattern.fullmatch(entry.name))
-    ]
-    return root / f"{algorithm}-{max(taken, default=0) + 1}"
-
-
-def newest_run_dir(root: Path = RUNS) -> Path:
-    """The run under root whose metrics changed last (`--resume` without `--out`);
-    ValueError when root holds none."""
-    runs = [entry for entry in root.glob("*") if (entry / "config.toml").is_file()]
-    if not runs:
-        raise ValueError(
-            f"--resume without --out continues the newest run in {root}/, and there is none; "
-            "pass --out RUN_DIR"
-        )
-    return max(runs, key=lambda run: _last_change(RunDir(run)))
-
-
-def _last_change(run: RunDir) -> float:
-    return max(path.stat().st_mtime for path in (run.config, run.metrics) if path.exists())
