@@ -1,4 +1,4 @@
-"""One file per algorithm behind the Strategy protocol (base.py); a registry picks one.
+"""One file per algorithm behind the Strategy protocol (engine/protocol.py); a registry picks one.
 
 `make_strategy(name, settings)` builds the algorithm's frozen dataclass from a run's
 settings: its declared fields are named like the run's settings (eta, mu, local_lr, ...), the

@@ -7,7 +7,7 @@ u_i = shard i's scaled dual, rho = penalty. One round k:
     u_i' = u_i + x_i - z'
 f_i already holds the L2 penalty, so z has no extra term. The dual update needs z', which the
 shard only learns when the next round sends it, so each shard keeps (u_i, x_i) as its own
-state (base.py) and applies u_i' = u_i + x_i - z' at the start of the next round.
+state (engine/protocol.py) and applies u_i' = u_i + x_i - z' at the start of the next round.
 Averages are weighted by shard size, which is ADMM on sum_i (n_i/N) f_i with penalty
 rho * n_i/N per block: the same updates.
 """

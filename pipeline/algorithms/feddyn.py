@@ -18,8 +18,9 @@ grows by at most alpha R a round, so one shard's runaway solve cannot feed its o
 The server step (server.py: momentum, SlowMo's included, and a step size) acts on w' as on
 any local method's average; FedExP's spread is each shard's ||v_i - w||^2.
 
-a_i never leaves the shard: it is shard state (base.py), kept next to the driver state like
-ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted by shard size.
+a_i never leaves the shard: it is shard state (engine/protocol.py), kept next to the driver state
+like ADMM's duals, so checkpoints, retries and resumes keep it. Averages are weighted by shard
+size.
 """
 
 from __future__ import annotations

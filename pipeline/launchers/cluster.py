@@ -9,8 +9,8 @@ asks for another `--host` / `--dashboard-address`; a job queue's scheduler where
 config says (its workers run on other nodes). A remote scheduler is reached with TLS when
 `--tls-ca-file/--tls-cert/--tls-key` or Dask's `distributed.comm.tls` config say so.
 
-Also the round's row published as a Dask event, bounded like every request of the driver's
-(cluster_checks.py); a missing main guard said in one line (errors.py).
+A cluster that fails to start because of a missing main guard is said in one line
+(errors.py).
 """
 
 from __future__ import annotations

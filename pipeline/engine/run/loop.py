@@ -127,7 +127,7 @@ def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> Shard
     ]
     try:
         wait_for(client, [*shards, *test], setup.config.timeout)
-    except OSError as err:  # every worker lost at once (cluster_checks.py): not a traceback
+    except OSError as err:  # every worker lost at once (bounded.py): not a traceback
         raise ValueError(killed_loading(-1, err)) from None
     for index, future in enumerate([*shards, *test]):  # from num_shards on: the pieces
         if future.status == "error":

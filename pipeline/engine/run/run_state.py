@@ -3,7 +3,7 @@
 The driver (loop.py) and the reference runner (reference.py) both keep a RunState, start
 each round from it (round_start) and advance it with the round's result: the running totals
 are counted here, the metrics row only writes them down. A checkpoint is a RunState as data,
-its fields listed once, here, the strategy's states as plain dicts (algorithms/base.py).
+its fields listed once, here, the strategy's states as plain dicts (protocol.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class RunState:
     round: int
     weights: torch.Tensor
     state: Any  # the strategy's driver state
-    shard_states: list[Any] | None = None  # each shard's own state (algorithms/base.py)
+    shard_states: list[Any] | None = None  # each shard's own state (protocol.py)
     best_accuracy: float = -math.inf  # the best test accuracy seen: reported, never selects
     # Model selection (advance): the best validation score so far (val_accuracy, or -val_loss
     # for regression), its round, the test accuracy at it, and the evaluated rounds since.
