@@ -35,6 +35,25 @@ def workers(tmp_path):
         yield client
 
 
+@pytest.fixture(scope="module")
+def undisturbed(cluster_client, digits_stores, tmp_path_factory):
+    """(shards, rounds) -> the undisturbed run's final weights on that digits store, trained
+    once for the module on the shared cluster: a run's weights do not depend on the cluster
+    it ran on (a killed rank's run, finished on one worker, equals them), so the tests'
+    faulted runs on their own clusters are compared with one run each, not one per test."""
+    folder = tmp_path_factory.mktemp("undisturbed")
+    weights: dict[tuple[int, int], torch.Tensor] = {}
+
+    def of(shards: int, rounds: int = 6) -> torch.Tensor:
+        if (shards, rounds) not in weights:
+            out = folder / f"digits-{shards}-{rounds}"
+            train(_config(digits_stores[shards], out, rounds=rounds), client=cluster_client)
+            weights[shards, rounds] = _weights(out)
+        return weights[shards, rounds]
+
+    return of
+
+
 def _config(store: Path, out: Path, **overrides):
     settings = dict(collective="torch", collective_timeout=3.0, rounds=6, local_steps=20)
     return fault_cluster.run_config(store, out, **{**settings, **overrides})
@@ -59,12 +78,11 @@ def _after_first_row(act) -> tuple[Callbacks, list[threading.Thread]]:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_worker_killed_mid_segment_gives_the_undisturbed_weights(
-    workers, digits_stores, tmp_path, rank
+    workers, undisturbed, digits_stores, tmp_path, rank
 ):
     # Rank 0 holds the group's store, rank 1 only its part: either killed, the survivor's
     # all-gather fails, the segment is settled and run again from the last recorded round.
     store = digits_stores[4]
-    train(_config(store, tmp_path / "ref"), client=workers)
     address = sorted(workers.scheduler_info(n_workers=-1)["workers"])[rank]
     pid = workers.run(os.getpid, workers=[address])[address]
     callbacks, threads = _after_first_row(lambda: os.kill(pid, signal.SIGKILL))
@@ -73,19 +91,18 @@ def test_a_worker_killed_mid_segment_gives_the_undisturbed_weights(
 
     threads[0].join(timeout=10)
     assert summary["rounds"] == 6
-    assert torch.equal(_weights(tmp_path / "run"), _weights(tmp_path / "ref"))
+    assert torch.equal(_weights(tmp_path / "run"), undisturbed(4))
     rows = read_metrics(RunDir(tmp_path / "run").metrics)
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5, 6]  # each recorded once, in order
     assert any(r["attempts"] >= 2 or r["shards_reloaded"] >= 1 for r in rows[1:]), rows
 
 
 def test_a_frozen_worker_is_found_by_the_timeout_and_the_run_goes_on(
-    workers, digits_stores, tmp_path, capsys
+    workers, undisturbed, digits_stores, tmp_path, capsys
 ):
     # SIGSTOP: its sockets stay open, so only --collective-timeout finds it; the driver
     # removes it from the cluster and the other worker takes its shards.
     store = digits_stores[4]
-    train(_config(store, tmp_path / "ref"), client=workers)
     address = sorted(workers.scheduler_info(n_workers=-1)["workers"])[1]
     pid = workers.run(os.getpid, workers=[address])[address]
     callbacks, _ = _after_first_row(lambda: os.kill(pid, signal.SIGSTOP))
@@ -97,7 +114,7 @@ def test_a_frozen_worker_is_found_by_the_timeout_and_the_run_goes_on(
 
     assert time.monotonic() - started < 120
     assert summary["rounds"] == 6
-    assert torch.equal(_weights(tmp_path / "run"), _weights(tmp_path / "ref"))
+    assert torch.equal(_weights(tmp_path / "run"), undisturbed(4))
     assert f"removing 1 worker(s) that stopped answering ({address})" in capsys.readouterr().err
     rows = read_metrics(RunDir(tmp_path / "run").metrics)
     assert rows[-1]["num_workers"] == 1
@@ -112,14 +129,12 @@ def _cli(store: Path, out: Path, client: Client, rounds: int) -> list[str]:
 
 
 def test_two_runs_sharing_the_workers_both_finish_with_their_own_weights(
-    workers, digits_stores, tmp_path
+    workers, undisturbed, digits_stores, tmp_path
 ):
     # Two drivers (two users' `dane train` on one scheduler): the leases on the workers let
     # one run's segment at a time, so neither all-gather waits on the other run's task
     # queued behind it.
     stores = {"a": digits_stores[4], "b": digits_stores[2]}
-    for name, store in stores.items():
-        train(_config(store, tmp_path / f"alone-{name}", rounds=3), client=workers)
     logs = {name: tmp_path / f"{name}.log" for name in stores}
     drivers = {
         name: fault_cluster.start(_cli(store, tmp_path / name, workers, 3), logs[name])
@@ -128,13 +143,12 @@ def test_two_runs_sharing_the_workers_both_finish_with_their_own_weights(
 
     for name, driver in drivers.items():
         assert driver.wait(timeout=300) == 0, logs[name].read_text()[-3000:]
-    for name in stores:
-        assert torch.equal(_weights(tmp_path / name), _weights(tmp_path / f"alone-{name}"))
+    assert torch.equal(_weights(tmp_path / "a"), undisturbed(4, rounds=3))
+    assert torch.equal(_weights(tmp_path / "b"), undisturbed(2, rounds=3))
 
 
-def test_a_killed_driver_resumes_to_the_same_weights(workers, digits_stores, tmp_path):
+def test_a_killed_driver_resumes_to_the_same_weights(workers, undisturbed, digits_stores, tmp_path):
     store, out = digits_stores[2], tmp_path / "run"
-    train(_config(store, tmp_path / "ref"), client=workers)
     driver = fault_cluster.start(_cli(store, out, workers, 6), tmp_path / "driver.log")
     try:
         deadline = time.monotonic() + 120
@@ -151,5 +165,5 @@ def test_a_killed_driver_resumes_to_the_same_weights(workers, digits_stores, tmp
     )  # fmt: skip
 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert torch.equal(_weights(out), _weights(tmp_path / "ref"))
+    assert torch.equal(_weights(out), undisturbed(2))
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
