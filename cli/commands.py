@@ -131,24 +131,26 @@ def train(
     # flags: one per RunConfig field, by name (None = not given on the command line).
     from ..pipeline.engine.run import loop
     from ..pipeline.engine.run.callbacks import chain
-    from ..pipeline.launchers.worker_count import check_workers
+    from ..pipeline.launchers.worker_count import idle_worker_warning
     from ..pipeline.observe.progress import selection_line
     from ..pipeline.observe.tracking import TrackingContext, preset_of, trackers
-    from ..pipeline.plan import plan_run
+    from ..pipeline.plan import finished_note, plan_run
+    from ..pipeline.setup.run_setup import prepare_run
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
     from .train_lines import (
         EXIT_INTERRUPTED,
         InterruptWatch,
-        finished_note,
         interrupted_line,
         result_line,
     )
 
     resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
-    idle = check_workers(resolved)  # more workers than shards: a warning, jobs refused
-    finished = finished_note(resolved.out, resolved.rounds) if resume else None
-    interrupt, bar = InterruptWatch(), TrainingProgress(resolved)
+    setup = prepare_run(resolved)  # the run's store, model and strategy, once
+    idle = idle_worker_warning(resolved, setup.store.num_shards)  # a warning; jobs refused
+    words = {"resume": "--resume", "more_rounds": "--rounds"}
+    finished = finished_note(resolved.out, resolved.rounds, **words) if resume else None
+    interrupt, bar = InterruptWatch(), TrainingProgress(resolved, setup.strategy)
     try:
         with interrupt, quiet_cluster_logs(Path(resolved.out)), bar:
             for line in (idle, finished):
@@ -159,7 +161,7 @@ def train(
             callbacks = chain(  # the bar and its warnings, then TensorBoard and MLflow
                 bar.callbacks(), trackers(resolved, resume=resume, context=tracking)
             )
-            summary = loop.train(resolved, resume=resume, callbacks=callbacks)
+            summary = loop.train(resolved, resume=resume, callbacks=callbacks, setup=setup)
     except BaseException:
         if not interrupt.seen:
             raise

@@ -14,6 +14,7 @@ from ..pipeline.observe.collapse import CollapseWatch, advice
 from ..pipeline.observe.progress import ProgressLines, number
 
 if TYPE_CHECKING:
+    from ..pipeline.engine.protocol import Strategy
     from ..pipeline.setup.config import RunConfig
 
 
@@ -22,7 +23,7 @@ class TrainingProgress(ProgressLines):
     ETA. The dashboard line, the shards, the noise-scale and collapse warnings are
     ProgressLines'."""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, strategy: Strategy | None = None) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -34,7 +35,7 @@ class TrainingProgress(ProgressLines):
         super().__init__()
         self.rounds, self.batch_size = config.rounds, config.batch_size
         self.out = config.out
-        self.collapse = CollapseWatch(advice(config))
+        self.collapse = CollapseWatch(advice(config, strategy))  # the run's mu, resolved
         self.bar = Progress(
             TextColumn("round"),
             MofNCompleteColumn(),

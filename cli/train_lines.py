@@ -30,18 +30,6 @@ def result_line(summary: dict[str, Any], out: str) -> str:
     )
 
 
-def finished_note(out: str, planned: int) -> str | None:
-    """For `--resume` of a run that already trained its rounds: say so, rather than show the
-    old summary as if this call had trained; None where rounds are left."""
-    done = RunDir(Path(out)).rounds_recorded()
-    if done < planned:
-        return None
-    return (
-        f"{out} already finished its {rounds(done)}: nothing to train; pass a larger "
-        "--rounds with --resume to train on"
-    )
-
-
 def interrupted_line(out: str) -> str:
     """After Ctrl-C: what was kept, and the command that continues the run."""
     done = RunDir(Path(out)).rounds_recorded()

@@ -24,11 +24,12 @@ from .engine.run import loop
 from .engine.run.rundir import RunDir
 from .keywords import SETTINGS_KEYWORDS, check_keywords, reword
 from .launchers.errors import refuse_in_spawned_import
-from .launchers.worker_count import check_workers
-from .observe.progress import Callbacks, ProgressLines, chain, plural
+from .launchers.worker_count import idle_worker_warning
+from .observe.progress import Callbacks, ProgressLines, chain
 from .observe.tracking import TrackingContext, trackers
-from .plan import plan_run
+from .plan import finished_note, plan_run
 from .setup.config import RunConfig, check_settings
+from .setup.run_setup import prepare_run
 from .trained import build_trained, export_model, read_trained
 
 __all__ = ["Callbacks", "TrainResult", "load", "prepare", "train"]
@@ -166,9 +167,10 @@ def train(
     watchers += [callbacks] if callbacks is not None else []
     try:
         config = _train_config(store, model, out, resume=resume, settings=settings)
-        idle = check_workers(config)  # more workers than shards: a warning, jobs refused
+        setup = prepare_run(config, builder)  # the run's store, model and strategy, once
+        idle = idle_worker_warning(config, setup.store.num_shards)  # a warning; jobs refused
         if lines is not None:
-            lines.begin(config, resume=resume)
+            lines.begin(config, resume=resume, strategy=setup.strategy)
             for line in (idle, _nothing_left(config) if resume else None):
                 if line is not None:
                     lines.note(line)
@@ -180,6 +182,7 @@ def train(
             callbacks=chain(*watchers, tracked),
             client=client,
             model=builder,
+            setup=setup,
         )
     except ValueError as err:  # a SettingError, a refused resume, a diverged run
         reword(err)
@@ -220,13 +223,9 @@ def _train_config(
 def _nothing_left(config: RunConfig) -> str | None:
     """For resume=True on a run that already trained its rounds: say that this call trains
     nothing, rather than show the old result as if it had."""
-    done = RunDir(Path(config.out)).rounds_recorded()
-    if done < config.rounds:
-        return None
-    return (
-        f"dask-dane: {config.out} already finished its {plural(done, 'round')}: nothing to "
-        "train; pass a larger rounds= with resume=True to train on"
-    )
+    words = {"resume": "resume=True", "more_rounds": "rounds="}
+    note = finished_note(config.out, config.rounds, **words)
+    return None if note is None else f"dask-dane: {note}"
 
 
 def load(

@@ -43,9 +43,10 @@ def plan_run(
         base = RunDir(Path(out)).saved_config()
     layered = {**base, **filed, **given}  # each layer over the last
     fresh = fresh_run_dir(layered.get("algorithm", RunConfig.algorithm))
-    config = RunConfig(**{**layered, "out": str(out or fresh)}).validate()
+    config = RunConfig(**{**layered, "out": str(out or fresh)})
     for epochs, count in COUNT_OF_EPOCHS.items():  # setup/epochs.py
         config = _one_source(config, given, filed, count, epochs)
+    config = config.validate()  # once, the settings as the run will have them
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
     check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
     refuse_missing_gpu(config)  # --device cuda on a machine without one: the same
@@ -111,3 +112,17 @@ def newest_run_dir(root: Path = RUNS) -> Path:
 
 def _last_change(run: RunDir) -> float:
     return max(path.stat().st_mtime for path in (run.config, run.metrics) if path.exists())
+
+
+def finished_note(out: str, planned: int, *, resume: str, more_rounds: str) -> str | None:
+    """For a resume of a run that already trained its `planned` rounds: that this call trains
+    nothing, rather than show the old result as if it had; None where rounds are left.
+    `resume` and `more_rounds` are the caller's words (`--resume`, `resume=True`, ...)."""
+    done = RunDir(Path(out)).rounds_recorded()
+    if done < planned:
+        return None
+    finished = f"{done} round" if done == 1 else f"{done} rounds"
+    return (
+        f"{out} already finished its {finished}: nothing to train; pass a larger "
+        f"{more_rounds} with {resume} to train on"
+    )

@@ -8,14 +8,8 @@ size, and the shard placement names the ones it leaves idle.
 
 from __future__ import annotations
 
-from ...datasets.store import open_store
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.config import RunConfig
-
-
-def check_workers(config: RunConfig) -> str | None:
-    """idle_worker_warning for the shards of config.store (read from its attributes)."""
-    return idle_worker_warning(config, open_store(config.store).num_shards)
 
 
 def idle_worker_warning(config: RunConfig, num_shards: int) -> str | None:

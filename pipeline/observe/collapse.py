@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..engine.protocol import Strategy
     from ..setup.config import RunConfig
 
 COLLAPSE_POINTS = 5.0  # accuracy points below the best before it: a collapse, not noise
@@ -21,13 +22,14 @@ COLLAPSE_POINTS = 5.0  # accuracy points below the best before it: a collapse, n
 PROXIMAL = ("dane", "sdane", "sdane-adaptive", "fedprox", "feddyn")
 
 
-def advice(config: RunConfig) -> str:
-    """The settings to change, as the run has them."""
+def advice(config: RunConfig, strategy: Strategy | None = None) -> str:
+    """The settings to change, as the run has them: `strategy` is the run's (its unset mu
+    resolved on the store's shards), else the one the settings alone give."""
     steps = f"lower --local-steps (now {config.local_steps})"
     steps += f" or --local-lr (now {config.local_lr:g})"
     if config.algorithm not in PROXIMAL:
         return steps
-    mu = getattr(config.strategy, "mu", config.mu)
+    mu = getattr(strategy or config.strategy, "mu", config.mu)
     return f"raise --mu (now {mu:g}) to bound the local problem, or {steps}"
 
 

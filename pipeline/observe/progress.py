@@ -13,6 +13,7 @@ from .collapse import CollapseWatch, advice
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..engine.protocol import Strategy
     from ..setup.config import RunConfig
 
 __all__ = ["Callbacks", "ProgressLines", "chain"]
@@ -66,10 +67,11 @@ class ProgressLines:
         self.warned = False  # noise_warning's line is printed once
         self.collapse: CollapseWatch | None = None  # begin sets it, with the run's settings
 
-    def begin(self, config: RunConfig, *, resume: bool) -> None:
-        """Before the cluster starts: it takes seconds, and silence reads as a hang."""
+    def begin(self, config: RunConfig, *, resume: bool, strategy: Strategy | None = None) -> None:
+        """Before the cluster starts: it takes seconds, and silence reads as a hang.
+        `strategy`: the run's, whose settings a collapse's warning names (collapse.advice)."""
         self.rounds, self.batch_size = config.rounds, config.batch_size
-        self.collapse = CollapseWatch(advice(config))
+        self.collapse = CollapseWatch(advice(config, strategy))
         verb = "resuming" if resume else "training"
         self._print(
             f"dask-dane: {verb} {config.algorithm} for {plural(config.rounds, 'round')} into "

@@ -51,15 +51,17 @@ from .settings import GENERATED, SECTIONS, read_broadcast
 class RunConfig(*reversed(SECTIONS.values())):
     """One training run: every section's fields, flat (field names are the CLI flags)."""
 
-    def validate(self) -> RunConfig:
+    def validate(self, *, strategy: bool = True) -> RunConfig:
         """Return self, or raise ValueError naming the first bad setting and its fix.
 
         A RunConfig's fields are the flags, and its errors name them as flags: the SettingError
         of a section or an algorithm (which names the field) is worded so here (`in_flags`; the
-        API words it with the fields again, keywords.py).
+        API words it with the fields again, keywords.py). `strategy=False` leaves the
+        algorithm's own checks to the strategy the caller builds next (epochs.py).
         """
         try:
-            _ = self.strategy  # built here, once: the algorithm checks its own hyperparameters
+            if strategy:  # built here, once: the algorithm checks its own hyperparameters
+                _ = self.strategy
             validate(self)  # every field's declared rule (the algorithm's again: they pass)
             self.check_model()  # then the checks across fields
             self.check_cluster()

@@ -67,7 +67,8 @@ def with_epochs_resolved(config: RunConfig, store: StoreInfo) -> RunConfig:
         if epochs is not None:
             resolved[rounds_key] = rounds_for_epochs(epochs, steps_per_epoch(*shape), steps_at)
     changed = {key: value for key, value in resolved.items() if getattr(config, key) != value}
-    return dataclasses.replace(config, **changed).validate() if changed else config
+    # Checked again, but not built again: strategy_on_store builds the run's strategy next.
+    return dataclasses.replace(config, **changed).validate(strategy=False) if changed else config
 
 
 def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:

@@ -48,6 +48,7 @@ def train(
     callbacks: Callbacks | None = None,
     client: Client | None = None,
     model: Callable[..., torch.nn.Module] | None = None,
+    setup: RunSetup | None = None,
 ) -> dict:
     """Train as configured (or continue a run); returns the summary written to summary.json.
 
@@ -55,9 +56,11 @@ def train(
     otherwise one is started or connected to as the config says, and closed at the end.
     `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
     `callbacks` hear the run's events, its end and its failure included (callbacks.py).
+    `setup` is the run's store, model and strategy where the caller made them already (the CLI
+    and the API do, to word what they find first); else they are made here, from `config`.
     """
     # Plan: every check before anything is written.
-    setup = prepare_run(config, model)  # store, model (built once), strategy
+    setup = setup or prepare_run(config, model)  # store, model (built once), strategy
     run_dir = RunDir(Path(config.out))
     callbacks = callbacks or Callbacks()
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
