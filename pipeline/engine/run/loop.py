@@ -54,10 +54,9 @@ def train(
 
     With `client` given (benchmarks running many trainings) that cluster is used as it is;
     otherwise one is started or connected to as the config says, and closed at the end.
-    `model` is a Python callable standing for config.model (dask_dane.train(model=fn)).
+    `model` stands for config.model (dask_dane.train(model=fn)); `setup`: the run's store,
+    model and strategy as the caller planned them (the CLI and the API), else made here.
     `callbacks` hear the run's events, its end and its failure included (callbacks.py).
-    `setup` is the run's store, model and strategy where the caller made them already (the CLI
-    and the API do, to word what they find first); else they are made here, from `config`.
     """
     # Plan: every check before anything is written.
     setup = setup or prepare_run(config, model)  # store, model (built once), strategy
