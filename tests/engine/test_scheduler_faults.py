@@ -146,7 +146,7 @@ def _assert_cluster_lost(driver: subprocess.Popen, stderr: str, address: str, ou
 
 @pytest.mark.parametrize("collective", ["dask", "torch"])
 def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws(
-    cluster_client, digits_stores, tmp_path, collective
+    cluster_client, digits_stores, tmp_path, collective, dane_here
 ):
     address, procs = _start_cluster(tmp_path, 1)
     scheduler = procs[0]
@@ -178,12 +178,8 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
         stderr, stopped_after = _stopped_within_limit(driver, time.monotonic())
         saved = load_checkpoint(out / "checkpoints" / "latest.pt")["round"]
         os.kill(scheduler.pid, signal.SIGCONT)  # thawed: the same cluster takes the run back
-        resumed = subprocess.run(
-            _dane("train", "--out", str(out), "--resume", "--rounds", "3"),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        # `dane train --resume` in this process: the driver's own process was the point above.
+        resumed = dane_here("train", "--out", str(out), "--resume", "--rounds", "3", cwd=tmp_path)
     finally:
         if driver.poll() is None:
             driver.kill()
