@@ -10,13 +10,11 @@ notebook, in which `__main__` is no file that worker processes would import agai
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from doc_checks import python_blocks  # beside it in tests/
+from doc_runs import PYTHON_PAGE, notebook_code, python_notebook, run_as_pasted
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,47 +22,34 @@ PAGES = [
     ROOT / "README.md",
     *sorted(p for p in (ROOT / "docs").rglob("*.md") if not p.name.startswith("_")),
 ]
-# As test_api.py runs docs/python.md: exec in a process started with -c, as Jupyter does.
-AS_NOTEBOOK = "exec(compile(open('notebook.py').read(), 'notebook', 'exec'))"
 
 
 def _cases() -> list:
     cases = []
     for page in PAGES:
         shown = str(page.relative_to(ROOT))
-        cells = []
         for block in python_blocks(page.read_text()):
             where = f"{shown}:{block.line}"
             if block.marker == "fragment":
                 skip = pytest.mark.skip(reason=f"{where} is a fragment: {block.why}")
                 cases.append(pytest.param(block.code, False, id=where, marks=skip))
-            elif block.marker == "notebook":
-                cells.append(block.code)
-            else:
+            elif block.marker is None:
                 cases.append(pytest.param(block.code, False, id=where))
-        if cells:
-            cases.append(pytest.param("\n".join(cells), True, id=f"{shown}:notebook"))
+        if cells := notebook_code(page.read_text()):
+            cases.append(pytest.param(cells, True, id=f"{shown}:notebook"))
     return cases
 
 
-def _run(code: str, notebook: bool, folder: Path) -> subprocess.CompletedProcess[str]:
-    if notebook:
-        (folder / "notebook.py").write_text(code)
-        command = [sys.executable, "-c", AS_NOTEBOOK]
-    else:
-        (folder / "script.py").write_text(code)
-        command = [sys.executable, "script.py"]
-    env = {**os.environ, "DANE_CACHE": str(folder.parent / "cache")}
-    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize(("code", "notebook"), _cases())
-def test_the_block_runs_as_pasted_twice(tmp_path, code, notebook):
-    folder = tmp_path / "fresh"
-    folder.mkdir()
+def test_the_block_runs_as_pasted_twice(tmp_path_factory, tmp_path, code, notebook):
+    if notebook and code == notebook_code(PYTHON_PAGE.read_text()):
+        first, folder = python_notebook(tmp_path_factory)  # test_api.py reads it too
+    else:
+        folder = tmp_path / "fresh"
+        folder.mkdir()
+        first = run_as_pasted(code, notebook, folder)
 
-    first = _run(code, notebook, folder)
-    second = _run(code, notebook, folder)
+    second = run_as_pasted(code, notebook, folder)
 
     assert first.returncode == 0, f"first run:\n{first.stderr[-3000:]}"
     assert second.returncode == 0, f"second run:\n{second.stderr[-3000:]}"

@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from doc_runs import python_notebook  # beside the test folders in tests/
 
 import dask_dane
 
 pytestmark = pytest.mark.cluster
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 
-def test_the_worked_example_runs_as_written(tmp_path):
-    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.DOTALL)
-    (tmp_path / "notebook.py").write_text("\n".join(blocks))
-    # As a notebook runs it: __main__ is no file that worker processes would re-import.
-    run = "exec(compile(open('notebook.py').read(), 'notebook', 'exec'))"
-
-    done = subprocess.run(
-        [sys.executable, "-c", run], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+def test_the_worked_example_runs_as_written(tmp_path_factory):
+    # docs/python.md's notebook cells, run once as pasted (tests/doc_runs.py); the page's
+    # script block runs as pasted in tests/docs/test_docs_code_runs.py.
+    done, folder = python_notebook(tmp_path_factory)
 
     assert done.returncode == 0, done.stderr[-3000:]
     trained = float(re.search(r"test accuracy (\S+) after 4 rounds", done.stdout).group(1))
@@ -34,7 +26,7 @@ def test_the_worked_example_runs_as_written(tmp_path):
     assert trained > 0.8
     assert by_hand == pytest.approx(exported, abs=1e-12)
     assert by_hand == pytest.approx(trained, abs=0.011)  # the store's normalisation, rounded
-    assert (tmp_path / "digits.pt2").is_file()
+    assert (folder / "digits.pt2").is_file()
 
 
 def test_unknown_settings_are_refused_by_name(tmp_path):
