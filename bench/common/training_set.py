@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from ...datasets.rows.features import StoredRows
 from ...pipeline.engine.round.objective import ShardObjective
 from ...pipeline.engine.round.shards import ShardData, make_objective
-from ...pipeline.rows.features import StoredRows
 from ...pipeline.setup.run_setup import RunSetup
 
 

@@ -5,7 +5,7 @@ second (issue 36 item 4).
 - converted: held in the run's dtype, normalised at load (how workers held shards before
   issue 36: a uint8 store's images took 4x their bytes);
 - resident: held as stored (uint8 images stay uint8), converted per minibatch and per chunk;
-- stream: read from the store a chunk at a time (pipeline/rows/streamed.py).
+- stream: read from the store a chunk at a time (datasets/rows/streamed.py).
 
 Each way runs through the scaling benchmark's `run_workers` (run.py): the same warm-up round
 left out, the same RSS trace and peak (memory.py). Throughput is the rows the run's rows say

@@ -1,4 +1,4 @@
-"""A shard read chunk by chunk, for shards streamed from the store (pipeline/rows/streamed.py):
+"""A shard read chunk by chunk, for shards streamed from the store (datasets/rows/streamed.py):
 its labels whole and checked at load (they are small), its features one stored chunk at a
 time, each checked as it is read, so a damaged chunk is one ValueError naming the shard."""
 

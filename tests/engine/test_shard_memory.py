@@ -1,7 +1,7 @@
 """`--shard-memory` as a user passes it to `dane train`: an unknown value is exit 2 and one
 line, auto says what it chose in the first line and config.toml, and a shard too big to hold
 resident is one line naming it and the fix, with nothing written. What streaming does:
-tests/engine/test_streamed_shards.py."""
+tests/datasets/test_streamed_shards.py."""
 
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from dask_dane.datasets.partition import PartitionSpec
+from dask_dane.datasets.rows.features import StoredRows
+from dask_dane.datasets.rows.streamed import PASS_CACHE_CHUNKS, StreamedRows
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.engine.reference import run_reference
@@ -26,8 +28,6 @@ from dask_dane.pipeline.engine.run import shard_memory
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.engine.run.shard_memory import resolve_split_memory
-from dask_dane.pipeline.rows.features import StoredRows
-from dask_dane.pipeline.rows.streamed import PASS_CACHE_CHUNKS, StreamedRows
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 

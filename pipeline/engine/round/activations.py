@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ....datasets.rows.features import Features
 from ....models.flat import forward_flat
-from ...rows.features import Features
 
 _PER_ROW: dict[tuple, int] = {}
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.distributed import PrefixStore, ProcessGroupGloo, TCPStore
 
-from ...rows.features import ALIGNMENT
+from ....datasets.rows.features import ALIGNMENT
 from .wire import from_frames, to_frames
 
 

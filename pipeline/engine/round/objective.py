@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ....datasets.rows.features import Features, StoredRows
+from ....datasets.rows.streamed import ChunkWindow
 from ....models.flat import Buffers, forward_flat
-from ...rows.features import Features, StoredRows
-from ...rows.streamed import ChunkWindow
 from .activations import activation_bytes_per_row
 from .augment import Augmentation, augment_batch
 

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 
 from ....datasets import location
+from ....datasets.rows.features import StoredRows, normalizer, stored_rows
+from ....datasets.rows.streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows
 from ....datasets.store import SHARED_STORE, read_shard
 from ....datasets.store.stream import ChunkReader, read_labels, shard_name
 from ....models.flat import Buffers
 from ....models.registry import ModelSpec, build_model
-from ...rows.features import StoredRows, normalizer, stored_rows
-from ...rows.streamed import CACHE_CHUNKS, PASS_CACHE_CHUNKS, StreamedRows
 from .augment import parse_augment
 from .objective import ShardObjective
 

@@ -36,7 +36,7 @@ import torch
 from dask.sizeof import sizeof
 from distributed.protocol import dask_deserialize, dask_serialize
 
-from ...rows.features import ALIGNMENT, FeatureRows, on_boundary
+from ....datasets.rows.features import ALIGNMENT, FeatureRows, on_boundary
 from ..protocol import LocalOutput
 from .aggregate import Partial, ShardReport
 

@@ -15,13 +15,13 @@ from dask.sizeof import sizeof
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.raw import SourceOptions
+from dask_dane.datasets.rows.features import ALIGNMENT, StoredRows, stored_rows
 from dask_dane.datasets.sources import load_source
 from dask_dane.datasets.store import open_store, write_store
 from dask_dane.models.registry import ModelSpec
 from dask_dane.pipeline.engine.round import tasks  # registers the sizes Dask uses
 from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.engine.round.shards import architecture, load_shard, make_objective
-from dask_dane.pipeline.rows.features import ALIGNMENT, StoredRows, stored_rows
 from dask_dane.pipeline.setup.run_setup import initial_state
 
 NORMALIZATION = {"mean": [0.2, 0.5, 0.7], "std": [0.3, 0.25, 0.2]}

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
-from ...datasets.store.stream import ChunkReader
+from ..store.stream import ChunkReader
 from .features import FeatureRows, Rows, StoredRows
 
 # Chunks a minibatch is drawn from (ChunkWindow's shuffle buffer), and the chunks kept decoded:

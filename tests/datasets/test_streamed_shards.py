@@ -18,18 +18,18 @@ import torch
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.raw import RawDataset
+from dask_dane.datasets.rows.streamed import (
+    CACHE_CHUNKS,
+    WINDOW_CHUNKS,
+    ChunkWindow,
+    StreamedRows,
+)
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.engine.round.shards import architecture, load_shard
 from dask_dane.pipeline.engine.run.shard_memory import resolve_shard_memory
-from dask_dane.pipeline.rows.streamed import (
-    CACHE_CHUNKS,
-    WINDOW_CHUNKS,
-    ChunkWindow,
-    StreamedRows,
-)
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
