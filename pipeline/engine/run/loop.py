@@ -1,11 +1,9 @@
 """The training entry: a run planned, started, and its rounds run, in that order, once each.
 
-Plan: the store, the model (built once, on the driver), the strategy (setup/run_setup.py),
-where the run stands (run_state.open_run: fresh, or its checkpoint), the cluster
-(cluster.py) and each shard's worker (shard_memory.place_shards); nothing is written before
-it is complete but the directory itself. Start: config.toml (run_state.begin_run), the shards
-loaded once by tasks pinned to their workers, where they stay; only weights, sums and
-metrics move. Rounds: chained on the cluster, pipelined (pipelined.py).
+Plan: the store, model and strategy (setup/run_setup.py, unless the caller made them), where
+the run stands (run_state.open_run), the cluster (launchers/) and each shard's worker
+(shard_memory.place_shards); nothing is written before it is complete. Start: config.toml,
+the shards loaded once by tasks pinned to their workers. Rounds: pipelined.py or segments.py.
 """
 
 from __future__ import annotations
@@ -78,23 +76,7 @@ def train(
                 else make_client(config, worker_log=run_dir.root / "cluster.log") as active,
                 span("dane-train"),
             ):
-                info = active.scheduler_info(n_workers=-1)
-                model_bytes = comm.payload_bytes([setup.weights, setup.buffers])
-                collective, why = choose_collective(config, model_bytes)
-
-                def announce(held: str) -> None:
-                    callbacks.on_shards(f"{held}; rounds: {why}")
-
-                placed, placement, note = place_shards(setup, info, announce)
-                # Start: config.toml as planned (auto stays auto), the shards loaded.
-                notes = (note, f"collective {why}")
-                run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=notes)
-                setup = replace(placed, config=replace(placed.config, collective=collective))
-                data = _load_shards(active, setup, placement)  # a damaged shard raises here
-                callbacks.on_start(active.dashboard_link, len(info["workers"]))
-                # Rounds: a Dask graph each, or segments of them in one task per worker.
-                segments = run_segments if collective == "torch" else None
-                run_chained(active, setup, run_dir, state, data, callbacks, rounds=segments)
+                setup = _start_and_run(active, setup, run_dir, state, callbacks, resume)
     except BaseException as err:
         callbacks.on_failure(err)
         if created is not None and state.round == 0:  # no scheduler answered, say
@@ -104,6 +86,31 @@ def train(
     run_dir.write_summary(result)
     callbacks.on_end(result)  # after the summary: the run is complete whatever they do
     return result
+
+
+def _start_and_run(
+    active: Client, setup: RunSetup, run_dir: RunDir, state: Any, callbacks: Callbacks, resume: bool
+) -> RunSetup:
+    """The run's start on its cluster (the collective, the shards placed and loaded, config.toml
+    written), then its rounds; returns the setup as it ran (placed, its collective chosen)."""
+    info = active.scheduler_info(n_workers=-1)
+    model_bytes = comm.payload_bytes([setup.weights, setup.buffers])
+    collective, why = choose_collective(setup.config, model_bytes)
+
+    def announce(held: str) -> None:
+        callbacks.on_shards(f"{held}; rounds: {why}")
+
+    placed, placement, note = place_shards(setup, info, announce)
+    # Start: config.toml as planned (auto stays auto), the shards loaded.
+    notes = (note, f"collective {why}")
+    run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=notes)
+    setup = replace(placed, config=replace(placed.config, collective=collective))
+    data = _load_shards(active, setup, placement)  # a damaged shard raises here
+    callbacks.on_start(active.dashboard_link, len(info["workers"]))
+    # Rounds: a Dask graph each, or segments of them in one task per worker.
+    segments = run_segments if collective == "torch" else None
+    run_chained(active, setup, run_dir, state, data, callbacks, rounds=segments)
+    return setup
 
 
 def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> ShardSet:
