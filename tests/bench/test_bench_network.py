@@ -217,8 +217,7 @@ def faulted(digits_stores, tmp_path_factory) -> dict[str, dict]:
 
 # Rounds of the faulted runs: each fault lands half a round after round 1 (its warm-up: 3 or 4
 # rounds later) and must find the run still going (fault_after_rounds), the partition for
-# PARTITION_S. Every round after it costs time, most on the collapsed links (about 2.5 s a
-# round): 7 leaves 3 or 4 rounds after the fault (measured), enough for each to cost time.
+# PARTITION_S. 7 leaves 3 or 4 rounds after it; each costs time, most when collapsed (2.5 s).
 FAULTED_ROUNDS = 7
 # The bench's faults, scaled down for time. The scheduler's heartbeat timeout: Dask's floor
 # for 2 workers (10 heartbeats of 0.5 s; the bench takes 10 s); the partition lasts 1.5 of
