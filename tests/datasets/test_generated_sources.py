@@ -119,23 +119,17 @@ def test_signal_store_normalises_per_channel_over_the_length_axis(tmp_path):
     assert float(features.std(unbiased=False)) == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.mark.cluster
-def test_cli_prepare_mnist1d_then_info(tmp_path):
+def test_cli_prepare_mnist1d_then_info(tmp_path, dane_here):
+    # In this process (dane_here): what is checked is the commands' output and exit status.
     store = tmp_path / "m1d.zarr"
-    dane = [sys.executable, "-m", "dask_dane.cli"]
 
-    prepared = subprocess.run(
-        [*dane, "prepare", "mnist-1d", "--samples", "300", "--shards", "3", "--out", str(store)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    shown = subprocess.run([*dane, "info", str(store)], capture_output=True, text=True, timeout=60)
-    missing = subprocess.run(
-        [*dane, "prepare", f"idx:{tmp_path / 'absent'}", "--out", str(tmp_path / "x.zarr")],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    prepared = dane_here(
+        "prepare", "mnist-1d", "--samples", "300", "--shards", "3", "--out", str(store),
+        cwd=tmp_path,
+    )  # fmt: skip
+    shown = dane_here("info", str(store), cwd=tmp_path)
+    missing = dane_here(
+        "prepare", f"idx:{tmp_path / 'absent'}", "--out", str(tmp_path / "x.zarr"), cwd=tmp_path
     )
 
     assert prepared.returncode == 0, prepared.stderr

@@ -157,7 +157,7 @@ def test_a_lost_cluster_names_the_last_checkpoint_not_the_last_row(tmp_path):
 
 
 def test_a_driver_sigkilled_between_checkpoints_loses_at_most_n_minus_1_rounds(
-    digits_stores, cluster_client, tmp_path
+    digits_stores, cluster_client, tmp_path, dane_here
 ):
     store, out = digits_stores[2], tmp_path / "run"
     train(_config(store, tmp_path / "ref", rounds=9), client=cluster_client)
@@ -181,12 +181,8 @@ def test_a_driver_sigkilled_between_checkpoints_loses_at_most_n_minus_1_rounds(
 
     recorded, kept = len(_rows(out)), load_checkpoint(RunDir(out).latest)["round"]
     assert kept % 3 == 0 and 0 <= recorded - kept <= 2, (recorded, kept)
-    resumed = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "train", "--out", str(out), "--resume"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    # The resume in this process: the killed driver's own process was the point above.
+    resumed = dane_here("train", "--out", str(out), "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     lost = recorded - kept
     if lost:

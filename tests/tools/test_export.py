@@ -39,6 +39,9 @@ SCORE = textwrap.dedent(
 
 
 def _dane(*args: str, cwd) -> subprocess.CompletedProcess:
+    """`dane ARGS` as a process: the trained run's. `dane export` runs in the test process
+    (dane_here): what it writes is what the checks read, and only the scoring, without
+    dask_dane, needs a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "dask_dane.cli", *args],
         cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ},
@@ -66,8 +69,10 @@ def _best_row(root) -> dict:
     return next(row for row in map(json.loads, rows) if row["round"] == best)
 
 
-def test_the_program_scores_the_runs_accuracy_without_dask_dane(trained_run, digits_stores):
-    exported = _dane("export", "run", "--out", "model.pt2", cwd=trained_run)
+def test_the_program_scores_the_runs_accuracy_without_dask_dane(
+    trained_run, digits_stores, dane_here
+):
+    exported = dane_here("export", "run", "--out", "model.pt2", cwd=trained_run)
     scored = subprocess.run(
         [sys.executable, "-I", "-c", SCORE, "model.pt2", str(digits_stores[2])],
         cwd=trained_run, capture_output=True, text=True, timeout=300,
@@ -78,11 +83,11 @@ def test_the_program_scores_the_runs_accuracy_without_dask_dane(trained_run, dig
     assert float(scored.stdout) == _best_row(trained_run)["test_accuracy"]  # the default
 
 
-def test_the_state_dict_loads_into_the_users_own_network(trained_run, digits_stores):
+def test_the_state_dict_loads_into_the_users_own_network(trained_run, digits_stores, dane_here):
     import torch
     import zarr
 
-    exported = _dane(
+    exported = dane_here(
         "export", "run", "--out", "model.pt", "--format", "state-dict", cwd=trained_run
     )
 
@@ -104,12 +109,12 @@ def test_the_state_dict_loads_into_the_users_own_network(trained_run, digits_sto
     assert saved["state_dict"]["1.num_batches_tracked"].item() == 10 * best["round"]
 
 
-def test_an_existing_file_is_kept_and_a_missing_run_is_named(trained_run):
+def test_an_existing_file_is_kept_and_a_missing_run_is_named(trained_run, dane_here):
     (trained_run / "keep.pt2").write_bytes(b"earlier")
 
-    exists = _dane("export", "run", "--out", "keep.pt2", cwd=trained_run)
-    missing = _dane("export", "no-such-run", "--out", "m.pt2", cwd=trained_run)
-    bad_format = _dane("export", "run", "--out", "m.onnx", "--format", "onnx", cwd=trained_run)
+    exists = dane_here("export", "run", "--out", "keep.pt2", cwd=trained_run)
+    missing = dane_here("export", "no-such-run", "--out", "m.pt2", cwd=trained_run)
+    bad_format = dane_here("export", "run", "--out", "m.onnx", "--format", "onnx", cwd=trained_run)
 
     for result, message in [
         (exists, "already exists; pass --force"),
@@ -135,7 +140,9 @@ LOGITS = textwrap.dedent(
 )
 
 
-def test_the_programs_logits_are_the_loaded_models_at_batch_one_and_n(trained_run, digits_stores):
+def test_the_programs_logits_are_the_loaded_models_at_batch_one_and_n(
+    trained_run, digits_stores, dane_here
+):
     # Accuracy hides a small change in the logits (a shifted normalisation, a lost eval
     # mode on one layer) and a program that refuses a batch of one; the logits show both.
     import torch
@@ -144,7 +151,7 @@ def test_the_programs_logits_are_the_loaded_models_at_batch_one_and_n(trained_ru
     import dask_dane
     from dask_dane.pipeline.trained import read_trained
 
-    exported = _dane("export", "run", "--out", "logits.pt2", cwd=trained_run)
+    exported = dane_here("export", "run", "--out", "logits.pt2", cwd=trained_run)
     done = subprocess.run(
         [sys.executable, "-c", LOGITS, "logits.pt2", str(digits_stores[2]), "logits.pt"],
         cwd=trained_run, capture_output=True, text=True, timeout=300,

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -24,18 +21,16 @@ CLASSES = [f"digit {i}" for i in range(10)]
 
 
 @pytest.fixture(scope="module")
-def stopped_run(tmp_path_factory):
+def stopped_run(tmp_path_factory, dane_here):
     """A run on a store that records its class names, stopped by --patience 1 one round
     after its best validation round: best.pt and latest.pt hold different rounds."""
     root = tmp_path_factory.mktemp("newcomer-export")
     raw = load_source("digits", SourceOptions(seed=0))
     raw = dataclasses.replace(raw, attrs={"class_names": CLASSES})
     write_store(raw, PartitionSpec(num_shards=2, seed=0), root / "named.zarr", force=False)
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "train", "named.zarr", "--algorithm", "fedavg",
-         "--rounds", "8", "--patience", "1", "--local-steps", "10", "--out", "run",
-         "--dashboard-address", "127.0.0.1:0"],
-        cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ},
+    done = dane_here(
+        "train", "named.zarr", "--algorithm", "fedavg", "--rounds", "8", "--patience", "1",
+        "--local-steps", "10", "--out", "run", "--dashboard-address", "127.0.0.1:0", cwd=root,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads((root / "run" / "summary.json").read_text())

@@ -81,7 +81,7 @@ def test_resume_restores_weights_and_statistics(
 
 
 def test_the_cli_records_the_import_path_and_evaluates_the_same_model(
-    model_file, digits_stores, tmp_path
+    model_file, digits_stores, tmp_path, dane_here
 ):
     env = {**os.environ, "DANE_CACHE": str(tmp_path / "cache")}
 
@@ -96,7 +96,7 @@ def test_the_cli_records_the_import_path_and_evaluates_the_same_model(
         "--local-steps", "5", "--batch-size", "16", "--out", "run", "--augment", "flip",
         "--dashboard-address", "127.0.0.1:0",
     )  # fmt: skip
-    evaluated = dane("evaluate", "run")
+    evaluated = dane_here("evaluate", "run", cwd=tmp_path)  # no cluster: this process will do
 
     assert trained.returncode == 0, trained.stderr
     saved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
@@ -107,11 +107,13 @@ def test_the_cli_records_the_import_path_and_evaluates_the_same_model(
     assert f"test accuracy {last['test_accuracy']:.4f}" in evaluated.stdout
 
 
-def test_the_cli_refuses_a_broken_model_with_one_line(model_file, digits_stores, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "train", str(digits_stores[2]),
-         "--model", f"{model_file}:wrong_output", "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120, env={**os.environ},
+def test_the_cli_refuses_a_broken_model_with_one_line(
+    model_file, digits_stores, tmp_path, dane_here
+):
+    # In this process: the driver refuses the model before it starts a cluster.
+    result = dane_here(
+        "train", str(digits_stores[2]), "--model", f"{model_file}:wrong_output",
+        "--out", str(tmp_path / "run"), cwd=tmp_path,
     )  # fmt: skip
 
     assert result.returncode == 2
