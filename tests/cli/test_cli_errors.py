@@ -160,14 +160,14 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, bad_input_runs
     assert inputs_after == inputs_before  # the stores, the folder and the TOML are untouched
 
 
-@pytest.mark.cluster
-def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path):
+def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path, dane_here):
+    # In this process (dane_here): what is checked is the commands' output and exit status.
     store = tmp_path / "s.zarr"
     cache = tmp_path / "cache"
 
     prepare_args = ["prepare", "synthetic", "--samples", "200", "--shards", "3", "--out"]
-    prepared = run_dane(*prepare_args, str(store), cwd=tmp_path, cache=cache)
-    shown = run_dane("info", str(store), cwd=tmp_path, cache=cache)
+    prepared = dane_here(*prepare_args, str(store), cwd=tmp_path, cache=cache)
+    shown = dane_here("info", str(store), cwd=tmp_path, cache=cache)
 
     assert prepared.returncode == 0, prepared.stderr
     assert "3 shards" in prepared.stdout
@@ -193,8 +193,7 @@ def test_prepare_then_info_prints_every_shard_with_its_labels(tmp_path):
     assert info.num_train + info.num_test == 200
 
 
-@pytest.mark.cluster
-def test_info_names_the_labels_that_no_shard_holds(tmp_path):
+def test_info_names_the_labels_that_no_shard_holds(tmp_path, dane_here):
     raw = load_source("synthetic", SourceOptions(seed=0, samples=300))
     y_train = raw.y_train.copy()
     y_train[np.isin(y_train, (3, 7))] = 4  # labels 3 and 7 only in the test split
@@ -206,7 +205,7 @@ def test_info_names_the_labels_that_no_shard_holds(tmp_path):
         force=False,
     )
 
-    shown = run_dane("info", str(store), cwd=tmp_path, cache=tmp_path / "cache")
+    shown = dane_here("info", str(store), cwd=tmp_path, cache=tmp_path / "cache")
 
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"^labels no shard holds: 3 7 ", shown.stdout, re.MULTILINE)

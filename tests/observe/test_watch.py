@@ -83,12 +83,8 @@ def test_follow_redraws_as_rounds_arrive_and_stops_at_the_summary(tmp_path):
     assert "round 3 of 3" in text and "finished" in text
 
 
-@pytest.mark.cluster  # starts a `dane watch` process
-def test_a_folder_that_is_not_a_run_is_one_line_and_exit_2(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "watch", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+def test_a_folder_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, dane_here):
+    done = dane_here("watch", str(tmp_path), cwd=tmp_path)  # main()'s check, in this process
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "is not a run directory" in line and "--out" in line
