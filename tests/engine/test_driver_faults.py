@@ -6,7 +6,6 @@ last good checkpoint.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parents[1]  # tests/
 
 
-PY, _config, _dane = fault_cluster.PY, fault_cluster.run_config, fault_cluster.dane
+PY, _config = fault_cluster.PY, fault_cluster.run_config
 _start, _stop = fault_cluster.start, fault_cluster.stop
 
 
@@ -62,7 +61,7 @@ main()
 
 
 def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
-    cluster_client, digits_stores, tmp_path
+    cluster_client, digits_stores, tmp_path, dane_here
 ):
     store = digits_stores[2]
     train(_config(store, tmp_path / "ref", rounds=3, local_steps=10), client=cluster_client)
@@ -86,12 +85,8 @@ def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
     assert len(partial) == 1  # killed mid-write: half a file beside the checkpoint...
     assert load_checkpoint(checkpoints / "latest.pt")["round"] == 1  # ...which is whole
     assert [r["round"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
-    resumed = subprocess.run(
-        _dane("train", "--out", str(out), "--resume"),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    # The resume in this process: the killed driver's own process was the point above.
+    resumed = dane_here("train", "--out", str(out), "--resume", cwd=tmp_path)
 
     assert resumed.returncode == 0, resumed.stderr
     final = load_checkpoint(checkpoints / "latest.pt")
@@ -103,7 +98,7 @@ def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
 
 
 def test_diverging_run_stops_naming_the_round_and_keeps_the_last_good_checkpoint(
-    cluster_client, tmp_path
+    cluster_client, tmp_path, dane_here
 ):
     store = tmp_path / "ridge.zarr"
     raw = load_source("synthetic-ridge", SourceOptions(samples=200))
@@ -114,7 +109,7 @@ def test_diverging_run_stops_naming_the_round_and_keeps_the_last_good_checkpoint
     args += ["--dtype", "float64", "--rounds", "10", "--out", str(out)]
     args += ["--scheduler", cluster_client.scheduler.address]
 
-    done = subprocess.run(_dane(*args), capture_output=True, text=True, timeout=120)
+    done = dane_here(*args, cwd=tmp_path)  # main()'s exit status and line, in this process
 
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr
