@@ -35,16 +35,25 @@ _stop, _start_cluster = fault_cluster.stop, fault_cluster.start_cluster
 _dane, _when_local_task_runs = fault_cluster.dane, fault_cluster.when_local_task_runs
 
 
+# The undisturbed runs trained so far, by their settings less the folder: the frozen-scheduler
+# tests of the dask collective train the same settings, so one reference serves them all.
+_REFERENCES: dict[str, RunDir] = {}
+
+
 def _reference_run(out: Path, ref: Path, client: Client, rounds: int) -> RunDir:
-    """An undisturbed run of `out`'s own saved settings for `rounds` rounds, into `ref`.
+    """An undisturbed run of `out`'s own saved settings for `rounds` rounds, into `ref`
+    (or the one trained before with the same settings).
 
     Only where it runs (`scheduler`), how long a request may wait (`timeout`) and the folder
     differ; none of them enters the arithmetic.
     """
     saved = RunConfig(**RunDir(out).saved_config())
     config = replace(saved, out=str(ref), scheduler=None, rounds=rounds, timeout=60.0)
-    train(config.validate(), client=client)
-    return RunDir(ref)
+    settings = repr(sorted((k, v) for k, v in config.as_dict().items() if k != "out"))
+    if settings not in _REFERENCES:
+        train(config.validate(), client=client)
+        _REFERENCES[settings] = RunDir(ref)
+    return _REFERENCES[settings]
 
 
 def _assert_same_training(run: RunDir, reference: RunDir) -> None:
