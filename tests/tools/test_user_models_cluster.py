@@ -4,9 +4,6 @@ bit (augmentation included), resume, and the CLI path from `dane train` to `dane
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -83,20 +80,13 @@ def test_resume_restores_weights_and_statistics(
 def test_the_cli_records_the_import_path_and_evaluates_the_same_model(
     model_file, digits_stores, tmp_path, dane_here
 ):
-    env = {**os.environ, "DANE_CACHE": str(tmp_path / "cache")}
-
-    def dane(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "dask_dane.cli", *args],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-
-    trained = dane(
+    # main() in this process (dane_here): what the command records and prints is checked.
+    trained = dane_here(
         "train", str(digits_stores[2]), "--model", f"{model_file}:build", "--rounds", "2",
         "--local-steps", "5", "--batch-size", "16", "--out", "run", "--augment", "flip",
-        "--dashboard-address", "127.0.0.1:0",
+        "--dashboard-address", "127.0.0.1:0", cwd=tmp_path,
     )  # fmt: skip
-    evaluated = dane_here("evaluate", "run", cwd=tmp_path)  # no cluster: this process will do
+    evaluated = dane_here("evaluate", "run", cwd=tmp_path)
 
     assert trained.returncode == 0, trained.stderr
     saved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
