@@ -4,7 +4,6 @@ the run's own accuracy; the state-dict form; bad input refused with one line."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -38,22 +37,14 @@ SCORE = textwrap.dedent(
 )
 
 
-def _dane(*args: str, cwd) -> subprocess.CompletedProcess:
-    """`dane ARGS` as a process: the trained run's. `dane export` runs in the test process
-    (dane_here): what it writes is what the checks read, and only the scoring, without
-    dask_dane, needs a process of its own."""
-    return subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ},
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory, digits_stores, user_models_text):
-    """A 2-round run of a BatchNorm + dropout model from a user's file."""
+def trained_run(tmp_path_factory, digits_stores, user_models_text, dane_here):
+    """A 2-round run of a BatchNorm + dropout model from a user's file. `dane train` and
+    `dane export` run in this process (dane_here): what they write is what the tests read;
+    only the scoring without dask_dane needs a process of its own."""
     root = tmp_path_factory.mktemp("export")
     (root / "my_models.py").write_text(user_models_text)
-    done = _dane(
+    done = dane_here(
         "train", str(digits_stores[2]), "--model", f"{root / 'my_models.py'}:build",
         "--algorithm", "fedavg", "--rounds", "2", "--local-steps", "10", "--out", "run",
         "--dashboard-address", "127.0.0.1:0", cwd=root,
