@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import sys
 import tempfile
 import time
@@ -146,9 +147,15 @@ def _tb_writer(folder: Path) -> Any:
     return Writer(str(folder))
 
 
+# TensorBoard keeps scalars in float32: a figure beyond its range (a diverging run's loss)
+# is written as infinity, which it shows, instead of numpy's overflow warning on the terminal.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _tb_round(writer: Any, values: dict[str, float], step: int) -> Any:
     for key, value in values.items():
-        writer.add_scalar(key, value, step)
+        beyond = abs(value) > FLOAT32_MAX and not math.isinf(value)
+        writer.add_scalar(key, math.copysign(math.inf, value) if beyond else value, step)
     writer.flush()  # a round is on disk as soon as metrics.jsonl has it
     return writer
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -123,3 +124,17 @@ def test_tracking_failure_is_one_line_and_the_run_goes_on(tmp_path, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["dask-dane: tensorboard tracking stopped (OSError: disk full)"]
     assert trackers.tb is None
+
+
+def test_a_diverging_figure_is_written_as_infinity_without_a_warning(tmp_path):
+    import warnings
+
+    writer = tracking._tb_writer(tmp_path / "tb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in cast" fails here
+        tracking._tb_round(writer, {"train_loss": 1e300, "grad_norm": -1e39, "lr": 0.5}, 1)
+    writer.close()
+
+    scalars = _scalars(tmp_path / "tb")
+    assert scalars["train_loss"] == [(1, math.inf)] and scalars["grad_norm"] == [(1, -math.inf)]
+    assert scalars["lr"] == [(1, 0.5)]
