@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -227,7 +226,7 @@ def test_inputs_that_cannot_be_projected_are_refused_by_name(sweep, ddp_sweep, s
 
 
 def test_the_command_writes_tables_and_a_figure_and_refuses_an_old_sweep(
-    sweep, ddp_sweep, scaling, tmp_path
+    sweep, ddp_sweep, scaling, dane_here, tmp_path
 ):
     shards, ddp, fixed = tmp_path / "shards.json", tmp_path / "ddp.json", tmp_path / "scaling.json"
     single = tmp_path / "single.json"
@@ -236,8 +235,7 @@ def test_the_command_writes_tables_and_a_figure_and_refuses_an_old_sweep(
     out, png = tmp_path / "tta.json", tmp_path / "tta.png"
 
     def dane(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "dask_dane.cli", "bench", "time-to-accuracy", *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+        return dane_here("bench", "time-to-accuracy", *args, cwd=tmp_path)
 
     inputs = [str(shards), str(ddp), "--fixed-cost", str(fixed), "--ddp-step", str(single)]
     done = dane(*inputs, "--json", str(out), "--plot", str(png))

@@ -3,9 +3,6 @@ packs what it all-gathers (no cluster: the forms themselves run in tests/test_to
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -47,13 +44,8 @@ def test_torch_with_a_former_broadcast_value_is_accepted():
     assert choose_collective(config, 50 * 2**20)[0] == "torch"
 
 
-@pytest.mark.cluster  # a subprocess
-def test_an_unknown_collective_is_one_line_and_exit_2(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_dane.cli", "train", "--collective", "nccl",
-         "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def test_an_unknown_collective_is_one_line_and_exit_2(dane_here, tmp_path):
+    done = dane_here("train", "--collective", "nccl", "--out", str(tmp_path / "run"), cwd=tmp_path)
 
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
