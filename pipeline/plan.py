@@ -20,6 +20,7 @@ from .algorithms.parts.setting_error import SettingError, setting
 from .engine.run.rundir import RunDir, check_same_run
 from .launchers.cluster_checks import refuse_missing_gpu
 from .launchers.jobqueue import check_job_queue
+from .observe.progress import plural
 from .observe.tracking import check_tracking
 from .setup.config import RunConfig, read_toml
 from .setup.epochs import COUNT_OF_EPOCHS
@@ -121,8 +122,7 @@ def finished_note(out: str, planned: int, *, resume: str, more_rounds: str) -> s
     done = RunDir(Path(out)).rounds_recorded()
     if done < planned:
         return None
-    finished = f"{done} round" if done == 1 else f"{done} rounds"
     return (
-        f"{out} already finished its {finished}: nothing to train; pass a larger "
+        f"{out} already finished its {plural(done, 'round')}: nothing to train; pass a larger "
         f"{more_rounds} with {resume} to train on"
     )
