@@ -24,7 +24,7 @@ What the research added is in parts, each the paper's by default:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..engine.protocol import (
@@ -48,6 +48,7 @@ from .parts.local_solver import (
     check_trust_radius,
 )
 from .parts.noise_scale import gradient_figures
+from .parts.optimizer_state import LocalOptimizerState
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.stop_rule import SmoothedStop
@@ -105,6 +106,14 @@ class Dane(Strategy):
     def state_type(self) -> type | None:  # type: ignore[override]
         return self.update_rule.state_type
 
+    @property
+    def shard_state_type(self) -> type | None:  # type: ignore[override]
+        return LocalOptimizerState if getattr(self.solver, "keeps_state", False) else None
+
+    def init_shard_state(self, weights: torch.Tensor) -> LocalOptimizerState | None:
+        keeps = isinstance(self.solver, LocalSolver)
+        return self.solver.fresh_state(weights) if keeps else None
+
     def init_state(self, weights: torch.Tensor) -> Any:
         return self.update_rule.init_state(weights, self.mu)
 
@@ -135,9 +144,12 @@ class Dane(Strategy):
         if ctx.phase == 2:  # the line search: F_i along the averaged step
             local = self._local_rows(ctx.round_index)
             sampled = self.gradient.rows(ctx.objective, ctx.round_index, local)
-            return self.update_rule.check_losses(sampled, ctx.weights, ctx.received)
+            checked = self.update_rule.check_losses(sampled, ctx.weights, ctx.received)
+            # The round's last phase hands the kept state on: the solve's, one phase back.
+            after = ctx.previous.shard_state if ctx.previous else ctx.shard_state
+            return replace(checked, shard_state=after)
         if "grad" not in ctx.received:  # the safeguard rejected w: no solve, nothing to send
-            return LocalOutput(tensors={})
+            return LocalOutput(tensors={}, shard_state=ctx.shard_state)
         return self._solve(ctx)
 
     def _solve(self, ctx: LocalContext) -> LocalOutput:
@@ -153,7 +165,12 @@ class Dane(Strategy):
         )
         stop = self._stop_rule(g, ctx.round_index)
         solution = self.solver.solve(
-            problem, ctx.weights, ctx.rng, round_index=ctx.round_index, stop=stop
+            problem,
+            ctx.weights,
+            ctx.rng,
+            round_index=ctx.round_index,
+            stop=stop,
+            state=ctx.shard_state,
         )
         metrics = {"local_steps": float(solution.steps)} if self.local_theta else {}
         metrics |= self.update_rule.server.shard_metrics(ctx.weights, solution.weights)
@@ -169,6 +186,7 @@ class Dane(Strategy):
             metrics=metrics,
             rows=solution.rows,
             diagnostics=diagnostics,
+            shard_state=solution.state,
         )
 
     def _stop_rule(self, g: torch.Tensor, round_index: int) -> StopRule | None:

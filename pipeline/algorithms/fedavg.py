@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
-from .parts.local_solver import MU, LocalProblem, needs_steps
+from .parts.local_solver import MU, LocalProblem, LocalSolver, needs_steps
+from .parts.optimizer_state import LocalOptimizerState
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import setting
 from .parts.solvers import SOLVER_PART, Solver
@@ -51,14 +52,25 @@ class SolveAndAverage(Strategy):
     def init_state(self, weights: torch.Tensor) -> MomentumState | None:
         return self.server.init_state(weights)
 
+    @property
+    def shard_state_type(self) -> type | None:  # type: ignore[override]
+        return LocalOptimizerState if getattr(self.solver, "keeps_state", False) else None
+
+    def init_shard_state(self, weights: torch.Tensor) -> LocalOptimizerState | None:
+        keeps = isinstance(self.solver, LocalSolver)
+        return self.solver.fresh_state(weights) if keeps else None
+
     def local(self, ctx: LocalContext) -> LocalOutput:
         problem = LocalProblem(ctx.objective, anchor=ctx.weights, mu=self.proximal_mu)
-        solution = self.solver.solve(problem, ctx.weights, ctx.rng, round_index=ctx.round_index)
+        solution = self.solver.solve(
+            problem, ctx.weights, ctx.rng, round_index=ctx.round_index, state=ctx.shard_state
+        )
         spread = self.server.shard_metrics(ctx.weights, solution.weights)
         return LocalOutput(
             tensors={"weights": solution.weights},
             metrics={"train_loss": solution.first_loss, **spread},
             rows=solution.rows,
+            shard_state=solution.state,
         )
 
     def update(self, end: RoundEnd) -> RoundUpdate:

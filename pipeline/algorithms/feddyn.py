@@ -32,6 +32,7 @@ from ..engine.protocol import LocalContext, LocalOutput
 from .fedavg import SolveAndAverage
 from .parts.local_problem import DIAGNOSTICS_EVERY, due, solve_diagnostics
 from .parts.local_solver import MU, TRUST_RADIUS, LocalProblem, check_trust_radius
+from .parts.optimizer_state import refuse_kept_state
 from .parts.server import SERVER_PART, ServerStep
 from .parts.setting_error import SettingError, setting
 from .parts.well_posed import FEDDYN_ALPHA, fill_unset
@@ -68,6 +69,7 @@ class FedDyn(SolveAndAverage):
                 f"regulariser alpha (the server step divides by it); e.g. {setting('mu', 0.01)}"
             )
         check_trust_radius(self.trust_radius, self.solver)
+        refuse_kept_state(self.solver, self.name)
 
     def label(self) -> str:
         radius = f" radius={self.trust_radius:g}" if self.trust_radius else ""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Tensors
 from .fedavg import SolveAndAverage
 from .parts.local_solver import LocalProblem, LocalSolver, needs_steps
+from .parts.optimizer_state import refuse_kept_state
 from .parts.server import SERVER_PART, ServerStep
 from .parts.solvers import SOLVER_PART
 
@@ -51,6 +52,7 @@ class Scaffold(SolveAndAverage):
     def __post_init__(self) -> None:
         super().__post_init__()
         needs_steps(self.solver, self.name, "its control update is defined by them")
+        refuse_kept_state(self.solver, self.name)
 
     def init_state(self, weights: torch.Tensor) -> ScaffoldState:
         import torch

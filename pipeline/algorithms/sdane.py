@@ -34,6 +34,7 @@ from ..engine.protocol import (
 from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
+from .parts.optimizer_state import refuse_kept_state
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 
@@ -55,6 +56,7 @@ class Sdane(Strategy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        refuse_kept_state(self.solver, self.name)
         if self.mu is None or not self.mu > 0:  # unset too: no lam measured trains a network
             raise SettingError(
                 f"{setting('algorithm', self.name)} needs {setting('mu')} above 0, its proximal "

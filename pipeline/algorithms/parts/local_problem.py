@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .checks import non_negative
 from .hyperparameters import Declaration
@@ -78,6 +78,7 @@ class Solution:
     first_loss: float  # f_i on the first minibatch (a loss at the start), or f_i(start)
     steps: int  # minibatch steps taken, or the exact method's iterations
     rows: int  # rows of the shard read (images processed)
+    state: Any = None  # the local optimizer's state after the solve, where it is kept
 
 
 # Per-shard figures of a local solve, for finding out why a round went wrong.

@@ -2,8 +2,7 @@
 
 LocalSolver: at most K minibatch steps of SGD (with momentum) or Adam on it, at --local-lr
 times the round's schedule factor (schedule.py), stopping early where the caller's rule says
-the problem is solved well enough (InexactDANE, S-DANE); exact_solver.py solves it to a
-tolerance for convex models.
+it is solved well enough (InexactDANE, S-DANE); exact_solver.py solves convex models exactly.
 --local-clip C scales each step's gradient of h (linear and proximal terms included) down to
 norm C where it is longer, as the FedDyn authors do: on skewed shards a learned tilt feeds
 its own solves round over round, and the clip caps how far one step can follow it.
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from ...engine.protocol import validate
+from . import optimizer_state as kept
 from .checks import (
     at_least_one,
     momentum_range,
@@ -83,6 +83,12 @@ class LocalSolver:
     batch_size: int = BATCH_SIZE.field()
     local_optimizer: str = declare("sgd", one_of(*LOCAL_OPTIMIZERS), help="sgd | adam.")
     momentum: float = MOMENTUM.field()
+    # Each shard's momentum (Adam's moments) carried into its next round (optimizer_state.py).
+    local_state: str = declare(
+        "reset",
+        one_of(*kept.LOCAL_STATES),
+        help="The local optimizer's momentum each round: reset (zero) | keep (carried on).",
+    )
     lr_schedule: str = LR_SCHEDULE.field()
     # Unset: DEFAULT_CLIP. A first run on a network nobody tuned for must not blow up: over
     # 15 networks and 2 stores, clipping at 1 was the one default with no spike and no run
@@ -141,6 +147,7 @@ class LocalSolver:
 
     def __post_init__(self) -> None:
         validate(self)
+        kept.check_local_state(self.local_state, self.local_optimizer, self.momentum)
         # Each schedule's own setting only with it; a cap below K would cut K itself.
         schedule = self.local_steps_schedule
         own = {"local_steps_max": "qsr", "sync_rounds": "post-local", "sync_epochs": "post-local"}
@@ -177,7 +184,16 @@ class LocalSolver:
         elif self.local_steps_schedule == "post-local":
             steps += f"(after {self.sync_rounds} of 1)"
         lr = f"lr={self.base_lr:g}{scaling}"
-        return f"{steps} {lr}{schedule}{warmup}{clip} B={self.batch_size}"
+        carried = " kept-state" if self.keeps_state else ""
+        return f"{steps} {lr}{schedule}{warmup}{clip} B={self.batch_size}{carried}"
+
+    @property
+    def keeps_state(self) -> bool:  # --local-state keep: carried into the shard's next round
+        return self.local_state == "keep"
+
+    def fresh_state(self, weights: torch.Tensor) -> kept.LocalOptimizerState | None:
+        """A shard's kept state before round 1; None where it is reset each round."""
+        return kept.fresh_state(weights, self.local_optimizer) if self.keeps_state else None
 
     @property
     def base_lr(self) -> float:
@@ -217,9 +233,11 @@ class LocalSolver:
         *,
         round_index: int = 1,
         stop: StopRule | None = None,
+        state: kept.LocalOptimizerState | None = None,
     ) -> Solution:
         """Approximately minimise `problem` from `start`: K steps, or fewer where `stop` says
-        so (checked from the second step on: the first always moves)."""
+        so (checked from the second step on: the first always moves). With `state` (a kept
+        optimizer state) the steps go on from it, and the Solution carries the state after."""
         import torch
 
         objective, linear, anchor = problem.objective, problem.linear, problem.anchor
@@ -229,6 +247,8 @@ class LocalSolver:
             opt = torch.optim.Adam([v], lr=lr)
         else:
             opt = torch.optim.SGD([v], lr=lr, momentum=self.momentum)
+        if state is not None:
+            kept.load_state(opt, v, state, self.local_optimizer)
         first_loss, steps, drawn = float("nan"), 0, 0
         for step in range(self.steps(round_index)):
             opt.zero_grad()  # None: the backward hands its gradient over, no zeroing or adding
@@ -255,7 +275,10 @@ class LocalSolver:
                 problem.project(v)  # projected SGD: every iterate stays in the region
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
-        return Solution(weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows)
+        after = None if state is None else kept.read_state(opt, v, state, steps)
+        return Solution(
+            weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows, state=after
+        )
 
 
 def needs_steps(solver: object, algorithm: str, why: str) -> None:

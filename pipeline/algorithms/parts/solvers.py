@@ -40,6 +40,11 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
             f"{kind} solves the local problem exactly: drop {setting('local_clip')} or use "
             f"{setting('local_solver', 'steps')}"
         )
+    if kind != "steps" and settings.get("local_state", "reset") != "reset":
+        raise SettingError(
+            f"{setting('local_state')} keeps the optimizer of {setting('local_solver', 'steps')}; "
+            f"{kind} solves the local problem exactly: drop {setting('local_state')}"
+        )
     if kind == "steps":
         return build(LocalSolver, settings)
     return build(ExactSolver, settings, local_solver=kind)
