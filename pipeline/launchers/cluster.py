@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,7 +108,33 @@ def _start_cluster(config: ClusterSettings, *, queued: bool):  # type: ignore[no
         return checked_start(config, lambda: start(config))  # --device, the port
 
 
+@contextmanager
+def _workers_deaf_to_ctrl_c() -> Iterator[None]:
+    """SIGINT blocked in this thread while a local cluster starts. A terminal's Ctrl-C goes
+    to every process of its foreground job, the worker processes too, and each printed a
+    35-line KeyboardInterrupt traceback over the driver's one line that says how to resume.
+    The cluster's IO-loop thread, created now, inherits the mask, as do the threads it starts
+    the worker processes from and, across fork and exec, the workers (Python leaves a blocked
+    signal blocked): in them SIGINT stays pending, and the driver alone stops and closes the
+    cluster. A Ctrl-C during the start reaches the driver once the mask is restored."""
+    from multiprocessing import resource_tracker
+
+    # Started here first: starting it unblocks SIGINT in the thread that starts it (bpo-33613),
+    # which would be the IO loop's, and so every worker's.
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _new_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
+    with _workers_deaf_to_ctrl_c():
+        return _local_cluster(config)
+
+
+def _local_cluster(config: ClusterSettings):  # type: ignore[no-untyped-def]
     address = config.dashboard_address
     common = dict(host=config.host, dashboard_address=address, silence_logs=logging.ERROR)
     limit = {} if config.memory_limit is None else {"memory_limit": config.memory_limit}
