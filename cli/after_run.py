@@ -1,0 +1,89 @@
+"""The commands that read a run `dane train` wrote: evaluate, export, report, watch.
+
+Registered on the `dane` app by commands.py; each imports what it computes with only when
+called, so `dane --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def evaluate(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
+    best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
+) -> None:
+    """Print loss and accuracy of a run's checkpoint on its store's test split."""
+    from ..pipeline.trained import evaluate_checkpoint
+
+    checkpoint, round_index, metrics = evaluate_checkpoint(run_dir, best=best)
+    line = f"{checkpoint.name} (round {round_index}): test loss {metrics['loss']:.4f}"
+    if "accuracy" in metrics:
+        line += f", test accuracy {metrics['accuracy']:.4f}"
+    typer.echo(line)
+
+
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
+    out: Annotated[Path, typer.Option("--out", help="The file to write (.pt2 or .pt).")],
+    checkpoint: Annotated[
+        str,
+        typer.Option(
+            help="best: the round the run selected (best.pt; the latest where it has none) | "
+            "latest: the last round saved."
+        ),
+    ] = "best",
+    best: Annotated[bool | None, typer.Option("--best/--no-best", hidden=True)] = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            help="program: a torch.export program (torch.export.load(FILE).module(), no "
+            "dask-dane needed; takes the samples as the store holds them, as float32) | "
+            "state-dict: the module's state_dict. Either holds the class names, "
+            "normalisation and round: the program in its extra file dask_dane.json, the "
+            "state dict in keys beside it."
+        ),
+    ] = "program",
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
+) -> None:
+    """Write a trained model to a file that plain PyTorch loads."""
+    from ..pipeline.trained import export_checkpoint
+
+    if out.exists() and not force:
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    if best is not None:  # the former flag: --best, or --no-best for the latest
+        checkpoint = "best" if best else "latest"
+    written, chosen = export_checkpoint(run_dir, out, checkpoint=checkpoint, form=format)
+    typer.echo(f"wrote {written} ({format}): {chosen.describe()}")
+
+
+def report(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories written by `dane train`.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")],
+) -> None:
+    """Plot test accuracy and training loss of runs against round, communication and time."""
+    from ..pipeline.report import write_report
+
+    for path in write_report(list(run_dirs), out):
+        typer.echo(f"wrote {path}")
+
+
+def watch_run(
+    run_dir: Annotated[Path, typer.Argument(help="The run directory (its metrics.jsonl).")],
+    interval: Annotated[float, typer.Option(help="Seconds between reads of it.")] = 1.0,
+) -> None:
+    """Follow a run started elsewhere, live (round, loss and accuracy sparklines, bytes, the
+    slowest worker, an ETA; a line a round where the output is not a terminal); exits when
+    the run ends."""
+    from .watch import watch
+
+    if not interval > 0:
+        raise ValueError(f"--interval must be a positive number of seconds (got {interval})")
+    watch(run_dir, interval)
