@@ -78,6 +78,14 @@ def report(
 def watch_run(
     run_dir: Annotated[Path, typer.Argument(help="The run directory (its metrics.jsonl).")],
     interval: Annotated[float, typer.Option(help="Seconds between reads of it.")] = 1.0,
+    wait: Annotated[
+        float,
+        typer.Option(
+            metavar="SECONDS",
+            help="How long to wait for a run folder that is not there yet (a `dane train` "
+            "still starting) before giving up.",
+        ),
+    ] = 60.0,
 ) -> None:
     """Follow a run started elsewhere, live (round, loss and accuracy sparklines, bytes, the
     slowest worker, an ETA; a line a round where the output is not a terminal); exits when
@@ -86,4 +94,6 @@ def watch_run(
 
     if not interval > 0:
         raise ValueError(f"--interval must be a positive number of seconds (got {interval})")
-    watch(run_dir, interval)
+    if not wait >= 0:
+        raise ValueError(f"--wait must be 0 or more seconds (got {wait})")
+    watch(run_dir, interval, wait)

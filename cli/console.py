@@ -4,6 +4,7 @@ nothing of the cluster's own logs (they go to the run directory)."""
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,7 @@ class TrainingProgress(ProgressLines):
     def on_start(self, dashboard: str, workers: int) -> None:
         # The run folder first: without --out it is a fresh one each run, named here.
         self._print(f"run folder: {self.out}")
+        self._print(f"watch it with: dane watch {shlex.quote(str(self.out))}")  # elsewhere
         shards = f"; shards {self.held}" if self.held else ""
         self._print(f"dashboard: {dashboard}  ({workers} workers{shards})")
         if dashboard.endswith("/status"):  # the run's own page, beside Dask's

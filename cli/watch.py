@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +24,8 @@ SPARK_WIDTH = 40  # rounds shown in a sparkline: the latest ones
 # The ETA's pace: the mean round time of the latest rounds, which follows a run whose rounds
 # change speed (a resized cluster, a longer schedule) without taking one slow round for it.
 PACE_ROUNDS = 5
+WAIT_POLL_S = 0.2  # how often a run folder that is not there yet is looked for
+WAIT_S = 60.0  # how long `dane watch` waits for it by default: a cluster's start, and more
 
 
 def sparkline(values: list[float], width: int = SPARK_WIDTH) -> str:
@@ -121,18 +124,45 @@ def finished_line(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return line
 
 
-def check_run_dir(run_dir: Path) -> RunDir:
+def check_run_dir(run_dir: Path, waited: float = 0.0) -> RunDir:
     from ..datasets.store.mistaken import is_store, store_not_run
 
     run = RunDir(run_dir)
     if is_store(run_dir):
         raise ValueError(store_not_run(run_dir))
     if not run.root.is_dir() or not (run.config.exists() or run.metrics.exists()):
+        after = f" after {waited:g} s of waiting" if waited else ""
         raise ValueError(
-            f"{run_dir} is not a run directory (no config.toml or metrics.jsonl); pass the "
-            "--out folder of a `dane train` run"
+            f"{run_dir} is not a run directory (no config.toml or metrics.jsonl{after}); pass "
+            "the --out folder of a `dane train` run"
         )
     return run
+
+
+def starting(run_dir: Path) -> bool:
+    """A folder a `dane train` may still be creating: none yet, or one holding only what a
+    run writes before its config.toml (the cluster's log). A folder that holds anything else
+    is not a run about to start, and is refused at once."""
+    if not run_dir.exists():
+        return True
+    if not run_dir.is_dir() or (run_dir / "config.toml").exists():
+        return False
+    early = lambda name: name == "cluster.log" or name.startswith(".write-test-")  # noqa: E731
+    return all(early(entry.name) for entry in run_dir.iterdir())
+
+
+def wait_for_run(run_dir: Path, wait: float, say: Callable[[str], None]) -> RunDir:
+    """The run at `run_dir` once `dane train` has written its config.toml: a watch started
+    beside the train would otherwise be refused in the seconds before the folder appears.
+    Says once that it waits; after `wait` seconds, check_run_dir's one-line error."""
+    deadline = time.monotonic() + wait
+    waited = False
+    while starting(run_dir) and time.monotonic() < deadline:
+        if not waited:
+            say(f"waiting for {run_dir} to start (up to {wait:g} s, --wait) ...")
+            waited = True
+        time.sleep(max(min(WAIT_POLL_S, deadline - time.monotonic()), 0.0))
+    return check_run_dir(run_dir, waited=wait if waited else 0.0)
 
 
 def read_summary(run: RunDir) -> dict[str, Any]:
@@ -167,13 +197,18 @@ def follow_lines(run: RunDir, planned: int | None, interval: float, out: IO[str]
         time.sleep(interval)
 
 
-def follow(run_dir: Path, interval: float = 1.0, console: Any = None) -> None:
+def follow(
+    run_dir: Path, interval: float = 1.0, console: Any = None, wait: float = 0.0
+) -> None:
     """Redraw the view every `interval` seconds until summary.json appears; where the console
-    is not an interactive terminal, write lines instead (follow_lines)."""
+    is not an interactive terminal, write lines instead (follow_lines). A run folder not
+    there yet is waited for up to `wait` seconds (wait_for_run), said on stderr."""
+    import sys
+
     from rich.console import Console
     from rich.live import Live
 
-    run = check_run_dir(run_dir)
+    run = wait_for_run(run_dir, wait, lambda line: print(line, file=sys.stderr, flush=True))
     planned = read_toml(run.config).get("rounds") if run.config.exists() else None
     console = console or Console()
     if not console.is_interactive:  # false off a terminal too
@@ -188,8 +223,8 @@ def follow(run_dir: Path, interval: float = 1.0, console: Any = None) -> None:
             time.sleep(interval)
 
 
-def watch(run_dir: Path, interval: float = 1.0) -> None:
+def watch(run_dir: Path, interval: float = 1.0, wait: float = WAIT_S) -> None:
     """Follow a run's rounds (round, loss and accuracy sparklines, bytes, the slowest worker,
     the ETA) from its run directory, live on a terminal and a line a round elsewhere; exits
-    when the run ends."""
-    follow(run_dir, interval)
+    when the run ends. A run folder not there yet is waited for up to `wait` seconds."""
+    follow(run_dir, interval, wait=wait)

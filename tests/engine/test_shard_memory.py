@@ -28,7 +28,8 @@ def test_auto_says_what_it_chose_beside_the_dashboard_and_in_config_toml(
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert lines[0] == f"run folder: {out}"  # the run's folder first, then what it chose
-    assert lines[1].startswith("dashboard: ") and "shards auto: resident (shard " in lines[1]
+    assert lines[1] == f"watch it with: dane watch {out}"
+    assert lines[2].startswith("dashboard: ") and "shards auto: resident (shard " in lines[2]
     config = (out / "config.toml").read_text()
     assert 'shard_memory = "auto"' in config and "# shard_memory auto: resident (shard" in config
 

@@ -84,10 +84,26 @@ def test_follow_redraws_as_rounds_arrive_and_stops_at_the_summary(tmp_path):
 
 
 def test_a_folder_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, dane_here):
+    (tmp_path / "notes.txt").write_text("not a run")  # a folder of other things: no wait
+    started = time.monotonic()
     done = dane_here("watch", str(tmp_path), cwd=tmp_path)  # main()'s check, in this process
     assert done.returncode == 2
+    assert time.monotonic() - started < 30  # refused at once, not after --wait's 60 s
     (line,) = done.stderr.strip().splitlines()
     assert "is not a run directory" in line and "--out" in line
+
+
+def test_a_run_folder_that_never_appears_is_waited_for_then_one_line(tmp_path, dane_here):
+    started = time.monotonic()
+    done = dane_here("watch", "runs/later", "--wait", "0.5", "--interval", "0.05", cwd=tmp_path)
+
+    assert time.monotonic() - started >= 0.5  # it waited
+    assert done.returncode == 2
+    waiting, error = done.stderr.strip().splitlines()
+    assert waiting == "waiting for runs/later to start (up to 0.5 s, --wait) ..."
+    assert error.startswith("error: runs/later is not a run directory")
+    assert "after 0.5 s of waiting" in error and "--out" in error
+    assert done.stdout == ""
 
 
 def test_the_eta_is_the_rounds_left_at_the_last_rounds_pace():
@@ -155,3 +171,32 @@ def test_a_live_run_through_a_pipe_gets_its_lines_as_the_rounds_come(tmp_path):
         watcher.kill()
     assert watcher.returncode == 0
     assert rest.endswith("\n") and "ETA ~ 0s" in rest and "finished: 2 rounds" in rest
+
+
+@pytest.mark.cluster  # a `dane watch` process started before the run's folder exists
+def test_watch_started_before_train_waits_for_its_folder_and_follows_it(
+    tmp_path, digits_stores, cluster_client, dane_here
+):
+    run = tmp_path / "runs" / "early"
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "dask_dane", "watch", str(run), "--interval", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # Before: `error: ... is not a run directory`, exit 2, as the folder was not there yet.
+        assert watcher.stderr.readline() == f"waiting for {run} to start (up to 60 s, --wait) ...\n"
+        trained = dane_here(
+            "train", str(digits_stores[2]), "--model", "mlp", "--rounds", "2", "--out", str(run),
+            "--scheduler", cluster_client.scheduler.address, cwd=tmp_path,
+        )  # fmt: skip
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+
+    assert trained.returncode == 0, trained.stderr
+    assert trained.stderr.splitlines()[1] == f"watch it with: dane watch {run}"
+    assert watcher.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"watching {run}, 2 rounds planned")
+    assert [line.split(":")[0] for line in lines[1:3]] == ["round 1 of 2", "round 2 of 2"]
+    assert lines[-1].startswith("finished: 2 rounds")
