@@ -151,7 +151,7 @@ def train(
     idle = idle_worker_warning(resolved, setup.store.num_shards)  # a warning; jobs refused
     words = {"resume": "--resume", "more_rounds": "--rounds"}
     finished = finished_note(resolved.out, resolved.rounds, **words) if resume else None
-    interrupt, bar = InterruptWatch(), TrainingProgress(resolved, setup.strategy)
+    interrupt, bar = InterruptWatch(), TrainingProgress(resolved, setup.strategy, resume=resume)
     try:
         with interrupt, quiet_cluster_logs(Path(resolved.out)), bar:
             for line in (idle, finished):

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..pipeline.engine.run.rundir import RunDir
 from ..pipeline.launchers.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 from ..pipeline.observe.collapse import CollapseWatch, advice
 from ..pipeline.observe.progress import ProgressLines, number
@@ -24,7 +25,9 @@ class TrainingProgress(ProgressLines):
     ETA. The dashboard line, the shards, the noise-scale and collapse warnings are
     ProgressLines'."""
 
-    def __init__(self, config: RunConfig, strategy: Strategy | None = None) -> None:
+    def __init__(
+        self, config: RunConfig, strategy: Strategy | None = None, *, resume: bool = False
+    ) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -35,7 +38,7 @@ class TrainingProgress(ProgressLines):
 
         super().__init__()
         self.rounds, self.batch_size = config.rounds, config.batch_size
-        self.out = config.out
+        self.out, self.resume = config.out, resume
         self.collapse = CollapseWatch(advice(config, strategy))  # the run's mu, resolved
         self.bar = Progress(
             TextColumn("round"),
@@ -56,8 +59,15 @@ class TrainingProgress(ProgressLines):
             self.bar.stop()
 
     def on_start(self, dashboard: str, workers: int) -> None:
-        # The run folder first: without --out it is a fresh one each run, named here.
-        self._print(f"run folder: {self.out}")
+        # The run folder first: without --out it is a fresh one each run, named here. A
+        # resume says where it starts; metrics.jsonl holds its rounds up to the checkpoint
+        # it continues from by now (the driver dropped any past it), and the bar starts there.
+        done = RunDir(Path(self.out)).rounds_recorded() if self.resume else 0
+        if done:
+            self._print(f"resuming {self.out} after round {done} of {self.rounds}")
+            self.bar.reset(self.task, completed=done)  # no speed sampled from 0 to `done`
+        else:
+            self._print(f"run folder: {self.out}")
         self._print(f"watch it with: dane watch {shlex.quote(str(self.out))}")  # elsewhere
         shards = f"; shards {self.held}" if self.held else ""
         self._print(f"dashboard: {dashboard}  ({workers} workers{shards})")

@@ -88,3 +88,36 @@ def test_one_saved_round_is_said_in_the_singular():
     line = lost_message(RunConfig(), Path("runs/dane-1"), 2, "gone", saved=1)
     assert "; round 1 is saved in runs/dane-1;" in line
     assert "; rounds 1-3 are saved in" in lost_message(RunConfig(), Path("r"), 4, "gone", saved=3)
+
+
+@pytest.mark.cluster
+def test_a_resume_says_where_it_starts_and_its_bar_starts_there(
+    tmp_path, dane_here, digits_stores, cluster_client
+):
+    run = tmp_path / "run"
+    flags = ("--scheduler", cluster_client.scheduler.address, "--out", str(run))
+    _train(dane_here, tmp_path, digits_stores[2], "--rounds", "2", *flags)
+
+    resumed = dane_here("train", "--resume", "--rounds", "3", *flags, cwd=tmp_path)
+
+    assert resumed.returncode == 0, resumed.stderr
+    # Before: `run folder: RUN`, and the bar from 0/3: nothing said where the run went on.
+    assert resumed.stderr.splitlines()[0] == f"resuming {run} after round 2 of 3"
+    assert ": 3 rounds, test accuracy" in resumed.stdout.splitlines()[-1]
+
+
+def test_a_resumed_runs_bar_starts_at_its_last_saved_round(tmp_path):
+    from dask_dane.cli.console import TrainingProgress
+    from dask_dane.pipeline.setup.config import RunConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(f'{{"round": {t}}}\n' for t in range(1, 9)))
+    bar = TrainingProgress(RunConfig(rounds=20, out=str(run)), resume=True)
+    fresh = TrainingProgress(RunConfig(rounds=20, out=str(run)))
+
+    with bar, fresh:
+        bar.on_start("http://127.0.0.1:8787/status", 2)
+        fresh.on_start("http://127.0.0.1:8787/status", 2)
+        assert (bar.bar.tasks[0].completed, bar.bar.tasks[0].total) == (8, 20)
+        assert fresh.bar.tasks[0].completed == 0
