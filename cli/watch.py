@@ -197,9 +197,7 @@ def follow_lines(run: RunDir, planned: int | None, interval: float, out: IO[str]
         time.sleep(interval)
 
 
-def follow(
-    run_dir: Path, interval: float = 1.0, console: Any = None, wait: float = 0.0
-) -> None:
+def follow(run_dir: Path, interval: float = 1.0, console: Any = None, wait: float = 0.0) -> None:
     """Redraw the view every `interval` seconds until summary.json appears; where the console
     is not an interactive terminal, write lines instead (follow_lines). A run folder not
     there yet is waited for up to `wait` seconds (wait_for_run), said on stderr."""
