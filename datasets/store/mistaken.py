@@ -20,6 +20,11 @@ _RUN_MARKS = ("config.toml", "metrics.jsonl", "checkpoints")
 # Where a store goes, and where a run folder goes: the commands the messages name.
 _TAKE_A_STORE = "dane train, dane info or dane advise"
 _TAKE_A_RUN = "`dane evaluate`, `dane export`, `dane report` or `dane watch`"
+# What Pillow reads and people keep photos in; a few of each class folder's files are looked at.
+_IMAGE_SUFFIXES = frozenset(
+    {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+)
+_CLASSES_LOOKED_AT, _FILES_LOOKED_AT = 5, 20
 
 
 def is_store(path: str | os.PathLike) -> bool:
@@ -35,6 +40,37 @@ def is_run_folder(path: str | os.PathLike) -> bool:
         folder.is_dir()
         and not is_store(folder)
         and any((folder / mark).exists() for mark in _RUN_MARKS)
+    )
+
+
+def is_image_tree(path: str | os.PathLike) -> bool:
+    """True for a local folder laid out as the `images:DIR` source reads it: class folders
+    holding image files (or train/ holding them). A few files a class folder are looked at,
+    so a large tree answers as fast as a small one."""
+    folder = Path(path)
+    root = folder / "train" if (folder / "train").is_dir() else folder
+    if not root.is_dir():
+        return False
+    classes = [entry for entry in sorted(root.iterdir()) if entry.is_dir()]
+    return any(_holds_an_image(entry) for entry in classes[:_CLASSES_LOOKED_AT])
+
+
+def _holds_an_image(folder: Path) -> bool:
+    for count, file in enumerate(folder.rglob("*")):
+        if file.suffix.lower() in _IMAGE_SUFFIXES:
+            return True
+        if count >= _FILES_LOOKED_AT:
+            return False
+    return False
+
+
+def images_not_store(given: str) -> str:
+    """The message for a folder of images given where a store goes: the `dane prepare`
+    command that writes a store from it, beside it."""
+    out = os.path.normpath(given) + ".zarr"
+    return (
+        f"{given} is a folder of images, not a store; write a store from it with `dane "
+        f"prepare images:{given} --out {out}`, then pass {out} in its place"
     )
 
 

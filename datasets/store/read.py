@@ -15,7 +15,7 @@ import zarr
 from .. import location
 from ..integrity import check_digest
 from .format import ARRAYS, FORMAT_VERSION, StoreInfo, brief
-from .mistaken import is_run_folder, near_store, run_not_store
+from .mistaken import images_not_store, is_image_tree, is_run_folder, near_store, run_not_store
 from .rows import chunk_range, missing_chunk
 
 
@@ -69,6 +69,8 @@ def _open_group(path: str, given: str) -> zarr.Group:
     except Exception as err:  # zarr raises several types for "not a group here"
         if location.is_remote(path) and not isinstance(err, (KeyError, FileNotFoundError)):
             raise ValueError(location.remote_problem(path, err)) from None
+        if not location.is_remote(path) and is_image_tree(path):  # what `prepare` reads
+            raise ValueError(images_not_store(given)) from None
         raise ValueError(f"{path} is not a zarr v3 store ({type(err).__name__}); {hint}") from None
 
 

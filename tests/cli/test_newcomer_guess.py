@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import image_trees
 import pytest
 
 from dask_dane.datasets.partition import PartitionSpec
@@ -26,6 +27,7 @@ def place(tmp_path_factory) -> Path:
     (run / "config.toml").write_text('[data]\nstore = "data/photos.zarr"\n')
     (run / "metrics.jsonl").write_text("")
     (root / "photos" / "cats").mkdir(parents=True)
+    image_trees._tree(root / "shots")  # shots/<class>/imgN.png, as a camera's folders
     (root / "fm").mkdir()
     (root / "fm" / "train-images-idx3-ubyte.gz").write_bytes(b"")
     (root / "cifar").mkdir()
@@ -63,6 +65,19 @@ def test_a_missing_store_with_none_near_still_says_how_to_create_one(dane_here, 
 
     assert "does not exist; create one with `dane prepare digits --out" in line
     assert "did you mean" not in line
+
+
+@pytest.mark.parametrize("command", ["info", "train"])
+def test_a_folder_of_images_given_as_a_store_names_the_prepare_that_reads_it(
+    command, dane_here, place
+):
+    line = _refused(dane_here, place, command, "shots/")
+
+    # Before: "create one with `dane prepare digits --out shots`", over the user's photos.
+    assert line == (
+        "error: shots/ is a folder of images, not a store; write a store from it with "
+        "`dane prepare images:shots/ --out shots.zarr`, then pass shots.zarr in its place"
+    )
 
 
 @pytest.mark.parametrize("command", ["info", "train"])
