@@ -47,6 +47,7 @@ def plan_run(
     config = RunConfig(**{**layered, "out": str(out or fresh)})
     for epochs, count in COUNT_OF_EPOCHS.items():  # setup/epochs.py
         config = _one_source(config, given, filed, count, epochs)
+    config = _one_source_of_k(config, given, filed, resume=resume)
     config = config.validate()  # once, the settings as the run will have them
     check_tracking(config)  # a tracker asked for by name but not installed: before any write
     check_job_queue(config)  # --cluster slurm without dask-jobqueue or sbatch: the same
@@ -80,6 +81,37 @@ def _one_source(
         )
     if count in given and epochs not in given and getattr(config, epochs) is not None:
         return dataclasses.replace(config, **{epochs: None})
+    return config
+
+
+# What sets K besides --overhead-share, which chooses it from measurements (parts/local_work.py).
+_K_GIVEN = ("local_steps", "local_epochs")
+
+
+def _one_source_of_k(
+    config: RunConfig, given: dict[str, Any], filed: dict[str, Any], *, resume: bool
+) -> RunConfig:
+    """K given and chosen (--local-steps or --local-epochs with --overhead-share) in one layer is
+    an error; across layers the flags win, as in _one_source. A resume trains the K the run
+    chose as it started, which its config.toml holds as local_steps."""
+    share = "overhead_share"
+    for layer, named in ((given, "given"), (filed, "in the file")):
+        rival = next((key for key in _K_GIVEN if key in layer), None)
+        if share in layer and rival and (layer is given or not {share, *_K_GIVEN} & given.keys()):
+            raise SettingError(
+                f"{setting(rival)} sets K and {setting(share)} chooses it from costs measured "
+                f"as the run starts, both {named}; give one of them"
+            )
+    if resume and config.overhead_share is not None:  # flags or a file: the saved run has none
+        raise SettingError(
+            f"{setting(share)} chooses K as a run starts; a resumed run trains the K its "
+            f"config.toml records ({setting('local_steps', config.local_steps)}): drop "
+            f"{setting(share)}"
+        )
+    if share in given and config.local_epochs is not None:  # the file's K gives way
+        return dataclasses.replace(config, local_epochs=None)
+    if any(key in given for key in _K_GIVEN) and share not in given:
+        return dataclasses.replace(config, overhead_share=None)
     return config
 
 

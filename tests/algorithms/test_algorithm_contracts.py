@@ -200,7 +200,8 @@ def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
               "trust_radius": 1.0, "line_search": 2, "safeguard": "backtrack",
               "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp",
               "server_nesterov": True, "grad_sample_local": 1.0, "server_momentum_delay": 1,
-              "server_momentum_delay_epochs": 1.0, "diagnostics_every": 1}  # fmt: skip
+              "server_momentum_delay_epochs": 1.0, "diagnostics_every": 1,
+              "overhead_share": 0.1}  # fmt: skip
     exclusive = {
         name for name, owners in _exclusive_fields().items()
         if owners[0][1].metadata["declaration"].exclusive

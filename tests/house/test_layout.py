@@ -32,6 +32,9 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/engine/run/segments.py",
     "pipeline/engine/run/segment.py",
     "pipeline/engine/run/segment_cluster.py",
+    # --overhead-share: a round's costs timed on the workers as a run starts (a group formed
+    # there as a segment's is, on the worker's own address).
+    "pipeline/engine/run/round_costs.py",
     "pipeline/observe/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
     # Registers how our dataclasses cross a comm (their tensors as frames) with distributed's
     # serialization, in every process that imports the worker tasks.
@@ -174,7 +177,7 @@ def test_bench_is_a_handful_of_benchmark_packages_each_with_its_commands():
     packages = {p.parent.name for p in (ROOT / "bench").glob("*/__init__.py")}
     assert packages == {
         "common", "training", "convergence", "scaling", "ddp", "network", "soak", "gpu", "prepare",
-        "startup", "collective",
+        "startup", "collective", "headline",
     }  # fmt: skip
     assert not [p.name for p in (ROOT / "bench").glob("*.py")
                 if p.name not in ("__init__.py", "app.py")]  # fmt: skip

@@ -10,6 +10,7 @@ from .checks import one_of
 from .exact_solver import EXACT_METHODS, ExactSolver
 from .hyperparameters import build, declare, part
 from .local_solver import LocalSolver
+from .local_work import LocalWork
 from .setting_error import SettingError, setting
 
 # What algorithms accept as their local solver: K steps, or exact (convex models).
@@ -45,11 +46,28 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
             f"{setting('local_state')} keeps the optimizer of {setting('local_solver', 'steps')}; "
             f"{kind} solves the local problem exactly: drop {setting('local_state')}"
         )
+    if settings.get("overhead_share") is not None:
+        _check_overhead_share(settings, kind)
     if kind == "steps":
         return build(LocalSolver, settings)
     return build(ExactSolver, settings, local_solver=kind)
 
 
+def _check_overhead_share(settings: Mapping[str, Any], kind: str) -> None:
+    """--overhead-share chooses K: it refuses a second source of K and a solver without K."""
+    if kind != "steps":
+        raise SettingError(
+            f"{setting('overhead_share')} chooses the K of {setting('local_solver', 'steps')}; "
+            f"{kind} solves the local problem exactly: drop {setting('overhead_share')}"
+        )
+    if settings.get("local_epochs") is not None:
+        raise SettingError(
+            f"{setting('overhead_share')} and {setting('local_epochs')} both choose K (the "
+            f"first from costs measured as the run starts); drop {setting('local_epochs')} or "
+            f"{setting('overhead_share')}"
+        )
+
+
 # The metadata of the field an algorithm takes its local solver in:
-# `solver: Solver = field(metadata=SOLVER_PART)`.
-SOLVER_PART = part(SolverChoice, LocalSolver, ExactSolver, builder=make_solver)
+# `solver: Solver = field(metadata=SOLVER_PART)`. LocalWork's setting chooses K for the steps.
+SOLVER_PART = part(SolverChoice, LocalSolver, LocalWork, ExactSolver, builder=make_solver)

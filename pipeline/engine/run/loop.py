@@ -9,6 +9,7 @@ the shards loaded once by tasks pinned to their workers. Rounds: pipelined.py or
 from __future__ import annotations
 
 import shutil
+import sys
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -22,6 +23,7 @@ from distributed.scheduler import KilledWorker
 
 from ...launchers.cluster import make_client
 from ...setup.config import RunConfig
+from ...setup.measured_steps import CHOSEN, choose_steps, with_local_steps
 from ...setup.run_setup import RunSetup, choose_collective, prepare_run
 from ..round import comm
 from ..round.graph import ShardSet
@@ -32,6 +34,7 @@ from .callbacks import Callbacks
 from .errors import TrainingDiverged
 from .metrics import summary
 from .pipelined import run_chained
+from .round_costs import measure_round_costs
 from .rundir import RunDir
 from .segments import run_segments
 from .shard_memory import killed_loading, place_shards
@@ -101,8 +104,16 @@ def _start_and_run(
         callbacks.on_shards(f"{held}; rounds: {why}")
 
     placed, placement, note = place_shards(setup, info, announce)
-    # Start: config.toml as planned (auto stays auto), the shards loaded.
     notes = (note, f"collective {why}")
+    if resume:  # the K the run chose as it started: the file says so for the run's life
+        notes += run_dir.notes_starting(CHOSEN)
+    if setup.config.overhead_share is not None:  # K chosen here, and config.toml says which
+        costs = measure_round_costs(active, placed, placement, collective)
+        steps, line = choose_steps(placed, costs)
+        print(f"dask-dane: {line}", file=sys.stderr)
+        setup, placed = with_local_steps(setup, steps), with_local_steps(placed, steps)
+        notes += (line,)
+    # Start: config.toml as planned (auto stays auto; a chosen K as if given), the shards loaded.
     run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=notes)
     setup = replace(placed, config=replace(placed.config, collective=collective))
     data = _load_shards(active, setup, placement)  # a damaged shard raises here

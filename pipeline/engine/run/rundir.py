@@ -112,6 +112,14 @@ class RunDir:
         text += "".join(f"# {line}\n" for line in notes)
         atomic_write_bytes(self.config, lambda h: h.write(text.encode()))
 
+    def notes_starting(self, start: str) -> tuple[str, ...]:
+        """config.toml's comment lines (write_config's `notes`) that begin with `start`, without
+        the `# `: what a resume writes again (the K a run chose as it started)."""
+        if not self.config.exists():
+            return ()
+        lines = self.config.read_text().splitlines()
+        return tuple(line[2:] for line in lines if line.startswith(f"# {start}"))
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_bytes(self.summary, lambda h: h.write(text.encode()))
