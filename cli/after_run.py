@@ -64,14 +64,20 @@ def export(
 
 def report(
     run_dirs: Annotated[
-        list[Path], typer.Argument(help="Run directories written by `dane train`.")
+        list[Path],
+        typer.Argument(metavar="RUN_DIR", help="Run directories written by `dane train`."),
     ],
     out: Annotated[Path, typer.Option("--out", help="Folder for the PNG files.")],
 ) -> None:
-    """Plot test accuracy and training loss of runs against round, communication and time."""
-    from ..pipeline.report import write_report
+    """Plot test accuracy and training loss of runs against round, communication and time,
+    and print a table of the runs: best and final test accuracy, rounds, time, MB."""
+    from ..pipeline.report import load_run, write_report
+    from ..pipeline.report_table import table_lines
 
-    for path in write_report(list(run_dirs), out):
+    written = write_report(list(run_dirs), out)  # checks every folder first
+    for line in table_lines([str(p) for p in run_dirs], [load_run(p).rows for p in run_dirs]):
+        typer.echo(line)
+    for path in written:
         typer.echo(f"wrote {path}")
 
 

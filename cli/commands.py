@@ -73,7 +73,7 @@ def _options(
     """Train models with DANE (Distributed Approximate NEwton) on a Dask cluster."""
 
 
-@app.command(epilog=opt.docs("prepare"))
+@app.command(cls=opt.PlainUsage, epilog=opt.docs("prepare"))
 def prepare(
     source: opt.Source,
     out: opt.StoreOut,
@@ -109,7 +109,7 @@ def prepare(
     )
 
 
-@app.command(epilog=opt.docs("info"))
+@app.command(cls=opt.PlainUsage, epilog=opt.docs("info"))
 def info(store: Annotated[str, typer.Argument(help="A store written by `dane prepare`.")]) -> None:
     """Print what a store holds: source, shapes, dtypes, shards and their label histograms."""
     from .store_info import store_lines
@@ -173,17 +173,17 @@ def train(
     typer.echo(result_line(summary, resolved.out))
 
 
-app.command("advise", epilog=opt.docs("advise"))(advise)
+app.command("advise", cls=opt.PlainUsage, epilog=opt.docs("advise"))(advise)
 
 
 # The commands that read a finished (or running) run, in cli/after_run.py.
-app.command(epilog=opt.docs("evaluate"))(after_run.evaluate)
-app.command(epilog=opt.docs("export"))(after_run.export)
-app.command(epilog=opt.docs("report"))(after_run.report)
-app.command("watch", epilog=opt.docs("watch"))(after_run.watch_run)
+app.command(cls=opt.PlainUsage, epilog=opt.docs("evaluate"))(after_run.evaluate)
+app.command(cls=opt.PlainUsage, epilog=opt.docs("export"))(after_run.export)
+app.command(cls=opt.PlainUsage, epilog=opt.docs("report"))(after_run.report)
+app.command("watch", cls=opt.PlainUsage, epilog=opt.docs("watch"))(after_run.watch_run)
 
 
-@app.command("presets", epilog=opt.docs("presets"))
+@app.command("presets", cls=opt.PlainUsage, epilog=opt.docs("presets"))
 def show_presets(
     path: Annotated[
         str | None, typer.Option("--path", metavar="NAME", help="Print the file of NAME only.")

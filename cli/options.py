@@ -139,7 +139,22 @@ def train_command(train: Callable[..., Any]) -> click.Command:
     )
 
 
-class PanelledCommand(typer.core.TyperCommand):
+class PlainUsage(typer.core.TyperCommand):
+    """A command whose usage line names its arguments as people write them in docs, upper
+    case and bare (`dane report [OPTIONS] RUN_DIR...`), where Typer writes `{run_dirs}...`."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name != "argument":
+                continue  # options are [OPTIONS]
+            name = (param.metavar or param.name or "").upper()
+            name = name if param.required else f"[{name}]"
+            pieces.append(name + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+class PanelledCommand(PlainUsage):
     """A command whose plain --help lists its options in panels (config.PANELS' order), as
     Typer's rich help would, without rich's formatting or its import."""
 

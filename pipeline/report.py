@@ -170,7 +170,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
             panel.grid(alpha=0.3)
         panels[0].set_ylabel(title)
         if field in LOG_SCALED:
-            panels[0].set_yscale("log")
+            _log_scale(panels[0], [row.get(field) for run in runs for row in run.rows])
         handles, labels = panels[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="lower center", ncol=min(2, len(runs)), fontsize=8)
         fig.suptitle(f"{title} of {len(runs)} run{'s' if len(runs) > 1 else ''}")
@@ -180,6 +180,18 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> list[Path]:
         save_figure(fig, path, dpi=90)
         written.append(path)
     return written
+
+
+def _log_scale(panel: Any, values: list[float | None]) -> None:
+    """A log axis; symlog where a value is 0 or below (a loss of exactly 0: a log axis drops
+    the point), linear from 0 up to the smallest positive value and log above it, so that
+    the positive values keep the log axis's spacing."""
+    shown = [v for v in values if v is not None]
+    if all(v > 0 for v in shown):
+        panel.set_yscale("log")
+        return
+    positive = [v for v in shown if v > 0]
+    panel.set_yscale("symlog", linthresh=min(positive, default=1.0))
 
 
 def pyplot() -> Any:

@@ -172,3 +172,50 @@ def test_report_draws_the_noise_scale_where_a_run_measured_it(tmp_path, monkeypa
     assert list(dane_line.get_ydata()) == [50.0, 100.0, 150.0, 200.0]
     assert len(fedavg_line.get_xdata()) == 0 and by_round.get_yscale() == "log"
     assert [p.name for p in alone] == ["test_accuracy.png", "train_loss.png"]
+
+
+def test_a_loss_of_exactly_0_is_drawn_inside_the_panel(tmp_path, monkeypatch):
+    from dask_dane.pipeline import report
+
+    figures = {}
+    monkeypatch.setattr(
+        report, "save_figure", lambda fig, path, dpi: figures.update({path.name: fig})
+    )
+    path = _fake_run(tmp_path, "fedavg", RunConfig(algorithm="fedavg"), rounds=4)
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    rows[-1]["train_loss"] = 0.0  # a model that fits every training row
+    (path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    report.write_report([path], tmp_path / "plots")
+
+    panel = figures["train_loss.png"].axes[0]
+    panel.figure.canvas.draw()
+    (line,) = panel.lines
+    points = panel.transData.transform(line.get_xydata())
+    box = panel.get_window_extent()
+    # Before: a log axis put the 0 at minus infinity, off the panel.
+    assert all(box.y0 - 1 <= y <= box.y1 + 1 for _, y in points), points
+    assert points[-1][1] < min(y for _, y in points[:-1])  # the 0 lowest, as it is
+    assert panel.get_yscale() == "symlog"  # log above the smallest loss, as documented
+
+
+def test_cli_report_prints_a_table_of_the_runs_and_a_plain_usage_line(tmp_path, dane_here):
+    dane = _fake_run(tmp_path, "dane", RunConfig(algorithm="dane"))
+    _fake_run(tmp_path, "fedavg", RunConfig(algorithm="fedavg"), rounds=6)
+    rows = [json.loads(line) for line in (dane / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:  # best.pt holds round 6, though round 12 scored higher on test
+        row["is_best"] = row["round"] == 6
+    (dane / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    done = dane_here("report", "dane", "fedavg", "--out", "plots", cwd=tmp_path)
+    usage = dane_here("report", "--help", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "run     rounds  best.pt acc (round)  final acc   time    MB",
+        "dane        12           0.8500 (6)     0.9250  8.4 s  0.02",
+        "fedavg       6           0.8500 (6)     0.8500  3.6 s  0.01",
+        "wrote plots/test_accuracy.png",
+        "wrote plots/train_loss.png",
+    ]
+    assert usage.stdout.splitlines()[0].endswith(" report [OPTIONS] RUN_DIR...")  # not {run_dirs}
