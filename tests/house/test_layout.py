@@ -41,7 +41,8 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/engine/round/wire.py",
 }
 TYPER_IMPORTERS = {
-    "cli/commands.py", "cli/options.py", "cli/lazy.py", "cli/advise.py", "bench/common/options.py"
+    "cli/commands.py", "cli/options.py", "cli/lazy.py", "cli/advise.py", "cli/after_run.py",
+    "bench/common/options.py",
 }  # fmt: skip
 # Layers in import order: a module may import its own layer and those after it, never before.
 # The root's own modules (__init__, __main__) are the package's face, above every layer.
