@@ -1,4 +1,4 @@
-"""The commands that read a run `dane train` wrote: evaluate, export, report, watch.
+"""The commands that read a run `dane train` wrote: evaluate, predict, export, report, watch.
 
 Registered on the `dane` app by commands.py; each imports what it computes with only when
 called, so `dane --help` stays fast.
@@ -11,19 +11,76 @@ from typing import Annotated
 
 import typer
 
+CHECKPOINT_HELP = (
+    "best: the round the run selected (best.pt; the latest where it has none) | "
+    "latest: the last round saved."
+)
+Checkpoint = Annotated[str, typer.Option(help=CHECKPOINT_HELP)]
+RunDirArgument = Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")]
+
+
+def _which(checkpoint: str, best: bool | None) -> str:
+    """--checkpoint checked, or the former --best/--no-best where given."""
+    if best is not None:
+        return "best" if best else "latest"
+    if checkpoint not in ("best", "latest"):
+        raise ValueError(f"unknown --checkpoint {checkpoint!r}; choose one of: best, latest")
+    return checkpoint
+
 
 def evaluate(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `dane train`.")],
-    best: Annotated[bool, typer.Option(help="Use the best checkpoint, not the latest.")] = False,
+    run_dir: RunDirArgument,
+    checkpoint: Checkpoint = "best",
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Score on this store's test split instead of the run's own (samples of the "
+            "run's shape and classes, normalised with the run's statistics)."
+        ),
+    ] = None,
+    best: Annotated[bool | None, typer.Option("--best/--no-best", hidden=True)] = None,
 ) -> None:
-    """Print loss and accuracy of a run's checkpoint on its store's test split."""
-    from ..pipeline.trained import evaluate_checkpoint
+    """Print loss and accuracy of a run's checkpoint (the best, as export) on a store's test
+    split: the run's own, or --store."""
+    from ..pipeline.predict import evaluate_checkpoint
 
-    checkpoint, round_index, metrics = evaluate_checkpoint(run_dir, best=best)
-    line = f"{checkpoint.name} (round {round_index}): test loss {metrics['loss']:.4f}"
+    which = _which(checkpoint, best)
+    path, round_index, metrics = evaluate_checkpoint(run_dir, best=which == "best", store=store)
+    on = f" on {store}" if store else ""
+    line = f"{path.name} (round {round_index}){on}: test loss {metrics['loss']:.4f}"
     if "accuracy" in metrics:
         line += f", test accuracy {metrics['accuracy']:.4f}"
     typer.echo(line)
+
+
+def predict(
+    run_dir: RunDirArgument,
+    source: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FOLDER_OR_STORE",
+            help="A folder of images (searched recursively; decoded to the run's channels and "
+            "size) or a store (its test split).",
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The CSV file to write.")],
+    checkpoint: Checkpoint = "best",
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
+) -> None:
+    """Write the class a run's model gives each image of a folder (or row of a store) to a
+    CSV file: file, class, probability."""
+    from ..pipeline.predict import predict as predict_classes
+    from ..pipeline.predict import write_predictions
+
+    if out.exists() and not force:
+        raise ValueError(
+            f"{out} already exists; pass --force to replace it or choose another --out"
+        )
+    if not out.parent.is_dir():
+        raise ValueError(f"folder {out.parent} does not exist; create it or choose another --out")
+    rows = predict_classes(run_dir, source, checkpoint=_which(checkpoint, None))
+    write_predictions(rows, out)
+    typer.echo(f"wrote {out}: {len(rows)} prediction{'s' if len(rows) != 1 else ''}")
 
 
 def export(

@@ -23,7 +23,8 @@ class _Commands(LazyCommands, TyperGroup):
     """`dane`'s commands; train and bench are built only when named (cli/lazy.py)."""
 
     order = (
-        "prepare", "info", "train", "advise", "evaluate", "export", "report", "presets", "watch"
+        "prepare", "info", "train", "advise", "evaluate", "predict", "export", "report",
+        "presets", "watch",
     )  # fmt: skip
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
@@ -178,6 +179,7 @@ app.command("advise", cls=opt.PlainUsage, epilog=opt.docs("advise"))(advise)
 
 # The commands that read a finished (or running) run, in cli/after_run.py.
 app.command(cls=opt.PlainUsage, epilog=opt.docs("evaluate"))(after_run.evaluate)
+app.command(cls=opt.PlainUsage, epilog=opt.docs("predict"))(after_run.predict)
 app.command(cls=opt.PlainUsage, epilog=opt.docs("export"))(after_run.export)
 app.command(cls=opt.PlainUsage, epilog=opt.docs("report"))(after_run.report)
 app.command("watch", cls=opt.PlainUsage, epilog=opt.docs("watch"))(after_run.watch_run)

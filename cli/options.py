@@ -42,6 +42,7 @@ DOCS = {
     "train": "docs/tutorials/quickstart.md",
     "advise": "docs/howto/workers.md",
     "evaluate": "docs/reference/formats.md",
+    "predict": "docs/howto/own-model.md",
     "export": "docs/howto/own-model.md",
     "report": "docs/howto/tracking.md",
     "presets": "docs/reference/settings.md",

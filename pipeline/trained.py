@@ -1,6 +1,6 @@
-"""A trained model out of a run directory: as an nn.Module (dask_dane.load), as a file that
-plain PyTorch loads without dask-dane (dane export), or scored on its store's test split in
-this process, no cluster needed (dane evaluate).
+"""A trained model out of a run directory: as an nn.Module (dask_dane.load), or as a file
+that plain PyTorch loads without dask-dane (dane export). Scored on a store or applied to new
+images (dane evaluate, dane predict): predict.py.
 
 A checkpoint holds the flat weights, the buffers, the run's configuration and what feeding
 the model needs (run_state.model_info: sample shape, classes, the store's normalisation), so
@@ -25,11 +25,8 @@ from ..datasets.images import read_class_names
 from ..models.flat import load_state
 from ..models.registry import ModelSpec, build_model
 from ..models.user import is_import_path, to_bytes
-from .engine.round import tasks
 from .engine.run.checkpoint import atomic_write_bytes, load_checkpoint
 from .engine.run.rundir import RunDir
-from .setup.config import RunConfig
-from .setup.run_setup import prepare_run
 
 FORMATS = ("program", "state-dict")
 CHECKPOINTS = ("best", "latest")
@@ -87,30 +84,6 @@ def build_trained(
     if sum(p.numel() for p in network.parameters()) != saved["weights"].numel():
         raise ValueError(f"the checkpoint in {run_dir} does not fit model {name!r}")
     return load_state(network, saved["weights"], saved.get("buffers") or {}).eval()
-
-
-def evaluate_checkpoint(
-    run_dir: str | Path, *, best: bool = False
-) -> tuple[Path, int, dict[str, float]]:
-    """(checkpoint, round, {loss, accuracy}) of the run's latest (or best) checkpoint, scored
-    on its store's test split with the settings its latest rounds ran with."""
-    run = run_dir_of(run_dir)
-    if not run.config.exists():
-        # RunDir's own message is --resume's ("drop --resume"): evaluate has none.
-        raise ValueError(f"{run.root} holds no run (no config.toml); {_FIX}")
-    config = RunConfig(**run.saved_config()).validate()
-    checkpoint = run.best if best else run.latest
-    setup = prepare_run(config)
-    saved = load_checkpoint(checkpoint)
-    weights = saved["weights"].to(getattr(torch, config.dtype))
-    if weights.numel() != setup.weights.numel():  # the model as prepare_run built it
-        raise ValueError(f"checkpoint {checkpoint} does not fit model {config.model!r}")
-    buffers = saved.get("buffers") or {}
-    return (
-        checkpoint,
-        int(saved["round"]),
-        tasks.evaluate(setup.spec, setup.load_test(), weights, buffers),
-    )
 
 
 class NormalizedModel(nn.Module):

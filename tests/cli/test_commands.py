@@ -74,8 +74,9 @@ def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run, dane_here
     best_row = rows[summary["best_round"] - 1]
     assert best_row["is_best"] and summary["selected_on"] == "validation"
 
-    latest = dane_here("evaluate", str(adam_run), cwd=adam_run.parent)
-    best = dane_here("evaluate", str(adam_run), "--best", cwd=adam_run.parent)
+    latest = dane_here("evaluate", str(adam_run), "--checkpoint", "latest", cwd=adam_run.parent)
+    best = dane_here("evaluate", str(adam_run), cwd=adam_run.parent)  # the best, as export
+    former = dane_here("evaluate", str(adam_run), "--best", cwd=adam_run.parent)
 
     pattern = r"^(\w+\.pt) \(round (\d+)\): test loss ([\d.]+), test accuracy ([\d.]+)$"
     name, round_index, loss, accuracy = re.match(pattern, latest.stdout.strip()).groups()
@@ -85,13 +86,14 @@ def test_evaluate_prints_the_latest_and_the_best_checkpoints(adam_run, dane_here
     name, round_index, _, accuracy = re.match(pattern, best.stdout.strip()).groups()
     assert (name, int(round_index)) == ("best.pt", best_row["round"])
     assert float(accuracy) == pytest.approx(summary["test_accuracy_at_best"], abs=1e-4)
+    assert former.stdout == best.stdout  # --best still parses
 
 
 def test_a_checkpoint_scored_in_this_process_gives_the_runs_own_figures(adam_run, tmp_path):
     # The same scoring as `dane evaluate`, in the test process (so coverage sees it): the
     # saved weights of rounds 5 and the best one, on the test split, equal what the run
     # measured with them on its cluster.
-    from dask_dane.pipeline.trained import evaluate_checkpoint
+    from dask_dane.pipeline.predict import evaluate_checkpoint
 
     rows = {r["round"]: r for r in _rows(adam_run) if r["test_accuracy"] is not None}
 
