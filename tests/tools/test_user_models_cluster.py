@@ -86,7 +86,7 @@ def test_the_cli_records_the_import_path_and_evaluates_the_same_model(
         "--local-steps", "5", "--batch-size", "16", "--out", "run", "--augment", "flip",
         "--dashboard-address", "127.0.0.1:0", cwd=tmp_path,
     )  # fmt: skip
-    evaluated = dane_here("evaluate", "run", cwd=tmp_path)
+    evaluated = dane_here("evaluate", "run", "--checkpoint", "latest", cwd=tmp_path)
 
     assert trained.returncode == 0, trained.stderr
     saved = tomllib.loads((tmp_path / "run" / "config.toml").read_text())
