@@ -119,6 +119,9 @@ def _workers_deaf_to_ctrl_c() -> Iterator[None]:
     cluster. A Ctrl-C during the start reaches the driver once the mask is restored."""
     from multiprocessing import resource_tracker
 
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks, nor this Ctrl-C
+        yield
+        return
     # Started here first: starting it unblocks SIGINT in the thread that starts it (bpo-33613),
     # which would be the IO loop's, and so every worker's.
     resource_tracker.ensure_running()
