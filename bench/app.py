@@ -66,6 +66,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "scaling",
         "Each method's time to target on m workers, projected from a shards sweep.",
     ),
+    "headline": (
+        "headline",
+        "The time to accuracy as workers double: DANE against FedAvg and DDP, on 1 ... 8 shards.",
+    ),
     "memory": (
         "scaling",
         "Worker memory and images/s with shards held converted (float), resident (as stored)",
