@@ -22,6 +22,7 @@ PREFIX = "preset:"
 # The settings to start from, each for a case a user has; `dane presets` lists them first.
 # The others are the benchmarks' settings and grids, kept to reproduce the measured pages.
 RECOMMENDED = (
+    "dane-many-workers",
     "skew-dane",
     "fashion-mnist-scale",
     "fashion-mnist-dane-scale",
