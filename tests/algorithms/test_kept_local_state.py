@@ -1,4 +1,4 @@
-"""--local-state keep: a shard's local optimizer carries its momentum into its next round.
+"""--local-optimizer-state keep: a shard's local optimizer carries its momentum into its next round.
 
 The oracle is a plain torch optimizer that never stops: two solves of K steps with the state
 kept must be its 2K steps; reset, they are not.
@@ -47,7 +47,7 @@ def test_two_kept_solves_are_one_optimizer_running_on(optimizer):
     problem, start = _problem()
     kept = LocalSolver(
         local_steps=5, local_lr=0.05, batch_size=ROWS, local_optimizer=optimizer,
-        local_clip=0.0, local_state="keep",
+        local_clip=0.0, local_optimizer_state="keep",
     )  # fmt: skip
     reset = LocalSolver(
         local_steps=5, local_lr=0.05, batch_size=ROWS, local_optimizer=optimizer, local_clip=0.0
@@ -68,7 +68,9 @@ def test_two_kept_solves_are_one_optimizer_running_on(optimizer):
 def test_a_kept_state_is_not_changed_by_the_solve_that_reads_it():
     # A retried round starts again from the state recorded with its weights.
     problem, start = _problem()
-    solver = LocalSolver(local_steps=3, batch_size=ROWS, local_clip=0.0, local_state="keep")
+    solver = LocalSolver(
+        local_steps=3, batch_size=ROWS, local_clip=0.0, local_optimizer_state="keep"
+    )
     rng = torch.Generator().manual_seed(0)
     first = solver.solve(problem, start, rng, state=solver.fresh_state(start))
     recorded = first.state.momentum.clone()
@@ -77,7 +79,7 @@ def test_a_kept_state_is_not_changed_by_the_solve_that_reads_it():
 
 
 def _strategy(algorithm: str, **settings):
-    return make_strategy(algorithm, {"local_steps": 3, "local_state": "keep", **settings})
+    return make_strategy(algorithm, {"local_steps": 3, "local_optimizer_state": "keep", **settings})
 
 
 @pytest.mark.parametrize("algorithm", ["dane", "fedavg", "fedprox"])
@@ -87,7 +89,7 @@ def test_the_local_methods_keep_one_state_per_shard(algorithm):
     assert strategy.shard_state_type is type(state)
     assert torch.equal(state.momentum, torch.zeros(7)) and state.steps == 0
     assert "kept-state" in strategy.label()
-    assert _strategy(algorithm, local_state="reset").shard_state_type is None
+    assert _strategy(algorithm, local_optimizer_state="reset").shard_state_type is None
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""--local-state keep on a cluster: each shard's optimizer state stays with the run, so both
-collectives equal the single-process reference bit for bit, and a resumed run equals the
+"""--local-optimizer-state keep on a cluster: each shard's optimizer state stays with the run,
+so both collectives equal the single-process reference bit for bit, and a resumed run equals the
 uninterrupted one (the state is checkpointed beside the weights)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dask_dane.pipeline.setup.run_setup import prepare_run
 
 pytestmark = pytest.mark.cluster
 
-KEPT = {"local_steps": 4, "local_lr": 0.1, "batch_size": 32, "local_state": "keep"}
+KEPT = {"local_steps": 4, "local_lr": 0.1, "batch_size": 32, "local_optimizer_state": "keep"}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,9 @@ def test_kept_state_runs_equal_the_reference(
 
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
-    reset_setup = prepare_run(_config(table, tmp_path / "r", algorithm, local_state="reset"))
+    reset_setup = prepare_run(
+        _config(table, tmp_path / "r", algorithm, local_optimizer_state="reset")
+    )
     reset = run_reference(reset_setup, rounds=config.rounds, num_workers=2)
 
     checkpoint = load_checkpoint(RunDir(tmp_path / "run").latest)

@@ -84,7 +84,7 @@ class LocalSolver:
     local_optimizer: str = declare("sgd", one_of(*LOCAL_OPTIMIZERS), help="sgd | adam.")
     momentum: float = MOMENTUM.field()
     # Each shard's momentum (Adam's moments) carried into its next round (optimizer_state.py).
-    local_state: str = declare(
+    local_optimizer_state: str = declare(
         "reset",
         one_of(*kept.LOCAL_STATES),
         help="The local optimizer's momentum each round: reset (zero) | keep (carried on).",
@@ -147,7 +147,7 @@ class LocalSolver:
 
     def __post_init__(self) -> None:
         validate(self)
-        kept.check_local_state(self.local_state, self.local_optimizer, self.momentum)
+        kept.check_kept(self.local_optimizer_state, self.local_optimizer, self.momentum)
         # Each schedule's own setting only with it; a cap below K would cut K itself.
         schedule = self.local_steps_schedule
         own = {"local_steps_max": "qsr", "sync_rounds": "post-local", "sync_epochs": "post-local"}
@@ -188,8 +188,8 @@ class LocalSolver:
         return f"{steps} {lr}{schedule}{warmup}{clip} B={self.batch_size}{carried}"
 
     @property
-    def keeps_state(self) -> bool:  # --local-state keep: carried into the shard's next round
-        return self.local_state == "keep"
+    def keeps_state(self) -> bool:  # --local-optimizer-state keep: into the shard's next round
+        return self.local_optimizer_state == "keep"
 
     def fresh_state(self, weights: torch.Tensor) -> kept.LocalOptimizerState | None:
         """A shard's kept state before round 1; None where it is reset each round."""

@@ -1,7 +1,7 @@
-"""The local optimizer's state kept across rounds (--local-state keep), per shard.
+"""The local optimizer's state kept across rounds (--local-optimizer-state keep), per shard.
 
-By default (--local-state reset) every round's K local steps start a fresh optimizer: SGD's
-momentum buffer, or Adam's moments, begin at zero, as FedAvg's and DANE's papers state them.
+By default (--local-optimizer-state reset) every round's K local steps start a fresh optimizer:
+SGD's momentum buffer, or Adam's moments, begin at zero, as FedAvg's and DANE's papers state them.
 DiLoCo (Douillard et al. 2023) and torchft's LocalSGD keep the inner optimizer's state across
 rounds instead, and QSR (Gu et al., ICLR 2024) keeps each worker's own: the momentum that the
 last round built up carries on, so the first steps of a round are not spent rebuilding it.
@@ -78,20 +78,21 @@ def read_state(
     )
 
 
-def check_local_state(local_state: str, optimizer: str, momentum: float) -> None:
+def check_kept(local_optimizer_state: str, optimizer: str, momentum: float) -> None:
     """Keeping needs something to keep: SGD without momentum has no state."""
-    if local_state == "keep" and optimizer == "sgd" and not momentum:
+    if local_optimizer_state == "keep" and optimizer == "sgd" and not momentum:
         raise SettingError(
-            f"{setting('local_state', 'keep')} keeps SGD's momentum, which is 0 here; set "
-            f"{setting('momentum')} above 0 (0.9) or drop {setting('local_state')}"
+            f"{setting('local_optimizer_state', 'keep')} keeps SGD's momentum, which is 0 "
+            f"here; set {setting('momentum')} above 0 (0.9) or drop "
+            f"{setting('local_optimizer_state')}"
         )
 
 
 def refuse_kept_state(solver: object, algorithm: str) -> None:
     """An algorithm with shard state of its own (or none of the K steps) does not keep it."""
-    if getattr(solver, "local_state", "reset") == "keep":
+    if getattr(solver, "local_optimizer_state", "reset") == "keep":
         raise SettingError(
-            f"{setting('local_state', 'keep')} applies to dane, fedavg and fedprox; "
+            f"{setting('local_optimizer_state', 'keep')} applies to dane, fedavg and fedprox; "
             f"{setting('algorithm', algorithm)} restarts its local optimizer each round: drop "
-            f"{setting('local_state')}"
+            f"{setting('local_optimizer_state')}"
         )

@@ -41,10 +41,11 @@ def make_solver(settings: Mapping[str, Any]) -> Solver:
             f"{kind} solves the local problem exactly: drop {setting('local_clip')} or use "
             f"{setting('local_solver', 'steps')}"
         )
-    if kind != "steps" and settings.get("local_state", "reset") != "reset":
+    if kind != "steps" and settings.get("local_optimizer_state", "reset") != "reset":
         raise SettingError(
-            f"{setting('local_state')} keeps the optimizer of {setting('local_solver', 'steps')}; "
-            f"{kind} solves the local problem exactly: drop {setting('local_state')}"
+            f"{setting('local_optimizer_state')} keeps the optimizer of "
+            f"{setting('local_solver', 'steps')}; {kind} solves the local problem exactly: "
+            f"drop {setting('local_optimizer_state')}"
         )
     if settings.get("overhead_share") is not None:
         _check_overhead_share(settings, kind)
