@@ -57,9 +57,11 @@ class ExactSolver:
         *,
         round_index: int = 1,
         stop: StopRule | None = None,
+        state: None = None,
     ) -> Solution:
         """The minimiser of `problem` from `start` (as LocalSolver.solve; the tolerance is the
-        stopping rule here, `round_index` and `stop` do not apply)."""
+        stopping rule here, `round_index` and `stop` do not apply, and an exact solve has no
+        optimizer state to keep: `state` is always None, --local-optimizer-state is refused)."""
         exact = _Exact(problem)
         v, first_loss, iterations = _descend(exact, start.detach().clone(), self)
         rows = exact.passes * problem.objective.num_samples
