@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -182,7 +183,8 @@ def measure_fixed_cost(spec: HeadlineSpec, method: str, store: Path) -> dict[str
     config = spec.config(method, spec.seeds[0])
     run = replace(config, store=str(store), local_epochs=None, rounds=2)
     workdir = Path(spec.workdir) / "fixed-cost" / method
-    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(workdir, ignore_errors=True)  # afresh, as `dane bench scaling` starts
+    workdir.mkdir(parents=True)
     scaling = ScalingSpec(run=run, workers=(1, 2), reference=False, workdir=str(workdir))
     rows = fixed_cost(scaling, workdir, run_workers)
     phases = len(prepare_run(scaling.config(1)).strategy.phases)

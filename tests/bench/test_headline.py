@@ -200,7 +200,7 @@ def test_the_targets_are_set_against_the_numbers(result):
 def test_the_pilot_s_defaults_give_way_to_what_is_given():
     pilot = headline_spec(pilot=True, seeds=(3, 4), passes=None, targets=None)
     assert (pilot.data_fraction, pilot.passes, pilot.seeds, pilot.targets) == (
-        0.2, 2.0, (3,), (0.6, 0.7),
+        0.2, 3.0, (3,), (0.6, 0.7),
     )  # fmt: skip
     full = headline_spec(pilot=False, passes=2.0, data_fraction=None)
     assert (full.data_fraction, full.passes, full.seeds) == (1.0, 2.0, (0, 1, 2))
