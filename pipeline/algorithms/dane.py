@@ -48,7 +48,7 @@ from .parts.local_solver import (
     check_trust_radius,
 )
 from .parts.noise_scale import gradient_figures
-from .parts.optimizer_state import LocalOptimizerState
+from .parts.optimizer_state import KeepsLocalOptimizerState
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.stop_rule import SmoothedStop
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dane(Strategy):
+class Dane(KeepsLocalOptimizerState, Strategy):
     eta: float = declare(1.0, positive, help="DANE: step on the global gradient.")
     mu: float = MU.field()  # unset: by model and passes a solve makes (well_posed.py)
     gradient: GradientEstimate = field(default_factory=GradientEstimate, metadata=GRADIENT_PART)
@@ -105,14 +105,6 @@ class Dane(Strategy):
     @property
     def state_type(self) -> type | None:  # type: ignore[override]
         return self.update_rule.state_type
-
-    @property
-    def shard_state_type(self) -> type | None:  # type: ignore[override]
-        return LocalOptimizerState if getattr(self.solver, "keeps_state", False) else None
-
-    def init_shard_state(self, weights: torch.Tensor) -> LocalOptimizerState | None:
-        keeps = isinstance(self.solver, LocalSolver)
-        return self.solver.fresh_state(weights) if keeps else None
 
     def init_state(self, weights: torch.Tensor) -> Any:
         return self.update_rule.init_state(weights, self.mu)

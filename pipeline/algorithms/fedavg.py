@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
-from .parts.local_solver import MU, LocalProblem, LocalSolver, needs_steps
-from .parts.optimizer_state import LocalOptimizerState
+from .parts.local_solver import MU, LocalProblem, needs_steps
+from .parts.optimizer_state import KeepsLocalOptimizerState
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import setting
 from .parts.solvers import SOLVER_PART, Solver
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SolveAndAverage(Strategy):
+class SolveAndAverage(KeepsLocalOptimizerState, Strategy):
     """Each shard solves its local problem from w; the server step takes their mean.
 
     `server` is the plain average here; a subclass that offers the server step's settings
@@ -51,14 +51,6 @@ class SolveAndAverage(Strategy):
 
     def init_state(self, weights: torch.Tensor) -> MomentumState | None:
         return self.server.init_state(weights)
-
-    @property
-    def shard_state_type(self) -> type | None:  # type: ignore[override]
-        return LocalOptimizerState if getattr(self.solver, "keeps_state", False) else None
-
-    def init_shard_state(self, weights: torch.Tensor) -> LocalOptimizerState | None:
-        keeps = isinstance(self.solver, LocalSolver)
-        return self.solver.fresh_state(weights) if keeps else None
 
     def local(self, ctx: LocalContext) -> LocalOutput:
         problem = LocalProblem(ctx.objective, anchor=ctx.weights, mu=self.proximal_mu)

@@ -78,6 +78,21 @@ def read_state(
     )
 
 
+class KeepsLocalOptimizerState:
+    """The shard state of a strategy whose `solver` may keep its optimizer state (dane,
+    fedavg, fedprox): the state where --local-optimizer-state keep, none where it resets."""
+
+    solver: object
+
+    @property
+    def shard_state_type(self) -> type | None:
+        return LocalOptimizerState if getattr(self.solver, "keeps_state", False) else None
+
+    def init_shard_state(self, weights: torch.Tensor) -> LocalOptimizerState | None:
+        fresh = getattr(self.solver, "fresh_state", None)  # the exact solvers have none
+        return fresh(weights) if fresh is not None else None
+
+
 def check_kept(local_optimizer_state: str, optimizer: str, momentum: float) -> None:
     """Keeping needs something to keep: SGD without momentum has no state."""
     if local_optimizer_state == "keep" and optimizer == "sgd" and not momentum:
