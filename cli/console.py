@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..pipeline.engine.run.rundir import RunDir
 from ..pipeline.launchers.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 from ..pipeline.observe.collapse import CollapseWatch, advice
-from ..pipeline.observe.progress import ProgressLines, number
+from ..pipeline.observe.progress import ProgressLines, number, startup_lines
 
 if TYPE_CHECKING:
     from ..pipeline.engine.protocol import Strategy
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 class TrainingProgress(ProgressLines):
     """ProgressLines with a rich progress bar for the rounds: round, train loss, test accuracy,
-    ETA. The dashboard line, the shards, the noise-scale and collapse warnings are
+    ETA. The start-up lines (startup_lines), the noise-scale and collapse warnings are
     ProgressLines'."""
 
     def __init__(
@@ -69,10 +69,8 @@ class TrainingProgress(ProgressLines):
         else:
             self._print(f"run folder: {self.out}")
         self._print(f"watch it with: dane watch {shlex.quote(str(self.out))}")  # elsewhere
-        shards = f"; shards {self.held}" if self.held else ""
-        self._print(f"dashboard: {dashboard}  ({workers} workers{shards})")
-        if dashboard.endswith("/status"):  # the run's own page, beside Dask's
-            self._print(f"DANE page: {dashboard.removesuffix('/status')}/dane")
+        for line in startup_lines(dashboard, workers, self.held):  # short, one thing each
+            self._print(line)
         self.bar.start()
 
     def on_round(self, row: dict[str, Any]) -> None:

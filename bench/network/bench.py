@@ -29,7 +29,13 @@ from ..common.specs import spec_record
 from ..ddp.compare import dask_curve, ddp_method, targets_reached
 from ..ddp.projection import model_copies
 from . import probe as allreduce_probe
-from .model import Network, project_allgather_round_s, project_dask_round_s, ring_allreduce_s
+from .model import (
+    ALLGATHER_FORMS,
+    Network,
+    project_allgather_round_s,
+    project_dask_round_s,
+    ring_allreduce_s,
+)
 from .netns import NetnsCluster, check_can_run, rate_bytes_per_s
 from .runs import RunFailed, idle_control_rate, run_dask, run_ddp_ranks
 from .spec import NetworkSpec
@@ -207,7 +213,7 @@ def _project_dask(
     total, before = 0.0, 0
     for r in rows:
         phases, before = r["comm_rounds"] - before, r["comm_rounds"]  # the row's is cumulative
-        if form == "allgather":  # one subtree sum a worker (a shard a worker, or blocks)
+        if form in ALLGATHER_FORMS:  # one subtree sum a worker (a shard a worker, or blocks)
             payload = r["comm_bytes"] / max(1, phases * workers * (workers - 1))
             total += project_allgather_round_s(
                 net, compute_s=r["max_worker_compute_s"], fixed_s=fixed_s, workers=workers,

@@ -81,6 +81,10 @@ STANDARD_NETWORKS = (
     Network(bandwidth_gbps=10.0, latency_ms=0.05),
 )
 PROJECTED_WORKERS = (2, 4, 8, 16, 32, 64)
+# Round forms (metrics.jsonl's `round_form`) whose dependent steps do not grow with the
+# workers: the Dask graph's all-gather and a torch group's; rows before 2026-12-07 named them
+# `allgather` and `torch-gloo`, read as the same.
+ALLGATHER_FORMS = ("dask", "torch", "allgather", "torch-gloo")
 
 
 def parse_network(text: str) -> Network:

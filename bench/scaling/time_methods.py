@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ddp.projection import model_copies
-from ..network.model import Network, allgather_round_comm_s, ring_allreduce_s, tree_depth
+from ..network.model import (
+    ALLGATHER_FORMS,
+    Network,
+    allgather_round_comm_s,
+    ring_allreduce_s,
+    tree_depth,
+)
 from ..network.model import dask_round_comm_s as comm_s
-
-# Round forms whose dependent steps do not grow with the workers: the Dask graph's
-# all-gather, and a torch group's (--collective torch).
-ALLGATHER_FORMS = ("allgather", "torch-gloo")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..engine.protocol import Strategy
     from ..setup.config import RunConfig
 
-__all__ = ["Callbacks", "ProgressLines", "chain"]
+__all__ = ["Callbacks", "ProgressLines", "chain", "startup_lines"]
 
 # Past the gradient noise scale a step's extra rows buy little: steps to a target go as
 # 1 + B_noise / (m B) (McCandlish et al. 2018), so at m B = 4 B_noise the steps are within
@@ -24,6 +24,23 @@ __all__ = ["Callbacks", "ProgressLines", "chain"]
 BATCH_OVER_NOISE = 4.0
 # The smoothed noise scale has seen two rounds by then: one round's estimate is too noisy.
 WARN_FROM_ROUND = 2
+
+
+def startup_lines(dashboard: str, workers: int, held: str) -> list[str]:
+    """The start-up lines a person reads, each short and on its own: the cluster, how the
+    workers hold the shards and the evaluation rows, the collective and why, the dashboard.
+    `held` is Callbacks.on_shards' phrase (engine/run/loop.py: the shards' choice, then
+    "; evaluation, a worker's part: ..." and "; rounds: " the collective's)."""
+    shards, _, collective = held.partition("; rounds: ")
+    shards, _, evaluation = shards.partition("; evaluation, a worker's part: ")
+    lines = [f"cluster: {workers} workers"]
+    lines += [f"shards: {shards}"] if shards else []
+    lines += [f"evaluation: {evaluation}"] if evaluation else []
+    lines += [f"collective: {collective}"] if collective else []
+    lines += [f"dashboard: {dashboard}"] if dashboard else []
+    if dashboard.endswith("/status"):  # the run's own page, beside Dask's
+        lines.append(f"DANE page: {dashboard.removesuffix('/status')}/dane")
+    return lines
 
 
 def noise_warning(row: dict[str, Any], batch_size: int) -> str | None:
@@ -86,13 +103,11 @@ class ProgressLines:
         return Callbacks(on_start=self.on_start, on_round=self.on_round, on_shards=self.on_shards)
 
     def on_shards(self, held: str) -> None:
-        self.held = held  # said with the workers, on one line
+        self.held = held  # said with the workers (startup_lines)
 
     def on_start(self, dashboard: str, workers: int) -> None:
-        shards = f"; shards {self.held}" if self.held else ""
-        self._print(f"dask-dane: {workers} workers ready, dashboard {dashboard}{shards}")
-        if dashboard.endswith("/status"):  # the run's own page, beside Dask's, as `dane train`
-            self._print(f"dask-dane: DANE page: {dashboard.removesuffix('/status')}/dane")
+        for line in startup_lines(dashboard, workers, self.held):  # as `dane train` says them
+            self._print(f"dask-dane: {line}")
 
     def on_round(self, row: dict[str, Any]) -> None:
         width = len(str(self.rounds or row["round"]))

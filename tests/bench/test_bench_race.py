@@ -133,7 +133,7 @@ def test_shards_bench_runs_one_configuration_on_every_split(tmp_path):
         assert sum(timing["round_train_s"]) > 0
         # The all-gather form (a gloo group's, the default collective): one worker moves
         # nothing, two send their sums both ways.
-        assert timing["round_form"] == "torch-gloo"
+        assert timing["round_form"] == "torch"
         assert all((b > 0) == (timing["workers"] > 1) for b in timing["comm_bytes"])
     small_cnn = build_model(ModelSpec(name="small-cnn", sample_shape=(1, 8, 8), num_classes=10))
     params = sum(p.numel() for p in small_cnn.parameters())

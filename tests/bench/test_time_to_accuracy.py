@@ -136,15 +136,16 @@ def test_projected_times_and_speedups_follow_the_formulas(sweep, ddp_sweep, scal
         assert ddp[4]["time_s"] is None and ddp[4]["speedup"] is None  # never reached 88 %
 
 
+@pytest.mark.parametrize("label", ["dask", "allgather"])  # allgather: rows before 2026-12-07
 def test_the_allgather_form_keeps_its_fixed_cost_and_sends_w_minus_1_copies_a_phase(
-    sweep, ddp_sweep, scaling
+    sweep, ddp_sweep, scaling, label
 ):
     # A fixed-cost JSON of the all-gather form (rounds chained on the cluster): its
     # dependent steps do not grow with W; each worker sends its sum to the W - 1 others.
     for row in scaling["fixed_cost"]:
-        row["round_form"] = "allgather"
+        row["round_form"] = label
     fixed = fixed_cost_from(scaling)
-    assert fixed.form == "allgather"
+    assert fixed.form == label
     assert fixed.seconds(4) == fixed.seconds(32) == pytest.approx(0.12)
 
     result = _project(sweep, ddp_sweep, scaling, targets=(0.88,), speedups=(1.0,))

@@ -48,8 +48,8 @@ def test_a_former_broadcast_value_reads_as_auto_with_a_note_and_a_current_one_as
 
 
 def test_the_round_form_a_row_names_is_the_all_gather_or_the_torch_group():
-    assert round_form("dask") == round_form("auto") == "allgather"
-    assert round_form("torch") == "torch-gloo"
+    assert round_form("dask") == round_form("auto") == "dask"
+    assert round_form("torch") == "torch"
 
 
 @dataclass

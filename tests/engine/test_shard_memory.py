@@ -29,7 +29,13 @@ def test_auto_says_what_it_chose_beside_the_dashboard_and_in_config_toml(
     lines = done.stderr.splitlines()
     assert lines[0] == f"run folder: {out}"  # the run's folder first, then what it chose
     assert lines[1] == f"watch it with: dane watch {out}"
-    assert lines[2].startswith("dashboard: ") and "shards auto: resident (shard " in lines[2]
+    # Then short lines, one thing each (issue 72 item 7): no 300-character dashboard line.
+    assert lines[2] == "cluster: 2 workers"
+    assert lines[3].startswith("shards: auto: resident (shard ")
+    assert lines[4].startswith("evaluation: test resident (")
+    assert lines[5].startswith("collective: ") and "(auto: " in lines[5]
+    assert lines[6].startswith("dashboard: ")
+    assert all(len(line) <= 160 for line in lines[2:7]), lines[2:7]  # was one of ~300
     config = (out / "config.toml").read_text()
     assert 'shard_memory = "auto"' in config and "# shard_memory auto: resident (shard" in config
 

@@ -100,7 +100,7 @@ def _equals_reference(config: RunConfig, client, workers: int) -> None:
     assert summary["rounds"] == config.rounds
     assert torch.equal(load_checkpoint(RunDir(out).latest)["weights"], reference.weights)
     rows = _rows(out)
-    assert {r["round_form"] for r in rows} == {"torch-gloo"}
+    assert {r["round_form"] for r in rows} == {"torch"}
     for key in ("train_loss", "comm_bytes", "val_loss", "val_accuracy", "is_best"):
         assert [r[key] for r in rows] == [r[key] for r in reference.history], key
     assert [r["attempts"] for r in rows] == [1] * config.rounds

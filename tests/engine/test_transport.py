@@ -106,7 +106,7 @@ def test_bfloat16_dask_run_equals_the_reference_bit_for_bit(
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [r["train_loss"] for r in rows] == [r["train_loss"] for r in reference.history]
     assert [r["comm_bytes"] for r in rows] == [r["comm_bytes"] for r in reference.history]
-    assert all(r["round_form"] == "allgather" for r in rows)
+    assert all(r["round_form"] == "dask" for r in rows)
     exact = run_reference(
         prepare_run(RunConfig(**{**config.as_dict(), "transport": "float32"})),
         rounds=3, num_workers=2,

@@ -187,7 +187,8 @@ def test_progress_prints_a_line_per_round_with_loss_and_accuracy():
 
     assert _lines(rows) == [
         "dask-dane: training dane for 3 rounds into runs/a-long-name",
-        "dask-dane: 2 workers ready, dashboard http://127.0.0.1:8787/status",
+        "dask-dane: cluster: 2 workers",
+        "dask-dane: dashboard: http://127.0.0.1:8787/status",
         "dask-dane: DANE page: http://127.0.0.1:8787/dane",
         "round 1/3  train loss 2.0000  test acc -  1.2 s",
         "round 2/3  train loss 0.5000  test acc 0.9000  0.5 s",
@@ -204,7 +205,7 @@ def test_progress_warns_once_when_a_step_holds_several_noise_scales():
 
     warned = [line for line in lines if line.startswith("warning:")]
     assert len(warned) == 1 and "64 rows a step, 6x the gradient noise scale" in warned[0]
-    assert lines.index(warned[0]) == 4  # right after round 2's line
+    assert lines.index(warned[0]) == 5  # right after round 2's line
 
 
 def test_progress_shows_the_test_loss_of_a_regression_and_validation_accuracy():
@@ -215,8 +216,8 @@ def test_progress_shows_the_test_loss_of_a_regression_and_validation_accuracy():
 
     shown = _lines(rows, rounds=10)
 
-    assert shown[3] == "round  1/10  train loss 2.0000  test loss 0.2500  1.0 s"
-    assert shown[4] == "round  2/10  train loss 1.0000  val acc 0.8000  test acc 0.7000  1.0 s"
+    assert shown[4] == "round  1/10  train loss 2.0000  test loss 0.2500  1.0 s"
+    assert shown[5] == "round  2/10  train loss 1.0000  val acc 0.8000  test acc 0.7000  1.0 s"
 
 
 def test_chained_callbacks_are_called_in_order():
@@ -250,13 +251,16 @@ def test_train_talks_unless_told_not_to(digits_stores, cluster_client, tmp_path,
     shown = talked.err.splitlines()
     accuracy = result.history[-1]["test_accuracy"]
     assert shown[0] == f"dask-dane: training fedavg for 2 rounds into {tmp_path / 'a'}"
-    assert shown[1].startswith("dask-dane: 2 workers ready, dashboard http")
-    assert "; shards auto: resident (shard 0 holds 45 KiB of features, within 25%" in shown[1]
-    assert shown[2].startswith("dask-dane: DANE page: http") and shown[2].endswith("/dane")
-    assert shown[3].startswith(f"round 1/2  train loss {result.history[0]['train_loss']:.4f}")
-    assert shown[4].startswith("round 2/2  train loss ")
-    assert f"test acc {accuracy:.4f}" in shown[4]
-    assert shown[5] == f"dask-dane: done after 2 rounds, test accuracy {accuracy:.4f}"
+    assert shown[1] == "dask-dane: cluster: 2 workers"  # then short lines, one thing each
+    assert shown[2].startswith("dask-dane: shards: auto: resident (shard 0 holds 45 KiB of")
+    assert shown[3].startswith("dask-dane: evaluation: test resident (")
+    assert shown[4].startswith("dask-dane: collective: ")
+    assert shown[5].startswith("dask-dane: dashboard: http")
+    assert shown[6].startswith("dask-dane: DANE page: http") and shown[6].endswith("/dane")
+    assert shown[7].startswith(f"round 1/2  train loss {result.history[0]['train_loss']:.4f}")
+    assert shown[8].startswith("round 2/2  train loss ")
+    assert f"test acc {accuracy:.4f}" in shown[8]
+    assert shown[9] == f"dask-dane: done after 2 rounds, test accuracy {accuracy:.4f}"
     assert talked.out == ""
     assert (quiet.out, quiet.err) == ("", "")
     assert rows == result.history and rounds == [1, 2]

@@ -33,9 +33,10 @@ TRANSPORTS = ("float32", "bfloat16")
 
 
 def round_form(collective: str) -> str:
-    """How a run's rounds cross, as its rows name it: a Dask graph's all-gather (`allgather`),
-    or `torch-gloo`, a torch.distributed group's (--collective torch)."""
-    return "torch-gloo" if collective == "torch" else "allgather"
+    """How a run's rounds cross, as its rows name it: `dask`, a Dask graph's all-gather, or
+    `torch`, a torch.distributed group's (--collective torch). Rows written before
+    2026-12-07 say `allgather` and `torch-gloo` (bench/network/model.py ALLGATHER_FORMS)."""
+    return "torch" if collective == "torch" else "dask"
 
 
 # An algorithm's outputs that it averages as weights (algorithms/*.py name them so): they
