@@ -182,7 +182,7 @@ def test_a_small_namespaced_run_measures_every_method_and_leaves_nothing(
     # the weights once (a broadcast scatter sends one copy, which the workers replicate
     # between them) and nothing model-sized besides (it sent 3 in the per-round form); what
     # came back is the new weights, one model a round (DANE keeps no driver state).
-    assert runs["dane"]["broadcast"] == "allgather"
+    assert runs["dane"]["broadcast"] == "dask"  # rows before 2026-12-07: "allgather"
     rows = runs["dane"]["round_figures"]
     model = rows[1]["driver_bytes"]  # round 2: the fetch alone
     assert rows[0]["driver_bytes"] == 3 * model  # the fetch, and the scatter to 2 workers
