@@ -81,3 +81,17 @@ def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:
         "steps_per_pass": steps_per_epoch(*shape),
     }
     return make_strategy(config.algorithm, settings)
+
+
+def with_strategy_resolved(config: RunConfig, strategy: Strategy, l2: float | None) -> RunConfig:
+    """`config` with each unset setting the strategy or the model filled written in as filled
+    (issue 72 item 5): DANE's (and FedProx's, FedDyn's) mu, DANE's local_theta (well_posed.py),
+    the local steps' clip norm (local_solver.py clip_norm) and the model's l2 (the store's).
+    config.toml then holds what the run ran with, and a run from it builds the same strategy;
+    an old run folder without them resolves them the same way (resumed.RESOLVED_KEYS)."""
+    filled = {key: getattr(strategy, key, None) for key in ("mu", "local_theta")}
+    solver = getattr(strategy, "solver", None)
+    filled["local_clip"] = getattr(solver, "clip_norm", None)
+    filled["l2"] = l2
+    changed = {k: v for k, v in filled.items() if v is not None and getattr(config, k) is None}
+    return dataclasses.replace(config, **changed).validate(strategy=False) if changed else config

@@ -28,6 +28,10 @@ Change = tuple[Any, Any]  # (old, new); None: unset
 # Settings that define what is being trained: a resumed run must not change them.
 IDENTITY_KEYS = ("store", "model", "algorithm", "seed", "dtype", "val_fraction")
 
+# Settings an unset value of which the run fills from its algorithm, model and store
+# (epochs.with_strategy_resolved); config.toml holds them as filled since 2026-12-07.
+RESOLVED_KEYS = frozenset({"mu", "local_theta", "local_clip", "l2"})
+
 # The only settings a resume may change (each change is recorded in config.toml's [[resumed]]).
 # Every other one is refused: it is part of the method the run's curve and label stand for
 # (the data, the model and its precision, the algorithm and its hyperparameters, the seed), so a
@@ -110,14 +114,15 @@ def check_same_run(saved: dict[str, Any], config: Any) -> dict[str, Change]:
     RESUMABLE_KEYS may change; ValueError naming the first other one (IDENTITY_KEYS first).
 
     A setting missing from `saved` was unset, or did not exist when the file was written: it
-    counts as its default, so an older config.toml resumes.
+    counts as its default, so an older config.toml resumes; one of RESOLVED_KEYS missing was
+    resolved at the start as it is now (a file before 2026-12-07 left them out).
     """
     defaults = {f.name: f.default for f in fields(config)}
     keys = [*IDENTITY_KEYS, *(key for key in defaults if key not in IDENTITY_KEYS)]
     changes: dict[str, Change] = {}
     for key in keys:
         old, new = saved.get(key, defaults[key]), getattr(config, key)
-        if old == new:
+        if old == new or (old is None and key in RESOLVED_KEYS):  # resolved as it was
             continue
         if key not in RESUMABLE_KEYS:
             name = key_of(key)  # as config.toml and the flags spell it

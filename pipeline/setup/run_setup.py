@@ -30,7 +30,7 @@ from ..engine.protocol import Strategy
 from ..engine.round.augment import parse_augment
 from ..engine.round.shards import ShardData, load_evaluation, load_shard
 from .config import RunConfig
-from .epochs import strategy_on_store, with_epochs_resolved
+from .epochs import strategy_on_store, with_epochs_resolved, with_strategy_resolved
 from .model_check import CHECK_ROWS, initial_model
 
 
@@ -175,6 +175,9 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         augment=config.augment,
         precision=config.precision,
     )
+    # The unset settings the strategy and the model filled, written into the config (and so
+    # config.toml), and the strategy built from it: a run from config.toml builds this one.
+    config = with_strategy_resolved(config, strategy_on_store(config, store), spec.l2)
     strategy = strategy_on_store(config, store)
     weights, buffers = initial_model(
         spec,
