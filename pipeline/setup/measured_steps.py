@@ -21,7 +21,7 @@ from ..algorithms.parts.local_solver import LocalSolver
 from ..algorithms.parts.local_steps_schedule import steps_for_epochs
 from ..algorithms.parts.local_work import CEILING_EPOCHS, RoundCosts, steps_for_share
 from ..engine.round.shards import load_shard, make_objective
-from .epochs import strategy_on_store, with_epochs_resolved
+from .epochs import strategy_on_store, with_epochs_resolved, with_strategy_resolved
 
 if TYPE_CHECKING:
     from ...models.flat import Buffers
@@ -131,6 +131,9 @@ def with_local_steps(setup: RunSetup, steps: int) -> RunSetup:
     settings counted along K (--local-lr-warmup-epochs) and the strategy made again."""
     given = dataclasses.replace(setup.config, local_steps=steps, overhead_share=None)
     config = with_epochs_resolved(given, setup.store)
+    # What the strategy fills (DANE's mu reads K) is written in for the chosen K, as
+    # prepare_run writes it for a K given.
+    config = with_strategy_resolved(config, strategy_on_store(config, setup.store), setup.spec.l2)
     return dataclasses.replace(
         setup, config=config, strategy=strategy_on_store(config, setup.store)
     )
