@@ -93,7 +93,7 @@ def test_digits_trains_on_two_slurm_jobs_and_leaves_no_job(slurm, slurm_run):
     summary = json.loads((folder / "run" / "summary.json").read_text())
     assert summary["rounds"] == 4 and summary["final_test_accuracy"] > 0.85
     # Two workers, each a job sized by the config's memory (Dask's MiB of 2GiB).
-    assert "(2 workers;" in done.stderr
+    assert "cluster: 2 workers\n" in done.stderr
     assert "worker memory limit is 2048.0 MiB" in done.stderr
     assert sorted(p.name for p in (folder / "jobs").glob("*.err")) == [
         "dask-worker-1.err",
@@ -264,7 +264,7 @@ def test_the_sbatch_script_of_the_deploy_page_trains(slurm, digits_stores, tmp_p
     log = (tmp_path / f"slurm-{job.group(1)}.out").read_text()
     assert state == "COMPLETED 0:0", log
     assert re.search(r"dane: 2 rounds, test accuracy 0\.\d+", log), log
-    assert "(2 workers;" in log  # both srun tasks' workers, before round 1
+    assert "cluster: 2 workers\n" in log  # both srun tasks' workers, before round 1
     assert (tmp_path / "run" / "summary.json").exists()
     assert slurm.jobs_left() == []
     deadline = time.monotonic() + 10  # the scheduler and workers the script started ended
