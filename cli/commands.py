@@ -23,8 +23,8 @@ class _Commands(LazyCommands, TyperGroup):
     """`dane`'s commands; train and bench are built only when named (cli/lazy.py)."""
 
     order = (
-        "prepare", "info", "train", "advise", "evaluate", "predict", "export", "report",
-        "presets", "watch",
+        "prepare", "info", "train", "options", "advise", "evaluate", "predict", "export",
+        "report", "presets", "watch",
     )  # fmt: skip
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
@@ -127,6 +127,9 @@ def train(
 ) -> None:
     """Train a model with DANE (or SGD / FedAvg) and print the test accuracy.
 
+    The options most runs set; `dane options` lists every one, `dane options --filter TEXT`
+    those that mention TEXT.
+
     Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
     presets/skew-dane.toml (docs/howto/non-iid.md).
     """
@@ -172,6 +175,25 @@ def train(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     typer.echo(selection_line(summary))  # before the result line: scripts read the last line
     typer.echo(result_line(summary, resolved.out))
+
+
+@app.command("options", cls=opt.PlainUsage, epilog=opt.docs("options"))
+def list_options(
+    text: Annotated[
+        str | None,
+        typer.Option(
+            "--filter",
+            metavar="TEXT",
+            help="Only the options whose flag, help or panel holds TEXT (any case; local_lr "
+            "finds --local-lr).",
+        ),
+    ] = None,
+) -> None:
+    """List every `dane train` option with its panel, default and help: --help shows the
+    ones most runs set, and takes the others as well."""
+    from .option_list import options_listing
+
+    typer.echo(options_listing(TRAIN.real(), text))
 
 
 app.command("advise", cls=opt.PlainUsage, epilog=opt.docs("advise"))(advise)
@@ -221,7 +243,10 @@ def show_presets(
 
 
 # Built when named: train's options import every algorithm, bench every benchmark (torch).
+TRAIN = LazyCommand(
+    "train", help=inspect.getdoc(train) or "", load=lambda: opt.train_command(train)
+)
 _Commands.lazy = (
-    LazyCommand("train", help=inspect.getdoc(train) or "", load=lambda: opt.train_command(train)),
+    TRAIN,
     LazyCommand("bench", help=opt.BENCH_HELP, load=opt.bench_group, rich_help_panel="Benchmarks"),
 )

@@ -31,6 +31,7 @@ from ..datasets.idx import FASHION_MNIST_DIR
 from ..datasets.partition import PartitionSpec
 from ..datasets.raw import SourceOptions
 from .lazy import LazyCommand, LazyCommands
+from .option_list import FORMER, SHOWN, shown_first
 
 ARGUMENTS = ("store",)  # fields given by position rather than as --flags
 # The page of the documentation (docs/, `make docs` builds the site) that each command's
@@ -40,6 +41,7 @@ DOCS = {
     "prepare": "docs/howto/own-images.md",
     "info": "docs/reference/formats.md",
     "train": "docs/tutorials/quickstart.md",
+    "options": "docs/reference/settings.md",
     "advise": "docs/howto/workers.md",
     "evaluate": "docs/reference/formats.md",
     "predict": "docs/howto/own-model.md",
@@ -94,17 +96,15 @@ def run_config_parameters() -> list[inspect.Parameter]:
             text = with_default(f.metadata.get("declaration").help, f.default)
             if f.name in ARGUMENTS:
                 info = typer.Argument(help=text)
-            else:
-                info = typer.Option(flag(f.name), help=text, rich_help_panel=panel_of(f.name))
+            else:  # hidden from --help unless SHOWN; `dane options` lists every one
+                panel, hidden = panel_of(f.name), f.name not in SHOWN
+                info = typer.Option(flag(f.name), help=text, rich_help_panel=panel, hidden=hidden)
             kind = VALUE_TYPES[f.name] | None
             parameters.append(_keyword(f.name, Annotated[kind, info]))
             if f.name in RENAMED_FLAGS:  # the former spelling still parses, hidden from --help
                 hidden = typer.Option(former_flag(f.name), hidden=True)
                 parameters.append(_keyword(f.name + FORMER, Annotated[kind, hidden]))
     return parameters
-
-
-FORMER = "__former"  # the suffix of a former spelling's parameter (run_config_parameters)
 
 
 def former_spellings_applied(flags: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +157,10 @@ class PlainUsage(typer.core.TyperCommand):
 
 class PanelledCommand(PlainUsage):
     """A command whose plain --help lists its options in panels (config.PANELS' order), as
-    Typer's rich help would, without rich's formatting or its import."""
+    Typer's rich help would, without rich's formatting or its import; only SHOWN's, the rest
+    being listed apart, by `dane options` (option_list.py)."""
+
+    listed_apart = True  # its hidden options are settings, not aliases (option_list.every_record)
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from ..pipeline.setup.config import PANELS
@@ -171,8 +174,9 @@ class PanelledCommand(PlainUsage):
                 arguments.append(record)
             else:  # --help has no panel: it closes the list
                 panel = getattr(param, "rich_help_panel", None) or "Options"
-                panels.setdefault(panel, []).append(record)
-        for title, records in [("Arguments", arguments), *panels.items()]:
+                panels.setdefault(panel, []).append((param.name, record))
+        listed = [(title, shown_first(pairs)) for title, pairs in panels.items()]
+        for title, records in [("Arguments", arguments), *listed]:
             if records:
                 with formatter.section(title):
                     formatter.write_dl(records)

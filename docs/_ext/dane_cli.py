@@ -45,12 +45,15 @@ def commands() -> Iterator[tuple[list[str], click.Command, click.Context]]:
 
 def options_of(command: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
     """(the option's spellings and metavar, its help with the default) for every parameter
-    `--help` shows; hidden aliases stay out, as they do there."""
+    a command takes: those `dane train --help` leaves to `dane options` included, its hidden
+    former spellings (--momentum) left out, as they are there."""
+    from dask_dane.cli.option_list import every_record
+
     records = []
     for param in command.get_params(ctx):
         if param.name == "help":  # every command has it; listing it 27 times says nothing
             continue
-        record = param.get_help_record(ctx)
+        record = every_record(param, ctx)
         if param.param_type_name == "argument" and record is None:
             record = (param.make_metavar(ctx), getattr(param, "help", None) or "")
         if record is not None:

@@ -99,7 +99,7 @@ def in_flags(err: BaseException) -> str:
     return err.worded(flag) if isinstance(err, SettingError) else str(err)
 
 
-# `dane train --help` groups its options in these panels, in this order: one per section.
+# `dane train --help` and `dane options` group the options in these panels, in this order.
 _SECTION_PANELS = {"data": "Data", "model": "Model", **GENERATED}
 _SECTION_PANELS |= {"run": "Run and output", "cluster": "Cluster"}
 PANELS = tuple(_SECTION_PANELS.values())
@@ -183,7 +183,7 @@ def field_of(raw_key: str, origin: str, *, noun: str = "key") -> str:
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ValueError(
         f"{origin}: unknown {noun} {raw_key!r}; {hint}every {noun} is a `dane train` flag "
-        "without the dashes (local_lr for --local-lr): see `dane train --help` or "
+        "without the dashes (local_lr for --local-lr): `dane options` lists them all, as does "
         "docs/reference/settings.md"
     )
 

@@ -71,8 +71,8 @@ def test_the_listing_shows_train_and_bench_built_only_when_named():
         return [line.split()[0] for line in section.split("\n\n")[0].splitlines() if line]
 
     assert names(commands) == [
-        "prepare", "info", "train", "advise", "evaluate", "predict", "export", "report",
-        "presets", "watch",
+        "prepare", "info", "train", "options", "advise", "evaluate", "predict", "export",
+        "report", "presets", "watch",
     ]  # fmt: skip
     assert names(benchmarks) == ["bench"]  # apart, under its own heading
     assert "Train a model with DANE" in listing.output

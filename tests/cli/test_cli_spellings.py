@@ -46,11 +46,12 @@ def _parsed(command, argv: list[str]) -> dict:
     return dict(command.make_context(command.name, argv).params)
 
 
-def test_train_help_shows_the_local_prefix_and_hides_the_former_flags():
-    text = _help("train")
+def test_the_option_list_shows_the_local_prefix_and_hides_the_former_flags():
+    listing = CliRunner().invoke(app, ["options"], terminal_width=100).output
     for now, former in RENAMED.values():
-        assert re.search(rf"^\s+{now}\b", text, re.MULTILINE), now
-        assert not re.search(rf"^\s+{former}\b", text, re.MULTILINE), former
+        assert re.search(rf"^\s+{now}\b", listing, re.MULTILINE), now
+        for text in (listing, _help("train")):
+            assert not re.search(rf"^\s+{former}\b", text, re.MULTILINE), former
 
 
 @pytest.mark.parametrize("field", sorted(RENAMED))
@@ -84,8 +85,8 @@ def test_bench_stands_apart_in_dane_help():
 
 
 @pytest.mark.parametrize(
-    "words", [(), ("prepare",), ("info",), ("train",), ("advise",), ("evaluate",), ("export",),
-              ("report",), ("presets",), ("watch",), ("bench",), ("bench", "scaling")],
+    "words", [(), ("prepare",), ("info",), ("train",), ("options",), ("advise",), ("evaluate",),
+              ("export",), ("report",), ("presets",), ("watch",), ("bench",), ("bench", "scaling")],
 )  # fmt: skip
 def test_each_help_page_ends_with_its_documentation_page(words):
     last = " ".join(_help(*words).split())  # click wraps the epilog

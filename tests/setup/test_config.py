@@ -121,7 +121,7 @@ def test_read_toml_rejects_unknown_key_naming_it_and_where_the_keys_are(tmp_path
 
     text = str(raised.value)
     assert message in text and "\n" not in text
-    assert "`dane train --help` or docs/reference/settings.md" in text
+    assert "`dane options` lists them all, as does docs/reference/settings.md" in text
 
 
 @pytest.mark.parametrize(
