@@ -14,6 +14,7 @@ from ..pipeline.engine.run.rundir import RunDir
 from ..pipeline.launchers.cluster_checks import LOG_FORMAT, restore_logs, route_cluster_logs
 from ..pipeline.observe.collapse import CollapseWatch, advice
 from ..pipeline.observe.progress import ProgressLines, number, startup_lines
+from .watch import PACE_ROUNDS, eta
 
 if TYPE_CHECKING:
     from ..pipeline.engine.protocol import Strategy
@@ -22,19 +23,14 @@ if TYPE_CHECKING:
 
 class TrainingProgress(ProgressLines):
     """ProgressLines with a rich progress bar for the rounds: round, train loss, test accuracy,
-    ETA. The start-up lines (startup_lines), the noise-scale and collapse warnings are
+    ETA (`dane watch`'s: the latest rounds' pace, none until a round after this process's
+    first). The start-up lines (startup_lines), the noise-scale and collapse warnings are
     ProgressLines'."""
 
     def __init__(
         self, config: RunConfig, strategy: Strategy | None = None, *, resume: bool = False
     ) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         super().__init__()
         self.rounds, self.batch_size = config.rounds, config.batch_size
@@ -45,11 +41,14 @@ class TrainingProgress(ProgressLines):
             MofNCompleteColumn(),
             BarColumn(),
             TextColumn("loss {task.fields[loss]}  acc {task.fields[acc]}"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            # Not rich's TimeRemainingColumn: its pace is the time between updates over the
+            # last 30 s, so rounds longer than that never had an ETA.
+            TextColumn("ETA {task.fields[eta]}"),
             console=self.console,
         )
-        self.task = self.bar.add_task("train", total=config.rounds, loss="-", acc="-")
+        self.task = self.bar.add_task("train", total=config.rounds, loss="-", acc="-", eta="-")
+        self.rows: list[dict[str, Any]] = []  # the latest rounds: the ETA's pace
+        self.first: int | None = None  # the first round this process ran
 
     def __enter__(self) -> TrainingProgress:
         return self  # the bar starts with the first round: errors before it print alone
@@ -65,7 +64,7 @@ class TrainingProgress(ProgressLines):
         done = RunDir(Path(self.out)).rounds_recorded() if self.resume else 0
         if done:
             self._print(f"resuming {self.out} after round {done} of {self.rounds}")
-            self.bar.reset(self.task, completed=done)  # no speed sampled from 0 to `done`
+            self.bar.reset(self.task, completed=done)  # the bar from `done`, not from 0
         else:
             self._print(f"run folder: {self.out}")
         self._print(f"watch it with: dane watch {shlex.quote(str(self.out))}")  # elsewhere
@@ -75,7 +74,12 @@ class TrainingProgress(ProgressLines):
 
     def on_round(self, row: dict[str, Any]) -> None:
         loss, acc = number(row["train_loss"]), number(row["test_accuracy"])
-        self.bar.update(self.task, completed=row["round"], loss=loss, acc=acc)
+        # This process's first round holds its start-up (a fresh run's round 1, a resume's
+        # first): the pace is the rounds after it (watch.FIRST_ROUNDS).
+        self.first = row["round"] if self.first is None else self.first
+        self.rows = [*self.rows[-PACE_ROUNDS:], row]
+        left = eta(self.rows, self.rounds, first=(self.first,))
+        self.bar.update(self.task, completed=row["round"], loss=loss, acc=acc, eta=left)
         self.warn(row)
 
 
