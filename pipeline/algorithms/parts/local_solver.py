@@ -15,14 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ...engine.protocol import validate
 from . import optimizer_state as kept
-from .checks import (
-    at_least_one,
-    momentum_range,
-    non_negative,
-    one_of,
-    optional,
-    positive,
-)
+from .checks import at_least_one, momentum_range, non_negative, one_of, optional, positive
 from .hyperparameters import Declaration, declare
 from .local_problem import LocalProblem, Solution, StopRule  # importers take them from here too
 from .local_steps_schedule import LOCAL_STEPS_SCHEDULES, QSR_DEFAULT_CAP, local_steps_at
@@ -240,6 +233,8 @@ class LocalSolver:
         optimizer state) the steps go on from it, and the Solution carries the state after."""
         import torch
 
+        from .step_clip import clip_norm_  # imports torch: not at the settings' import
+
         objective, linear, anchor = problem.objective, problem.linear, problem.anchor
         v = start.detach().clone().requires_grad_(True)
         lr, clip = self.lr(round_index), self.clip_norm
@@ -249,14 +244,14 @@ class LocalSolver:
             opt = torch.optim.SGD([v], lr=lr, momentum=self.momentum)
         if state is not None:
             kept.load_state(opt, v, state, self.local_optimizer)
-        first_loss, steps, drawn = float("nan"), 0, 0
+        # The first batch's loss read once the steps are queued (on a GPU a read waits for them)
+        first, steps, drawn = None, 0, 0
         for step in range(self.steps(round_index)):
             opt.zero_grad()  # None: the backward hands its gradient over, no zeroing or adding
             drawn += 1
             loss = objective.batch_loss(v, objective.sample_rows(self.batch_size, rng))
             loss.backward()
-            if step == 0:
-                first_loss = float(loss.detach())
+            first = loss.detach() if step == 0 else first
             with torch.no_grad():
                 # The linear and proximal terms have closed-form gradients: add them directly.
                 if linear is not None:
@@ -265,17 +260,15 @@ class LocalSolver:
                     v.grad.add_(v - anchor, alpha=problem.mu)
                 if step > 0 and stop is not None and stop(v.grad, v):
                     break
-                # Scale the gradient down to norm C where it is longer; C = 0: leave it.
-                if clip:
-                    norm = float(torch.linalg.vector_norm(v.grad))
-                    if norm > clip:
-                        v.grad.mul_(clip / norm)
+                if clip:  # C = 0: leave it
+                    clip_norm_(v.grad, clip)  # scaled down to norm C where it is longer
             opt.step()
             with torch.no_grad():
                 problem.project(v)  # projected SGD: every iterate stays in the region
             steps += 1
         rows = drawn * min(self.batch_size, objective.num_samples)
         after = None if state is None else kept.read_state(opt, v, state, steps)
+        first_loss = float("nan") if first is None else float(first)
         return Solution(
             weights=v.detach(), first_loss=first_loss, steps=steps, rows=rows, state=after
         )
