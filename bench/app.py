@@ -98,6 +98,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "gpu",
         "One process's time a local step in fp32, in bf16 (--precision) and in plain PyTorch.",
     ),
+    "local-step": (
+        "local_step",
+        "A worker's local step beside a plain PyTorch loop: the same model, rows and optimizer.",
+    ),
     "prepare-memory": (
         "prepare",
         "Peak memory of `dane prepare SOURCE` at each size (1x, 10x, 100x the synthetic",

@@ -178,7 +178,7 @@ def test_bench_is_a_handful_of_benchmark_packages_each_with_its_commands():
     packages = {p.parent.name for p in (ROOT / "bench").glob("*/__init__.py")}
     assert packages == {
         "common", "training", "convergence", "scaling", "ddp", "network", "soak", "gpu", "prepare",
-        "startup", "collective", "headline",
+        "startup", "collective", "headline", "local_step",
     }  # fmt: skip
     assert not [p.name for p in (ROOT / "bench").glob("*.py")
                 if p.name not in ("__init__.py", "app.py")]  # fmt: skip

@@ -1,0 +1,1 @@
+"""`dane bench local-step`: a worker's local step beside a plain PyTorch loop, in one process."""
