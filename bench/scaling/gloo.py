@@ -2,9 +2,11 @@
 under a `--collective torch` round, measured in the same run as its rounds and Dask's hop.
 
 Built as the engine builds a segment's group (pipeline/engine/run/segment.py: form_group), one task
-per worker, then timed two ways: the raw all-gather of a uint8 tensor of the payload's bytes
-(the network's and gloo's share), and the engine's all-gather of that tensor as an object
-(round/group.py: packed with its frames, one slot a rank, unpacked: what a round pays).
+per worker, then timed four ways: the raw all-gather of a uint8 tensor of the payload's bytes
+(the network's and gloo's share), the engine's all-gather of that tensor as an object
+(round/group.py: packed with its frames, one slot a rank, unpacked), gloo's own all-reduce
+of the same bytes as float32 (the floor a sum can reach) and the engine's exchange of a
+phase's sums of those bytes (round/exchange.py: what a round pays, bit for bit).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import torch
 from distributed import get_worker
 from distributed.comm import get_address_host
 
+from ...pipeline.engine.round.aggregate import Partial
+from ...pipeline.engine.round.exchange import exchange_phase
 from ...pipeline.engine.round.group import GroupSpec
+from ...pipeline.engine.round.worker import phase_total
 from ...pipeline.engine.run.segment import form_group
 
 
@@ -34,32 +39,50 @@ def gloo_allgather_ms(client: Any, payload_bytes: int, repeats: int = 30) -> dic
         )
         for rank, worker in enumerate(workers)
     ]  # fmt: skip
-    raw, objects = client.gather(futures)[0]
+    times = client.gather(futures)[0]
     return {
         "workers": len(workers),
         "payload_bytes": payload_bytes,
-        "raw_ms": statistics.median(raw),
-        "objects_ms": statistics.median(objects),
+        **{f"{name}_ms": statistics.median(values) for name, values in times.items()},
     }
 
 
-def _rank(
-    spec: GroupSpec, rank: int, payload_bytes: int, repeats: int
-) -> tuple[list[float], list[float]]:
+def _timed(call: Any, into: list[float]) -> Any:
+    started = time.perf_counter()
+    value = call()
+    into.append((time.perf_counter() - started) * 1e3)
+    return value
+
+
+def _phase_sums(rank: int, payload_bytes: int) -> dict[Any, Partial]:
+    """One shard's sums of a phase of float32 weights of the payload's bytes, rank r's."""
+    weights = torch.full((max(payload_bytes // 4, 1),), float(rank + 1))
+    partial = Partial(tensor_sums={"weights": weights}, metric_sums={}, num_samples=1,
+                      num_shards=1, compute_by_worker={}, rows=0, diagnostics={})  # fmt: skip
+    return {(0, rank): partial}
+
+
+def _rank(spec: GroupSpec, rank: int, payload_bytes: int, repeats: int) -> dict[str, list[float]]:
     group = form_group(spec, rank, get_address_host(get_worker().address))
     payload = torch.full((payload_bytes,), rank, dtype=torch.uint8)
+    sums = _phase_sums(rank, payload_bytes)
+    summed = torch.zeros(max(payload_bytes // 4, 1))
+    times: dict[str, list[float]] = {"raw": [], "objects": [], "allreduce": [], "exchange": []}
     try:
-        raw, objects = [], []
         for _ in range(repeats + 1):  # the first of each, the connections' warm-up, left out
-            started = time.perf_counter()
-            gathered = group.allgather_tensor(payload)
-            raw.append((time.perf_counter() - started) * 1e3)
-            started = time.perf_counter()
-            values = group.allgather(payload, tag="bench")
-            objects.append((time.perf_counter() - started) * 1e3)
+            gathered = _timed(lambda: group.allgather_tensor(payload), times["raw"])
+            values = _timed(lambda: group.allgather(payload, tag="bench"), times["objects"])
+            _timed(lambda: group.allreduce_tensor(summed), times["allreduce"])
+            exchanged = _timed(lambda: exchange_phase(
+                group, sums, count=spec.world, encoding="float32", flag=False, own_seconds=0.0,
+                tag="bench",
+            ), times["exchange"])  # fmt: skip
         expected = [torch.full_like(payload, r) for r in range(spec.world)]
         assert torch.equal(gathered, torch.cat(expected))  # the bytes arrived as sent
         assert all(torch.equal(v, e) for v, e in zip(values, expected, strict=True))
-        return raw[1:], objects[1:]
+        total = phase_total(exchanged[0], spec.world, sums[(0, rank)].tensor_sums["weights"],
+                            "float32")  # fmt: skip
+        assert float(total.tensor_sums["weights"][0]) == spec.world * (spec.world + 1) / 2
+        return {name: values[1:] for name, values in times.items()}
     finally:
         group.close()

@@ -233,22 +233,15 @@ def initial_state(spec: ModelSpec, seed: int) -> tuple[torch.Tensor, Buffers]:
     return model_state(build_model(spec))
 
 
-# auto's bound on the model's bytes (weights and buffers) for the torch form. Measured on
-# the 2-core development machine, loopback, 2 workers (`dane bench collective-crossover`,
-# docs/results/scaling.md "Two forms of a round"): the group's all-gather of a phase's sums
-# beats a dependent Dask hop passing the same bytes up to about 1 MiB (2.6 against 7.0 ms at
-# 0.35 MiB, 6.2 against 7.0 at 1 MiB, 13.1 against 8.0 at 2 MiB: gloo moves about 300 MB/s
-# here, a Dask transfer a few GB/s).
-TORCH_MAX_BYTES = 2**20
-
-
 def choose_collective(config: RunConfig, model_bytes: int) -> tuple[str, str]:
-    """The collective a run's rounds use, and why (config.toml's note, the run's first line):
-    auto is torch for a model of at most TORCH_MAX_BYTES, where its round costs a fraction of
-    a Dask hop, else dask, whose transfers move large sums faster on this machine."""
+    """The collective a run's rounds use, and why (config.toml's note, the run's first line).
+
+    auto is torch at every model size: measured on the 2-core development machine, 2 workers,
+    loopback (`dane bench collective-crossover` and `dane bench collective`,
+    docs/results/scaling.md "Two forms of a round"), the group's exchange of a phase's sums
+    costs a fraction of a Dask hop up to 2 MiB and within 1.2x gloo's own all-reduce at 44.5
+    MiB, and a FedAvg round at ResNet-18's size takes less than half the Dask graph's."""
     if config.collective != "auto":
         return config.collective, f"{config.collective} (as set)"
     size = f"{model_bytes / 2**20:.2f} MiB of weights"
-    if model_bytes <= TORCH_MAX_BYTES:
-        return "torch", f"torch (auto: {size}, a gloo group's all-gather under a Dask hop)"
-    return "dask", f"dask (auto: {size}, above 1 MiB Dask's transfers move them faster)"
+    return "torch", f"torch (auto: {size}; a gloo group's rounds beat the Dask graph's at any size)"

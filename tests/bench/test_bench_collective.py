@@ -14,7 +14,7 @@ pytestmark = pytest.mark.bench
 
 
 @pytest.mark.cluster
-def test_the_crossover_times_a_hop_and_the_groups_all_gather_at_each_size(tmp_path, dane_here):
+def test_the_crossover_times_a_hop_and_the_groups_collectives_at_each_size(tmp_path, dane_here):
     out = tmp_path / "crossover.json"
     done = dane_here(
         "bench", "collective-crossover", "--sizes", "0.01,0.1", "--json", str(out), cwd=tmp_path
@@ -27,6 +27,8 @@ def test_the_crossover_times_a_hop_and_the_groups_all_gather_at_each_size(tmp_pa
         # Each timed for real (the all-gather checks its bytes arrived: bench/scaling/gloo.py).
         # No order between the timings is asserted: on a loaded machine either may come first.
         assert row["hop_ms"] > 0 and row["gloo_raw_ms"] > 0 and row["gloo_packed_ms"] > 0
+        # ... and the exchange's sum checked: every rank got 1 + 2 in every weight.
+        assert row["exchange_ms"] > 0 and row["gloo_allreduce_ms"] > 0
     assert "| 0.1 |" in done.stdout
 
 

@@ -15,7 +15,9 @@ that the one model handed back evaluates anywhere.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -151,17 +153,23 @@ def owned_nodes(placement: list[str], worker: str) -> list[TreeNode]:
     return found
 
 
-def node_sum(node: TreeNode, known: dict[TreeNode, Partial], count: int) -> Partial:
+def node_sum(
+    node: TreeNode,
+    known: dict[TreeNode, Any],
+    count: int,
+    combine: Callable[[Any, Any], Any] = merge,
+) -> Any:
     """The sum of a node's leaves from the nodes already summed (`known`), pairwise, in
-    the tree's order: a known node is taken as it is, others merge their two children."""
+    the tree's order: a known node is taken as it is, others combine their two children
+    (`merge` for Partials; the reduce-scatter sums chunks of tensors the same way)."""
     if node in known:
         return known[node]
     level, j = node
     assert level > 0, f"leaf {j} is in no known node"
     left, right = (level - 1, 2 * j), (level - 1, 2 * j + 1)
     if right[1] << (level - 1) >= count:  # the odd last node of its level: passed through
-        return node_sum(left, known, count)
-    return merge(node_sum(left, known, count), node_sum(right, known, count))
+        return node_sum(left, known, count, combine)
+    return combine(node_sum(left, known, count, combine), node_sum(right, known, count, combine))
 
 
 def tree_root(count: int) -> TreeNode:

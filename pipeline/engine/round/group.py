@@ -93,7 +93,7 @@ class Group:
     """One rank of a segment's gloo group; `close` tears it down (idempotent)."""
 
     def __init__(self, spec: GroupSpec, rank: int, host: str, store_address: tuple[str, int]):
-        self.spec, self.rank, self._capacity = spec, rank, {}
+        self.spec, self.rank, self._capacity, self._scratch = spec, rank, {}, {}
         wait = timedelta(seconds=spec.timeout_s)
         address, port = store_address
         self._store = TCPStore(
@@ -105,7 +105,7 @@ class Group:
     def hosting(cls, spec: GroupSpec, host: str) -> tuple[Group, tuple[str, int]]:
         """Rank 0: the store opened here (the port the system picks), then the group."""
         self = cls.__new__(cls)
-        self.spec, self.rank, self._capacity = spec, 0, {}
+        self.spec, self.rank, self._capacity, self._scratch = spec, 0, {}, {}
         wait = timedelta(seconds=spec.timeout_s)
         self._store = TCPStore(
             host, 0, spec.world, is_master=True, timeout=wait, wait_for_workers=False
@@ -134,8 +134,7 @@ class Group:
         Waits at most the group's timeout plus 4x `own_seconds` (this rank's own work
         before the call, a measure of how long a peer doing the same work may take)."""
         buffer = pack(value)
-        timeout = timedelta(seconds=self.spec.timeout_s + 4 * own_seconds)
-        self._group.set_timeout(timeout)
+        self.wait_at_most(own_seconds)
         capacity = self._capacity.get(tag, 0)
         gathered, sizes = self._exchange(buffer, capacity)
         if max(sizes) > capacity:  # the first call of this tag, or a value that grew
@@ -155,6 +154,59 @@ class Group:
         sizes = [int(gathered[r, :8].view(torch.int64)[0]) for r in range(self.spec.world)]
         return gathered, sizes
 
+    def wait_at_most(self, own_seconds: float) -> None:
+        """The next operations wait at most the group's timeout plus 4x `own_seconds`."""
+        self._group.set_timeout(timedelta(seconds=self.spec.timeout_s + 4 * own_seconds))
+
+    def scratch(self, name: str, numel: int, like: torch.Tensor) -> torch.Tensor:
+        """A buffer of `numel` elements of `like`'s dtype and device, kept under `name` and
+        written in place round after round (grown, never shrunk, where a round needs more):
+        what a phase's sums pass through, allocated once a segment."""
+        held = self._scratch.get(name)
+        if (
+            held is None
+            or held.numel() < numel
+            or (held.dtype, held.device)
+            != (
+                like.dtype,
+                like.device,
+            )
+        ):
+            held = torch.empty(numel, dtype=like.dtype, device=like.device)
+            self._scratch[name] = held
+        return held[:numel]
+
+    def alltoall(
+        self, out: torch.Tensor, send: torch.Tensor, out_counts: list[int], send_counts: list[int]
+    ) -> None:
+        """`send`'s r-th run of send_counts[r] elements to rank r; `out` holds each rank's run
+        to this one, in rank order (out_counts). A timeout is set by wait_at_most."""
+        try:
+            self._group.alltoall_base(out, send, out_counts, send_counts).wait()
+        except RuntimeError as err:
+            raise GroupFailed(f"an all-to-all of {self.spec.name} failed: {err}") from None
+
+    def send_and_receive(
+        self, sends: dict[int, torch.Tensor], receives: dict[int, torch.Tensor]
+    ) -> None:
+        """Each tensor of `sends` to its rank and each of `receives` filled from its rank,
+        all under way at once; a timeout is set by wait_at_most."""
+        try:
+            works = [self._group.send([t], peer, 0) for peer, t in sends.items()]
+            works += [self._group.recv([t], peer, 0) for peer, t in receives.items()]
+            for work in works:
+                work.wait()
+        except RuntimeError as err:
+            raise GroupFailed(f"a send or receive of {self.spec.name} failed: {err}") from None
+
+    def allreduce_tensor(self, tensor: torch.Tensor) -> None:
+        """gloo's own all-reduce of `tensor`, in place: not bit-exact in the reference's
+        order, so no round uses it; the benchmarks time the exchange against it."""
+        try:
+            self._group.allreduce([tensor]).wait()
+        except RuntimeError as err:
+            raise GroupFailed(f"an all-reduce of {self.spec.name} failed: {err}") from None
+
     def allgather_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's `tensor` (the same size on each), concatenated in rank order."""
         out = torch.empty(self.spec.world * tensor.numel(), dtype=tensor.dtype)
@@ -172,6 +224,7 @@ class Group:
             with contextlib.suppress(RuntimeError):
                 group.shutdown()
         self.__dict__.pop("_store", None)
+        self._scratch.clear()
 
 
 def store_variable_name(spec: GroupSpec) -> str:

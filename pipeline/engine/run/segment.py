@@ -37,12 +37,12 @@ from typing import Any
 from distributed import Queue, Variable, get_client, get_worker
 from distributed.comm import get_address_host
 
+from ..round.exchange import exchange_phase
 from ..round.group import Group, GroupFailed, GroupSpec, store_variable_name
 from ..round.scoring import combine_scores, score_pieces
 from ..round.tasks import RoundInput, RoundResult
 from ..round.worker import (
     WorkerPhase,
-    nodes_of,
     run_worker_phase,
     stripped,
     update_on_worker,
@@ -219,10 +219,13 @@ def _one_round(
     for p in range(len(static.strategy.phases)):
         began = time.perf_counter()
         output = run_worker_phase(static, p, shards, nodes, carry, received, before)
-        sent = (nodes_of(output), flag() if p == 0 else False)
-        gathered = group.allgather(sent, time.perf_counter() - began, tag=f"phase-{p}")
-        received.append([outputs for outputs, _ in gathered])
-        flagged = flagged or any(raised for _, raised in gathered)
+        phase, raised = exchange_phase(
+            group, output.nodes, count=static.num_shards, encoding=static.layout.transport,
+            flag=flag() if p == 0 else False, own_seconds=time.perf_counter() - began,
+            tag=f"phase-{p}",
+        )  # fmt: skip
+        received.append(phase)
+        flagged = flagged or raised
     result = update_on_worker(static, carry, received[:-1], received[-1])
     keeps = static.strategy.shard_state_type is not None
     return result, output if keeps else None, flagged
