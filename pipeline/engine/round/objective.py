@@ -16,8 +16,10 @@ statistics.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -34,8 +36,11 @@ from .augment import Augmentation, augment_batch
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times
 # the model's own bytes (the memory bound of the scaling benchmark allows 20 model copies in
-# all); a GPU has memory to spare and wants big batches.
+# all); a GPU has memory to spare and wants big batches. At least CHUNK_BYTES_CPU_MIN, so
+# that a tiny model's pass over a small shard is one forward and one backward (each costs
+# ~0.1 ms of autograd's own overhead, which its arithmetic is far below).
 CHUNK_MODEL_COPIES = 8
+CHUNK_BYTES_CPU_MIN = 2**20
 CHUNK_BYTES_GPU = 256 * 2**20
 CHUNK_ROWS = (16, 4096)
 # Dropout draws from torch's global generator: seeding it and running the forward pass happen
@@ -45,7 +50,28 @@ _GLOBAL_RNG = threading.Lock()
 
 def derived_seed(*parts: int) -> int:
     """An independent, reproducible seed for the given integers (numpy's SeedSequence)."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+    return _seed(tuple(int(p) for p in parts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _seed(parts: tuple[int, ...]) -> int:
+    # Cached: a SeedSequence costs ~25 us, and every shard's phase asks for the same few.
+    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+# What a module's structure decides, read once per module: a shard's objective is made each
+# phase of each round around the same (per-thread, shards.architecture) module, and walking
+# its modules and parameters every time cost about a tenth of a small model's phase.
+_FACTS: weakref.WeakKeyDictionary[nn.Module, tuple[int, bool, bool]] = weakref.WeakKeyDictionary()
+
+
+def _facts(model: nn.Module) -> tuple[int, bool, bool]:
+    """(parameters, mode_dependent(model)) of the module, from the cache."""
+    found = _FACTS.get(model)
+    if found is None:
+        found = (sum(p.numel() for p in model.parameters()), *mode_dependent(model))
+        _FACTS[model] = found
+    return found
 
 
 def mode_dependent(model: nn.Module) -> tuple[bool, bool]:
@@ -61,7 +87,7 @@ def chunk_rows(model: nn.Module, x: Features, num_params: int) -> int:
     if x.device.type == "cuda":
         budget = CHUNK_BYTES_GPU
     else:
-        budget = CHUNK_MODEL_COPIES * num_params * x.element_size()
+        budget = max(CHUNK_MODEL_COPIES * num_params * x.element_size(), CHUNK_BYTES_CPU_MIN)
     per_row = activation_bytes_per_row(model, x, num_params)
     return min(max(budget // max(per_row, 1), CHUNK_ROWS[0]), CHUNK_ROWS[1])
 
@@ -100,13 +126,13 @@ class ShardObjective:
         self.y = y
         self.task = task
         self.l2 = l2
-        self.chunk = chunk_rows(model, x, sum(p.numel() for p in model.parameters()))
+        num_params, self.batch_dependent, self.stochastic = _facts(model)
+        self.chunk = chunk_rows(model, x, num_params)
         self.buffers = buffers if buffers is not None else {}  # this shard's own copy
         self.train_batch = train_batch
         self.augmentation = augmentation or Augmentation()
         self.seed = seed
         self.precision = precision
-        self.batch_dependent, self.stochastic = mode_dependent(model)
         # Local steps' dropout masks and augmentations, in step order.
         self.step_rng = torch.Generator().manual_seed(derived_seed(seed, 1))
         self.buffers_updated = False  # a local step has moved the running statistics
