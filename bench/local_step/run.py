@@ -7,14 +7,14 @@ Two loops train shard 0 of a store for K steps of B rows, at `torch.set_num_thre
   same order, the same optimizer: rows held converted (a float TensorDataset's), the step's
   row indices drawn before the loop (as a DataLoader's sampler draws an epoch's order).
 Each runs once to warm up, then `repeats` times, the order alternating; ms a row is a run's
-seconds over K B. Both train the same thing: their final weights are compared. A cProfile of
-one more engine run gives its top costs and the share of its time in dask-dane's own functions.
+seconds over K B. Both train the same thing: their final weights are compared. One more run
+of each under cProfile gives the engine's top costs and what it adds to the plain loop's
+(profile.py).
 """
 
 from __future__ import annotations
 
-import cProfile
-import pstats
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -34,15 +34,13 @@ from ...pipeline.engine.round.tasks import run_local
 from ...pipeline.engine.run.run_state import RunState, round_start
 from ...pipeline.setup.config import RunConfig
 from ...pipeline.setup.run_setup import RunSetup, prepare_run, prepare_store
+from .profile import compared_profiles
 
 # --optimizer: (the local solver's --local-optimizer, its momentum). sgd-momentum is the
 # FedAvg recipe's (presets/fashion-mnist-race.toml: lr 0.05, momentum 0.9, unclipped).
 OPTIMIZERS = {"sgd-momentum": ("sgd", 0.9), "sgd": ("sgd", 0.0), "adam": ("adam", 0.0)}
 LOOPS = ("engine", "plain")
-PROFILE_TOP = 12
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # dask-dane's own source files
-INSTALLED = "site-packages/"  # torch's and other packages' (a venv may sit in the package root)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +162,7 @@ def run_local_step(spec: LocalStepSpec, log: Callable[[str], None] = print) -> d
     """Both loops, timed alternately in this process, their weights compared, the engine
     profiled; JSON-able."""
     spec = spec.validate()
-    threads = torch.get_num_threads()
+    threads, load = torch.get_num_threads(), [os.getloadavg()[0]]
     torch.set_num_threads(spec.threads)
     try:
         setup = prepare_run(spec.run_config())
@@ -182,11 +180,12 @@ def run_local_step(spec: LocalStepSpec, log: Callable[[str], None] = print) -> d
                 seconds[name].append(time.perf_counter() - started)
             log(f"repeat {repeat + 1}: engine {seconds['engine'][-1]:.3f} s, "
                 f"plain {seconds['plain'][-1]:.3f} s")  # fmt: skip
-        profile = profiled(loops["engine"])
+        profile = compared_profiles(loops["engine"], loops["plain"], spec.steps)
     finally:
         torch.set_num_threads(threads)
     rows = spec.steps * min(spec.batch_size, len(shard.y))
-    return summary(spec, setup.store.source, rows, seconds, weights, profile)
+    load.append(os.getloadavg()[0])
+    return summary(spec, setup.store.source, rows, seconds, weights, profile, load)
 
 
 def summary(
@@ -196,12 +195,15 @@ def summary(
     seconds: dict[str, list[float]],
     weights: dict[str, torch.Tensor],
     profile: dict[str, Any],
+    load: list[float] | None = None,
 ) -> dict[str, Any]:
     """The result: ms a row of each loop (median over repeats), their ratio, the weights
-    (`rows`: a run's, K B)."""
+    (`rows`: a run's, K B; `load`: the machine's 1-minute load average before and after)."""
     loops = {
         name: {
             "ms_per_row": statistics.median(seconds[name]) * 1e3 / rows,
+            # The fastest run: the least disturbed by other work on the machine.
+            "best_ms_per_row": min(seconds[name]) * 1e3 / rows,
             "runs_ms_per_row": [s * 1e3 / rows for s in seconds[name]],
         }
         for name in LOOPS
@@ -214,51 +216,13 @@ def summary(
         "rows_per_run": rows,
         "loops": loops,
         "ratio": loops["engine"]["ms_per_row"] / loops["plain"]["ms_per_row"],
-        "repeat_ratios": pairs,
+        "best_ratio": loops["engine"]["best_ms_per_row"] / loops["plain"]["best_ms_per_row"],
+        "repeat_ratios": pairs,  # each repeat's two runs, taken one after the other
         "weights": {
             "identical": bool(torch.equal(weights["engine"], weights["plain"])),
             "max_abs_diff": float(difference),
             "count": int(weights["engine"].numel()),
         },
         "profile": profile,
+        "load_average": load,
     }
-
-
-def profiled(loop: Callable[[], Any], top: int = PROFILE_TOP) -> dict[str, Any]:
-    """One run of `loop` under cProfile: its top functions by own time, and the share of
-    its time in dask-dane's own functions (what the engine adds to torch's work: their
-    Python, and tensor operators written inline in them, as the rows' indexing)."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    loop()
-    profiler.disable()
-    table = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    total = sum(entry[2] for entry in table.values())
-    own = sum(entry[2] for key, entry in table.items() if _ours(key[0]))
-    ranked = sorted(table.items(), key=lambda item: item[1][2], reverse=True)[:top]
-    share = (lambda seconds: seconds / total) if total else (lambda _: 0.0)
-    top = [
-        {"function": _where(key), "calls": calls, "own_s": own_s, "cum_s": cum_s,
-         "share": share(own_s)}
-        for key, (_, calls, own_s, cum_s, _) in ranked
-    ]  # fmt: skip
-    return {
-        "total_s": total,
-        "dask_dane_s": own,
-        "dask_dane_share": share(own),
-        "top": top,
-    }
-
-
-def _ours(file: str) -> bool:
-    return file.startswith(PACKAGE_ROOT) and INSTALLED not in file
-
-
-def _where(key: tuple[str, int, str]) -> str:
-    """A profile entry's function as file:line(name), the file from the package's or the
-    installed packages' root; a built-in as cProfile names it."""
-    file, line, name = key
-    if file == "~":
-        return name
-    root = INSTALLED if INSTALLED in file else PACKAGE_ROOT + "/"
-    return f"{file.split(root, 1)[-1]}:{line}({name})"

@@ -85,6 +85,11 @@ def test_a_tiny_run_gives_both_timings_their_ratio_and_the_profile(
     top = result["profile"]["top"]
     assert top and all(row["calls"] >= 1 and row["own_s"] >= 0 for row in top)
     assert 0 < result["profile"]["dask_dane_share"] < 1
+    # What the engine adds: its sampling, a permutation a step (the plain loop's rows were
+    # drawn before it ran).
+    added = {row["function"]: row for row in result["profile"]["added"]}
+    assert added["<built-in method torch.randperm>"]["engine_calls"] == 3
+    assert added["<built-in method torch.randperm>"]["plain_calls"] == 0
     assert figure.stat().st_size > 0
     assert "engine / plain" in capfd.readouterr().out
 
@@ -98,6 +103,8 @@ def test_the_summary_is_the_median_run_a_row_and_the_ratio_of_the_medians():
 
     assert result["loops"]["engine"]["ms_per_row"] == pytest.approx(2.0)  # 0.2 s / 100 rows
     assert result["loops"]["plain"]["ms_per_row"] == pytest.approx(2.0)
+    assert result["loops"]["engine"]["best_ms_per_row"] == pytest.approx(1.0)  # 0.1 s
+    assert result["best_ratio"] == pytest.approx(1.0)
     assert result["repeat_ratios"] == pytest.approx([1.5, 0.5, 2.0])
     assert not result["weights"]["identical"]
     assert result["weights"]["max_abs_diff"] == pytest.approx(0.5)
