@@ -233,15 +233,22 @@ def initial_state(spec: ModelSpec, seed: int) -> tuple[torch.Tensor, Buffers]:
     return model_state(build_model(spec))
 
 
-def choose_collective(config: RunConfig, model_bytes: int) -> tuple[str, str]:
-    """The collective a run's rounds use, and why (config.toml's note, the run's first line).
+# auto's bound on the model's bytes (weights and buffers) for the torch form. Measured on
+# the 2-core development machine, loopback, 2 workers, idle (`dane bench
+# collective-crossover`, docs/results/scaling.md "Two forms of a round", 2026-12-07): the
+# group's exchange of a phase's sums beats a dependent Dask hop passing the same bytes up to
+# 4 MiB (6.8 against 8.1 ms), ties it at 8 and 16 MiB and loses at 44.5 MiB (47.7 against
+# 19.6 ms: a Dask transfer moves about 2 GB/s here, gloo's all-reduce about 1.2).
+TORCH_MAX_BYTES = 4 * 2**20
 
-    auto is torch at every model size: measured on the 2-core development machine, 2 workers,
-    loopback (`dane bench collective-crossover` and `dane bench collective`,
-    docs/results/scaling.md "Two forms of a round"), the group's exchange of a phase's sums
-    costs a fraction of a Dask hop up to 2 MiB and within 1.2x gloo's own all-reduce at 44.5
-    MiB, and a FedAvg round at ResNet-18's size takes less than half the Dask graph's."""
+
+def choose_collective(config: RunConfig, model_bytes: int) -> tuple[str, str]:
+    """The collective a run's rounds use, and why (config.toml's note, the run's first line):
+    auto is torch for a model of at most TORCH_MAX_BYTES, where its round costs a fraction of
+    a Dask hop, else dask, whose transfers move large sums faster on this machine."""
     if config.collective != "auto":
         return config.collective, f"{config.collective} (as set)"
     size = f"{model_bytes / 2**20:.2f} MiB of weights"
-    return "torch", f"torch (auto: {size}; a gloo group's rounds beat the Dask graph's at any size)"
+    if model_bytes <= TORCH_MAX_BYTES:
+        return "torch", f"torch (auto: {size}, a gloo group's exchange under a Dask hop)"
+    return "dask", f"dask (auto: {size}, above 4 MiB Dask's transfers move them faster)"

@@ -185,7 +185,7 @@ class ClusterSettings(JobSettings):  # --cluster and the job settings first
         one_of("auto", "dask", "torch"),
         help="dask (a Dask task graph per round) | torch (a gloo group over the Dask workers, "
         "rounds chained inside one task per worker: a round's fixed cost a fraction of a "
-        "Dask hop) | auto (torch, at every model size). The same "
+        "Dask hop) | auto (torch for a model of at most 4 MiB, dask above it). The same "
         "weights bit for bit.",
     )
     collective_timeout: float = declare(

@@ -11,15 +11,16 @@ from dask_dane.pipeline.engine.round.group import pack, unpack
 from dask_dane.pipeline.engine.round.tasks import RoundResult
 from dask_dane.pipeline.engine.run.segment_plan import Selection
 from dask_dane.pipeline.setup.config import RunConfig
-from dask_dane.pipeline.setup.run_setup import choose_collective
+from dask_dane.pipeline.setup.run_setup import TORCH_MAX_BYTES, choose_collective
 
 
 @pytest.mark.parametrize(
     ("settings", "model_bytes", "chosen"),
     [
         ({}, 150_000, "torch"),
-        ({}, 2**20 + 1, "torch"),  # the bound before the exchange (1 MiB) is gone
-        ({}, 47 * 10**6, "torch"),  # ResNet-18's size
+        ({}, 2**20 + 1, "torch"),  # above the bound before the exchange (1 MiB)
+        ({}, TORCH_MAX_BYTES, "torch"),
+        ({}, TORCH_MAX_BYTES + 1, "dask"),
         # A former --broadcast value runs the all-gather as auto does: it asks for no form.
         ({"broadcast": "reduce"}, 150_000, "torch"),
         ({"broadcast": "tree"}, 150_000, "torch"),
@@ -27,7 +28,9 @@ from dask_dane.pipeline.setup.run_setup import choose_collective
         ({"collective": "dask"}, 150_000, "dask"),
     ],
 )
-def test_auto_takes_torch_at_every_size_and_a_set_form_as_set(settings, model_bytes, chosen):
+def test_auto_takes_torch_for_models_up_to_its_bound_and_dask_otherwise(
+    settings, model_bytes, chosen
+):
     config = RunConfig(**settings).validate()
 
     collective, why = choose_collective(config, model_bytes)

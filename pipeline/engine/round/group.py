@@ -15,6 +15,8 @@ What crosses: any picklable object, its tensors as out-of-band frames (wire.py),
 one uint8 buffer whose frames each start on a 64-byte boundary. All ranks' buffers arrive in
 one all-gather, so every rank unpacks the same bytes; the tensors are views into the gathered
 buffer, on the boundary MKL's sums need to give the reference's bits (features.on_boundary).
+The exchange of a phase's sums (exchange.py) uses the group's tensor operations instead:
+all-to-all, sends and receives into buffers kept per segment (`scratch`).
 Every operation waits at most a stated timeout (`GroupTimeout`): a killed or frozen peer
 fails the operation instead of blocking the worker for torch's default 30 minutes.
 """
@@ -94,7 +96,7 @@ class Group:
 
     def __init__(self, spec: GroupSpec, rank: int, host: str, store_address: tuple[str, int]):
         self.spec, self.rank, self._capacity, self._scratch = spec, rank, {}, {}
-        wait = timedelta(seconds=spec.timeout_s)
+        wait = self._wait = timedelta(seconds=spec.timeout_s)
         address, port = store_address
         self._store = TCPStore(
             address, port, spec.world, is_master=False, timeout=wait, wait_for_workers=False
@@ -106,7 +108,7 @@ class Group:
         """Rank 0: the store opened here (the port the system picks), then the group."""
         self = cls.__new__(cls)
         self.spec, self.rank, self._capacity, self._scratch = spec, 0, {}, {}
-        wait = timedelta(seconds=spec.timeout_s)
+        wait = self._wait = timedelta(seconds=spec.timeout_s)
         self._store = TCPStore(
             host, 0, spec.world, is_master=True, timeout=wait, wait_for_workers=False
         )
@@ -134,7 +136,7 @@ class Group:
         Waits at most the group's timeout plus 4x `own_seconds` (this rank's own work
         before the call, a measure of how long a peer doing the same work may take)."""
         buffer = pack(value)
-        self.wait_at_most(own_seconds)
+        self.wait_at_most(own_seconds)  # the exchange's tensor operations wait as long
         capacity = self._capacity.get(tag, 0)
         gathered, sizes = self._exchange(buffer, capacity)
         if max(sizes) > capacity:  # the first call of this tag, or a value that grew
@@ -156,7 +158,8 @@ class Group:
 
     def wait_at_most(self, own_seconds: float) -> None:
         """The next operations wait at most the group's timeout plus 4x `own_seconds`."""
-        self._group.set_timeout(timedelta(seconds=self.spec.timeout_s + 4 * own_seconds))
+        self._wait = timedelta(seconds=self.spec.timeout_s + 4 * own_seconds)
+        self._group.set_timeout(self._wait)
 
     def scratch(self, name: str, numel: int, like: torch.Tensor) -> torch.Tensor:
         """A buffer of `numel` elements of `like`'s dtype and device, kept under `name` and
@@ -182,7 +185,8 @@ class Group:
         """`send`'s r-th run of send_counts[r] elements to rank r; `out` holds each rank's run
         to this one, in rank order (out_counts). A timeout is set by wait_at_most."""
         try:
-            self._group.alltoall_base(out, send, out_counts, send_counts).wait()
+            work = self._group.alltoall_base(out, send, out_counts, send_counts)
+            work.wait(self._wait)
         except RuntimeError as err:
             raise GroupFailed(f"an all-to-all of {self.spec.name} failed: {err}") from None
 
@@ -194,8 +198,8 @@ class Group:
         try:
             works = [self._group.send([t], peer, 0) for peer, t in sends.items()]
             works += [self._group.recv([t], peer, 0) for peer, t in receives.items()]
-            for work in works:
-                work.wait()
+            for work in works:  # a point-to-point wait is given its bound explicitly
+                work.wait(self._wait)
         except RuntimeError as err:
             raise GroupFailed(f"a send or receive of {self.spec.name} failed: {err}") from None
 

@@ -2,10 +2,10 @@
 collective: Dask places, pins and watches the tasks; a gloo group (round/group.py) moves the
 sums.
 
-Each rank runs the same functions a round's Dask graph runs under allgather, in the same
-order: its shards' phase (worker.run_worker_phase), every worker's subtree sums taken
-(here by an all-gather instead of a Dask transfer), the round's update made from them
-(worker.update_on_worker), its own pieces scored (scoring.score_pieces) and every
+Each rank runs the same functions a round's Dask graph runs, in the same order: its
+shards' phase (worker.run_worker_phase), every worker's subtree sums taken (here by the
+group's exchange, round/exchange.py, instead of a Dask transfer), the round's update made
+from them (worker.update_on_worker), its own pieces scored (scoring.score_pieces) and every
 worker's scores combined. So a segment's weights are the Dask run's and the reference's, bit
 for bit; no algorithm or phase function knows which collective ran it.
 
