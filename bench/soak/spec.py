@@ -14,10 +14,14 @@ from ..common.specs import option, run_defaults
 class SoakSpec:
     """One soak run; see `dane bench soak --help`."""
 
-    RUN_FLAGS: ClassVar = ("rounds", "workers", "algorithm", "model", "local_steps", "seed")
+    RUN_FLAGS: ClassVar = (
+        "rounds", "workers", "algorithm", "model", "local_steps", "seed", "collective",
+    )  # fmt: skip
     # The soaked run (its store and run directory are the workdir's); `workers` shards.
-    # The Dask graph's rounds: the census counts the keys the chained rounds leave on the
-    # scheduler (rounds ahead, carries), which a torch collective's segment does not make.
+    # The Dask graph's rounds by default: the census counts the keys the chained rounds
+    # leave on the scheduler (rounds ahead, carries); `--collective torch` soaks the group's
+    # segments, whose worker memory (the buffers kept per segment, the rounds kept for a
+    # restart) must stay as flat.
     run: RunConfig = field(
         default_factory=run_defaults(rounds=300, model="mlp", local_steps=5, collective="dask")
     )

@@ -53,9 +53,11 @@ def derived_seed(*parts: int) -> int:
     return _seed(tuple(int(p) for p in parts))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=64)
 def _seed(parts: tuple[int, ...]) -> int:
-    # Cached: a SeedSequence costs ~25 us, and every shard's phase asks for the same few.
+    # Cached: a SeedSequence costs ~25 us, and a round's phases ask for the same few again.
+    # A round's seeds are new ones, so the cache is small: it fills in the first rounds and
+    # holds a worker's memory flat after (a 4096-entry one grew it ~7 kB a round).
     return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
 
