@@ -94,7 +94,8 @@ def test_flags_reach_the_run_and_the_spec_and_the_record_keeps_the_flat_layout()
     assert spec.run.local_steps == 5 and spec.run.batch_size == BASE.batch_size
     record = spec_record(spec)
     assert record == {"rounds": 70, "workers": 2, "algorithm": "dane", "model": "linear",
-                      "local_steps": 5, "seed": 0, "warmup": 10, "workdir": "w"}  # fmt: skip
+                      "local_steps": 5, "seed": 0, "collective": "dask", "warmup": 10,
+                      "workdir": "w"}  # fmt: skip
 
 
 def test_a_command_line_flag_reaches_the_spec_it_runs(monkeypatch, tmp_path):
