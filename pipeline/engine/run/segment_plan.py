@@ -8,6 +8,7 @@ from typing import Any
 
 from ..round.group import GroupSpec
 from ..round.tasks import RoundResult
+from ..round.wire import register_dataclasses
 from .metrics import stops_early
 from .run_state import selection_score, selects
 
@@ -75,3 +76,8 @@ class RoundMessage:
     weights: bool = False
     ends: bool = False
     shard_states: dict[int, Any] | None = None
+
+
+# Its tensors (the weights, the shards' states) travel as frames (wire.py), as a round's
+# result does on the Dask graph, not pickled in-band through the scheduler.
+register_dataclasses(RoundMessage)
