@@ -45,6 +45,10 @@ fi
 if [ "$GPUS" -gt 0 ]; then
   timeout 90 "${DANE[@]}" bench gpu-correctness --json "$OUT/correctness.json" \
     || echo "GPU correctness check failed (exit $?)"
+  # The torch collective's sums on the GPUs, through NCCL, against the CPU's tree: bit for
+  # bit (one rank a GPU; the checkout's tests).
+  timeout 120 "$PYTHON" -m pytest -q -p no:randomly tests/engine/test_exchange.py -k cuda \
+    > "$OUT/exchange-gpu.txt" 2>&1 || echo "GPU exchange check failed: see $OUT/exchange-gpu.txt"
 fi
 
 # 2. One process's local step in fp32 and in bf16 (--precision bf16: autocast, float32 weights).

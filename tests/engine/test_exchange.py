@@ -25,6 +25,7 @@ from dask_dane.pipeline.engine.round.aggregate import (
 )
 from dask_dane.pipeline.engine.round.flat_sums import flat_layout, header_of, restored, write_flat
 from dask_dane.pipeline.engine.round.group import Group, GroupSpec
+from dask_dane.pipeline.engine.round.shards import to_device
 from dask_dane.pipeline.engine.round.worker import WorkerPhase, phase_total
 
 
@@ -84,7 +85,7 @@ def _sums(placement: list[str], worker: str, t: int, size: int, encoding: str) -
     }
 
 
-def _rank(rank: int, world: int, ports, case: tuple, out) -> None:
+def _rank(rank: int, world: int, ports, case: tuple, out, device: str = "cpu") -> None:
     """One rank: its shards' reports summed over its nodes, every phase exchanged over
     `rounds` rounds; sends back each round's root and its scratch buffers' addresses."""
     shards, size, rounds, encoding = case
@@ -96,11 +97,13 @@ def _rank(rank: int, world: int, ports, case: tuple, out) -> None:
         group.join("127.0.0.1")
     else:
         group = Group(spec, rank, "127.0.0.1", ("127.0.0.1", ports.get(timeout=60)))
+    on = torch.device(device if device == "cpu" else f"cuda:{rank}")
+    group.on_devices(on)  # gloo alone on CPUs; a NCCL group beside it where all are GPUs
     placement = shard_placement(shards, [f"w{r}" for r in range(world)])
     weights = torch.linspace(-1, 1, size, dtype=torch.float64)
     roots, addresses = [], []
     for t in range(rounds):
-        sums = _sums(placement, f"w{rank}", t, size, encoding)
+        sums = to_device(_sums(placement, f"w{rank}", t, size, encoding), on)
         received, flagged = exchange.exchange_phase(
             group, sums, count=shards, encoding=encoding, flag=rank == 1 and t == 1,
             own_seconds=0.0, tag="phase-0",
@@ -112,11 +115,11 @@ def _rank(rank: int, world: int, ports, case: tuple, out) -> None:
     out.put((rank, roots, addresses))
 
 
-def _run(world: int, case: tuple) -> dict:
+def _run(world: int, case: tuple, device: str = "cpu") -> dict:
     """Every rank in a thread of its own (gloo releases the GIL while it waits)."""
     ports, out = queue.Queue(), queue.Queue()
     ranks = [
-        threading.Thread(target=_rank, args=(r, world, ports, case, out), daemon=True)
+        threading.Thread(target=_rank, args=(r, world, ports, case, out, device), daemon=True)
         for r in range(world)
     ]
     for thread in ranks:
@@ -135,12 +138,17 @@ def _run(world: int, case: tuple) -> dict:
     [(1, 3, 70_000), (2, 4, 100), (2, 8, 70_000), (3, 8, 70_001), (3, 5, 50)],
 )
 @pytest.mark.parametrize("encoding", ["float32", "bfloat16"])
-def test_every_rank_gets_the_trees_root_bit_for_bit(world, shards, size, encoding):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_rank_gets_the_trees_root_bit_for_bit(world, shards, size, encoding, device):
     # 70,000 float64 weights (560 kB) take the reduce-scatter, 100 the flat all-gather; a
     # lossy transport sends the sums as they are. 3 ranks on 8 shards: rank 0 holds two
     # nodes; 3 on 5: uneven chunks. Rank 1 flags round 1: every rank reads it, then only then.
+    # On GPUs (one a rank): the sums stay there, NCCL moves them, the root ends on the CPU
+    # with the CPU's bits (the GPU check: presets/scripts/gpu-check.sh runs these).
+    if device == "cuda" and torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} CUDA device(s)")
     rounds = 3
-    results = _run(world, (shards, size, rounds, encoding))
+    results = _run(world, (shards, size, rounds, encoding), device)
     placement = shard_placement(shards, [f"w{r}" for r in range(world)])
     weights = torch.linspace(-1, 1, size, dtype=torch.float64)
     for t in range(rounds):
@@ -157,3 +165,27 @@ def test_every_rank_gets_the_trees_root_bit_for_bit(world, shards, size, encodin
     for rank in range(world):  # the same buffers every round: nothing grows in a segment
         addresses = results[rank][1]
         assert addresses[1:] == addresses[:-1]
+
+
+def test_a_cpu_group_keeps_to_gloo_and_carries_cpu_tensors():
+    results = {}
+
+    def rank(r, ports):
+        spec = GroupSpec(name="c", world=2, timeout_s=30.0)
+        if r == 0:
+            group, address = Group.hosting(spec, "127.0.0.1")
+            ports.put(address[1])
+            group.join("127.0.0.1")
+        else:
+            group = Group(spec, r, "127.0.0.1", ("127.0.0.1", ports.get(timeout=60)))
+        group.on_devices(torch.device("cpu"))
+        results[r] = ("_device_group" in group.__dict__, group.carries(torch.zeros(1)))
+        group.close()
+
+    ports = queue.Queue()
+    threads = [threading.Thread(target=rank, args=(r, ports), daemon=True) for r in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == {0: (False, True), 1: (False, True)}

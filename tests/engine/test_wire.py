@@ -5,7 +5,9 @@ from __future__ import annotations
 import copyreg
 import io
 import pickle
+import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 import torch
@@ -282,6 +284,8 @@ def test_frames_landing_off_a_64_byte_boundary_change_no_bit_of_a_run(
         model="small-cnn", dtype="float64", rounds=3, seed=7, mu=0.1, local_steps=5,
         local_lr=0.05, batch_size=16,
     ).validate()  # fmt: skip
+    # The function travels by value: a worker cannot import this test module by its name.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cluster_client.run(_land_frames_past_a_boundary, 8)
     try:
         train(config, client=cluster_client)

@@ -28,6 +28,7 @@ from . import transport
 from .aggregate import Partial, TreeNode, node_sum, tree_root
 from .flat_sums import FlatLayout, chunk_bounds, flat_layout, header_of, restored, write_flat
 from .group import Group
+from .shards import to_device
 from .worker import WorkerPhase
 
 # Up to this many bytes of a node's flat tensor, one all-gather of everything beats a header
@@ -50,6 +51,9 @@ def exchange_phase(
 
     The root's tensors are views of the group's buffer, which the same phase of the next
     round writes again: the phase's end (its mean, tasks.py) is made from them before that."""
+    probe = next(iter(next(iter(nodes.values())).tensor_sums.values()), None) if nodes else None
+    if probe is not None and not group.carries(probe):  # GPU sums, but no NCCL group here
+        nodes = to_device(nodes, torch.device("cpu"))
     layout = flat_layout(next(iter(nodes.values()))) if nodes else None
     if layout is None or not transport.is_lossless(encoding):
         gathered = group.allgather((WorkerPhase(nodes=nodes), flag), own_seconds, tag=tag)

@@ -128,6 +128,31 @@ class Group:
         except RuntimeError as err:
             raise GroupFailed(f"the group {self.spec.name} did not form: {err}") from None
 
+    def on_devices(self, device: torch.device) -> None:
+        """Where every rank's shards are on a GPU (`device`, this rank's, is all-gathered):
+        a NCCL group beside the gloo one, which the tensor operations on GPU tensors use, so
+        that a phase's sums never leave the device. Elsewhere nothing changes."""
+        types = self.allgather(device.type, tag="devices")
+        if any(kind != "cuda" for kind in types):
+            return
+        from torch.distributed import ProcessGroupNCCL  # a CUDA build's; imported only here
+
+        options = ProcessGroupNCCL.Options()
+        options._timeout = self._wait
+        store = PrefixStore(f"{self.spec.name}-nccl", self._store)
+        try:
+            self._device_group = ProcessGroupNCCL(store, self.rank, self.spec.world, options)
+        except RuntimeError as err:
+            raise GroupFailed(f"the NCCL group {self.spec.name} did not form: {err}") from None
+
+    def carries(self, tensor: torch.Tensor) -> bool:
+        """Whether the tensor operations take tensors on `tensor`'s device as they are: CPU
+        tensors through gloo, GPU tensors through the NCCL group where on_devices made one."""
+        return tensor.device.type == "cpu" or "_device_group" in self.__dict__
+
+    def _for(self, tensor: torch.Tensor) -> Any:
+        return self._group if tensor.device.type == "cpu" else self._device_group
+
     def allgather(self, value: Any, own_seconds: float = 0.0, tag: str = "") -> list[Any]:
         """Every rank's `value`, in rank order (this rank's too, through the same bytes).
 
@@ -185,7 +210,7 @@ class Group:
         """`send`'s r-th run of send_counts[r] elements to rank r; `out` holds each rank's run
         to this one, in rank order (out_counts). A timeout is set by wait_at_most."""
         try:
-            work = self._group.alltoall_base(out, send, out_counts, send_counts)
+            work = self._for(send).alltoall_base(out, send, out_counts, send_counts)
             work.wait(self._wait)
         except RuntimeError as err:
             raise GroupFailed(f"an all-to-all of {self.spec.name} failed: {err}") from None
@@ -196,8 +221,8 @@ class Group:
         """Each tensor of `sends` to its rank and each of `receives` filled from its rank,
         all under way at once; a timeout is set by wait_at_most."""
         try:
-            works = [self._group.send([t], peer, 0) for peer, t in sends.items()]
-            works += [self._group.recv([t], peer, 0) for peer, t in receives.items()]
+            works = [self._for(t).send([t], peer, 0) for peer, t in sends.items()]
+            works += [self._for(t).recv([t], peer, 0) for peer, t in receives.items()]
             for work in works:  # a point-to-point wait is given its bound explicitly
                 work.wait(self._wait)
         except RuntimeError as err:
@@ -222,6 +247,10 @@ class Group:
 
     def close(self) -> None:
         """Tear the group down: its connections closed, the store too (on rank 0)."""
+        device_group = self.__dict__.pop("_device_group", None)
+        if device_group is not None:
+            with contextlib.suppress(RuntimeError):
+                device_group.shutdown()
         group = self.__dict__.pop("_group", None)
         if group is not None:
             # Already broken by a lost peer: nothing left to close.

@@ -47,6 +47,10 @@ class RoundInput:
     # as Dask ran that many one-shard tasks at once (each shard's work is seeded by its own
     # index, so the order they finish in changes nothing).
     threads: int = 1
+    # The shards' outputs stay on their device for the sums (the torch collective's segments:
+    # NCCL sums them there, round/exchange.py); the round's end is made on the CPU from the
+    # sum (worker.phase_total). False: each output comes to the CPU, as the Dask graph sends.
+    sums_on_device: bool = False
     # The chain the round belongs to (the run's token and attempt, graph.py): what a worker
     # keeps between its tasks is kept under it (worker.py). "": none (the reference runner).
     chain: str = ""
@@ -155,6 +159,8 @@ def run_local(
         torch.cuda.synchronize(device)  # so that compute_s is the work, not its launch
     moved = objective.buffers if objective.buffers_updated else {}
     cpu = torch.device("cpu")
+    if round_input.sums_on_device:  # summed where it is (elementwise: the same bits)
+        moved_to = _as_is
     return ShardReport(
         output=moved_to(output, cpu),
         num_samples=int(shard.x.shape[0]),

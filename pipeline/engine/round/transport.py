@@ -81,7 +81,7 @@ def _shift(
     """A weights-like sum moved by sign * n w (n: its rows), others as they are."""
     if name not in DELTA_TENSORS:
         return tensor
-    return tensor + sign * (n * weights.to(tensor.dtype))
+    return tensor + sign * (n * weights.to(tensor.device, tensor.dtype))
 
 
 def sent_bytes(tensors: dict[str, torch.Tensor], transport: str) -> int:

@@ -37,7 +37,7 @@ import torch
 from ..protocol import Broadcast
 from . import transport
 from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
-from .shards import ShardData
+from .shards import ShardData, to_device
 from .tasks import PhaseEnd, RoundInput, RoundResult, finish_phase, open_round, run_local
 from .tasks import update_round as make_update
 from .wire import register_dataclasses
@@ -111,7 +111,11 @@ def phase_total(
     known: dict[TreeNode, Partial] = {}
     for output in outputs:
         known.update({n: transport.decode(p, weights, encoding) for n, p in output.nodes.items()})
-    return node_sum(tree_root(num_shards), known, num_shards)
+    total = node_sum(tree_root(num_shards), known, num_shards)
+    # Summed on a GPU (RoundInput.sums_on_device): the phase ends on the CPU, as everywhere.
+    tensors = [*total.tensor_sums.values(), *total.buffer_sums.values()]
+    on_gpu = any(t.device.type != "cpu" for t in tensors)
+    return to_device(total, torch.device("cpu")) if on_gpu else total
 
 
 def _opened(static: RoundInput, carry: RoundResult, kept: _Kept) -> tuple[RoundInput, Any]:

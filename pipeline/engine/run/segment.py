@@ -34,6 +34,7 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any
 
+import torch
 from distributed import Queue, Variable, get_client, get_worker
 from distributed.comm import get_address_host
 from distributed.protocol import to_serialize
@@ -150,6 +151,7 @@ def run_segment(
     if worker.address != address:
         raise LandedElsewhere(f"rank {rank} of {plan.group.name} meant for {address}")
     group = form_group(plan.group, rank, get_address_host(address))
+    group.on_devices(shards[0].x.device if shards else torch.device("cpu"))
     publisher = _Publisher(plan.queue) if rank == 0 or plan.has_states else None
     try:
         chained = replace(static, chain=plan.group.name)

@@ -139,7 +139,10 @@ def _submit(driver: _Driver, workers: list[str]) -> _Segment:
         ),
         has_states=setup.strategy.shard_state_type is not None,
     )
-    static = run_state.round_input_of(setup, plan.first, data.placement)
+    # Each rank sums its shards' outputs where they are (on a GPU: through NCCL).
+    static = replace(
+        run_state.round_input_of(setup, plan.first, data.placement), sums_on_device=True
+    )
     futures = []
     for rank, worker in enumerate(workers):
         mine = [i for i, at in enumerate(data.placement) if at == worker]
