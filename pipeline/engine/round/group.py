@@ -137,6 +137,8 @@ class Group:
             return
         from torch.distributed import ProcessGroupNCCL  # a CUDA build's; imported only here
 
+        if device.index is not None:  # NCCL binds a rank to the thread's current GPU
+            torch.cuda.set_device(device)
         options = ProcessGroupNCCL.Options()
         options._timeout = self._wait
         store = PrefixStore(f"{self.spec.name}-nccl", self._store)
