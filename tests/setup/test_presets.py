@@ -50,3 +50,11 @@ def test_a_wrong_preset_name_is_one_line_naming_the_closest(
     status = run_cli(["train", "--config", "preset:skew-dan", "--out", str(out)])
     assert_one_line_error(status, capfd, ["skew-dan", "did you mean skew-dane", "dane presets"])
     assert not out.exists()
+
+
+def test_no_preset_fixes_the_output_folder():
+    # A preset used twice would be refused (the folder holds a run); each use gets its own
+    # folder, or the one --out names.
+    for preset in presets.list_presets():
+        if preset.kind == "settings":
+            assert "out" not in read_toml(f"preset:{preset.name}"), preset.name
