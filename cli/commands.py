@@ -141,6 +141,7 @@ def train(
     from ..pipeline.observe.tracking import TrackingContext, preset_of, trackers
     from ..pipeline.plan import finished_note, plan_run
     from ..pipeline.setup.run_setup import prepare_run
+    from ..pipeline.setup.store_fit import store_fit_notes
     from ..pipeline.trained import export_model
     from .console import TrainingProgress, quiet_cluster_logs
     from .train_lines import (
@@ -153,12 +154,13 @@ def train(
     resolved = plan_run(opt.former_spellings_applied(flags), file=config, resume=resume)
     setup = prepare_run(resolved)  # the run's store, model and strategy, once
     idle = idle_worker_warning(resolved, setup.store.num_shards)  # a warning; jobs refused
+    misfits = store_fit_notes(setup)  # settings made for a larger store: what happens instead
     words = {"resume": "--resume", "more_rounds": "--rounds"}
     finished = finished_note(resolved.out, resolved.rounds, **words) if resume else None
     interrupt, bar = InterruptWatch(), TrainingProgress(resolved, setup.strategy, resume=resume)
     try:
         with interrupt, quiet_cluster_logs(Path(resolved.out)), bar:
-            for line in (idle, finished):
+            for line in (idle, finished, *misfits):
                 if line is not None:
                     bar.note(line)
             export = lambda run, out: export_model(run, out, form="state-dict")  # noqa: E731
