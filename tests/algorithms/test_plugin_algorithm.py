@@ -3,7 +3,7 @@
 tests/plugins/damped_average.py is an algorithm written outside the package with one
 hyperparameter (`damping`). Here a throwaway distribution's metadata registers it with one
 entry-point line, and the `dane` command line trains it, takes `--damping`, lists it in
---help and refuses a bad value by its declared rule, with nothing else edited. A second
+`dane options` and refuses a bad value by its declared rule, with nothing else edited. A second
 entry point names a module that does not exist: it is reported in one line and left out.
 """
 
@@ -51,11 +51,14 @@ def test_a_toy_algorithm_registered_from_outside_trains_through_the_cli(digits_s
     run = tmp_path / "run"
     common = ("--algorithm", "damped-average", "--local-steps", "5", "--workers", "2")
 
-    listed = _dane("train", "--help", path=path)
-    assert listed.returncode == 0, listed.stderr
+    helped = _dane("train", "--help", path=path)
+    assert helped.returncode == 0, helped.stderr
     # The broken plugin is one line on stderr, and the rest of the command line works.
-    (warning,) = listed.stderr.splitlines()
+    (warning,) = helped.stderr.splitlines()
     assert "broken = no_such_module_here:Broken" in warning and "left out" in warning
+    # Its setting is listed with every option (`dane train --help` shows the common ones).
+    listed = _dane("options", "--filter", "damping", path=path)
+    assert listed.returncode == 0, listed.stderr
     assert "--damping" in listed.stdout and "damped-average" in listed.stdout
     assert "[0.5]" in " ".join(listed.stdout.split()), listed.stdout
 
