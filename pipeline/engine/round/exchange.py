@@ -51,14 +51,16 @@ def exchange_phase(
 
     The root's tensors are views of the group's buffer, which the same phase of the next
     round writes again: the phase's end (its mean, tasks.py) is made from them before that."""
-    probe = next(iter(next(iter(nodes.values())).tensor_sums.values()), None) if nodes else None
-    if probe is not None and not group.carries(probe):  # GPU sums, but no NCCL group here
-        nodes = to_device(nodes, torch.device("cpu"))
+    first = next(iter(next(iter(nodes.values())).tensor_sums.values()), None) if nodes else None
+    if first is not None and not group.carries(first):  # GPU sums, but no NCCL group here
+        nodes, first = to_device(nodes, torch.device("cpu")), first.cpu()
     layout = flat_layout(next(iter(nodes.values()))) if nodes else None
     if layout is None or not transport.is_lossless(encoding):
         gathered = group.allgather((WorkerPhase(nodes=nodes), flag), own_seconds, tag=tag)
         return [phase for phase, _ in gathered], any(raised for _, raised in gathered)
-    stage = group.scratch(f"{tag}-stage", len(nodes) * layout.size, _probe(nodes, layout))
+    # The buffers go where the sums are, in the flat form's dtype.
+    like = torch.empty(0, dtype=layout.dtype, device=first.device if first is not None else "cpu")
+    stage = group.scratch(f"{tag}-stage", len(nodes) * layout.size, like)
     rows = stage.view(len(nodes), layout.size)
     for row, partial in zip(rows, nodes.values(), strict=True):
         write_flat(partial, layout, row)
@@ -71,13 +73,6 @@ def exchange_phase(
     header = node_sum(tree_root(count), {n: h for hs in every for n, h in hs.items()}, count)
     total = restored(header, layout, root)
     return [WorkerPhase(nodes={tree_root(count): total})], any(f for _, f in gathered)
-
-
-def _probe(nodes: dict[TreeNode, Partial], layout: FlatLayout) -> torch.Tensor:
-    """A tensor of the flat form's dtype on the sums' device (where the buffers go)."""
-    first = next(iter(next(iter(nodes.values())).tensor_sums.values()), None)
-    device = first.device if first is not None else torch.device("cpu")
-    return torch.empty(0, dtype=layout.dtype, device=device)
 
 
 def _gathered(

@@ -159,15 +159,15 @@ def run_local(
         torch.cuda.synchronize(device)  # so that compute_s is the work, not its launch
     moved = objective.buffers if objective.buffers_updated else {}
     cpu = torch.device("cpu")
-    if round_input.sums_on_device:  # summed where it is (elementwise: the same bits)
-        moved_to = _as_is
+    # Summed where it is under sums_on_device (elementwise: the same bits), else on the CPU.
+    back = _as_is if round_input.sums_on_device else moved_to
     return ShardReport(
-        output=moved_to(output, cpu),
+        output=back(output, cpu),
         num_samples=int(shard.x.shape[0]),
         compute_s=time.perf_counter() - started,
         worker=worker_id(),
         shard=shard.index,
-        buffers=moved_to(moved, cpu),
+        buffers=back(moved, cpu),
     )
 
 
