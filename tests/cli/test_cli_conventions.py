@@ -24,7 +24,6 @@ from dask_dane.cli.commands import app
 from dask_dane.cli.options import bench_group
 from dask_dane.pipeline.engine.round.augment import Augmentation, parse_augment
 from dask_dane.pipeline.launchers import cluster_checks
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.settings import ClusterSettings
 
 # `dane ARGS --help` in a fresh interpreter; prints the torch modules it imported.
@@ -102,19 +101,6 @@ def test_a_bench_command_s_own_help_is_whole_and_lists_its_options():
     assert done.exit_code == 0, done.output
     assert "a running scheduler of yours" in done.output  # its docstring's second line
     assert "--config" in done.output
-
-
-@pytest.fixture
-def planned(monkeypatch):
-    """`dane train` up to loop.train: the RunConfig it would run, no cluster started."""
-    seen: list[RunConfig] = []
-
-    def fake_train(config, **_):
-        seen.append(config)
-        return {"algorithm": config.algorithm, "rounds": 0, "final_test_accuracy": None}
-
-    monkeypatch.setattr("dask_dane.pipeline.engine.run.loop.train", fake_train)
-    return seen
 
 
 @pytest.mark.parametrize("given", ["none", "", "None"])

@@ -76,19 +76,6 @@ def test_a_filter_nothing_matches_is_one_line_naming_the_closest_flag(
     assert_one_line_error(status, capfd, ["'grad-sample-growht'", "--grad-sample-growth?"])
 
 
-@pytest.fixture
-def planned(monkeypatch) -> list[RunConfig]:
-    """`dane train` up to loop.train: the RunConfig it would run, no cluster started."""
-    seen: list[RunConfig] = []
-
-    def fake_train(config, **_):
-        seen.append(config)
-        return {"algorithm": config.algorithm, "rounds": 0, "final_test_accuracy": None}
-
-    monkeypatch.setattr("dask_dane.pipeline.engine.run.loop.train", fake_train)
-    return seen
-
-
 def test_options_left_out_of_help_still_run(planned, dane_here, tmp_path):
     knobs = {"grad_sample": 64, "grad_sample_growth": 1.5, "lr_scaling": "sqrt"}
     argv = [word for name, value in knobs.items() for word in (flag(name), str(value))]
