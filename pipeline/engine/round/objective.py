@@ -16,10 +16,8 @@ statistics.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -36,11 +34,8 @@ from .augment import Augmentation, augment_batch
 # Full-shard passes go in chunks so that activation memory stays bounded on big shards:
 # on a CPU, the activations a chunk keeps for the backward pass stay near this many times
 # the model's own bytes (the memory bound of the scaling benchmark allows 20 model copies in
-# all); a GPU has memory to spare and wants big batches. At least CHUNK_BYTES_CPU_MIN, so
-# that a tiny model's pass over a small shard is one forward and one backward (each costs
-# ~0.1 ms of autograd's own overhead, which its arithmetic is far below).
+# all); a GPU has memory to spare and wants big batches.
 CHUNK_MODEL_COPIES = 8
-CHUNK_BYTES_CPU_MIN = 2**20
 CHUNK_BYTES_GPU = 256 * 2**20
 CHUNK_ROWS = (16, 4096)
 # Dropout draws from torch's global generator: seeding it and running the forward pass happen
@@ -50,30 +45,7 @@ _GLOBAL_RNG = threading.Lock()
 
 def derived_seed(*parts: int) -> int:
     """An independent, reproducible seed for the given integers (numpy's SeedSequence)."""
-    return _seed(tuple(int(p) for p in parts))
-
-
-@functools.lru_cache(maxsize=64)
-def _seed(parts: tuple[int, ...]) -> int:
-    # Cached: a SeedSequence costs ~25 us, and a round's phases ask for the same few again.
-    # A round's seeds are new ones, so the cache is small: it fills in the first rounds and
-    # holds a worker's memory flat after (a 4096-entry one grew it ~7 kB a round).
-    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
-
-
-# What a module's structure decides, read once per module: a shard's objective is made each
-# phase of each round around the same (per-thread, shards.architecture) module, and walking
-# its modules and parameters every time cost about a tenth of a small model's phase.
-_FACTS: weakref.WeakKeyDictionary[nn.Module, tuple[int, bool, bool]] = weakref.WeakKeyDictionary()
-
-
-def _facts(model: nn.Module) -> tuple[int, bool, bool]:
-    """(parameters, mode_dependent(model)) of the module, from the cache."""
-    found = _FACTS.get(model)
-    if found is None:
-        found = (sum(p.numel() for p in model.parameters()), *mode_dependent(model))
-        _FACTS[model] = found
-    return found
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
 
 
 def mode_dependent(model: nn.Module) -> tuple[bool, bool]:
@@ -89,7 +61,7 @@ def chunk_rows(model: nn.Module, x: Features, num_params: int) -> int:
     if x.device.type == "cuda":
         budget = CHUNK_BYTES_GPU
     else:
-        budget = max(CHUNK_MODEL_COPIES * num_params * x.element_size(), CHUNK_BYTES_CPU_MIN)
+        budget = CHUNK_MODEL_COPIES * num_params * x.element_size()
     per_row = activation_bytes_per_row(model, x, num_params)
     return min(max(budget // max(per_row, 1), CHUNK_ROWS[0]), CHUNK_ROWS[1])
 
@@ -128,13 +100,13 @@ class ShardObjective:
         self.y = y
         self.task = task
         self.l2 = l2
-        num_params, self.batch_dependent, self.stochastic = _facts(model)
-        self.chunk = chunk_rows(model, x, num_params)
+        self.chunk = chunk_rows(model, x, sum(p.numel() for p in model.parameters()))
         self.buffers = buffers if buffers is not None else {}  # this shard's own copy
         self.train_batch = train_batch
         self.augmentation = augmentation or Augmentation()
         self.seed = seed
         self.precision = precision
+        self.batch_dependent, self.stochastic = mode_dependent(model)
         # Local steps' dropout masks and augmentations, in step order.
         self.step_rng = torch.Generator().manual_seed(derived_seed(seed, 1))
         self.buffers_updated = False  # a local step has moved the running statistics
