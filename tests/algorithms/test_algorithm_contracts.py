@@ -25,6 +25,7 @@ import pytest
 from dask_dane.pipeline import algorithms as algorithms_package
 from dask_dane.pipeline.algorithms import ALGORITHMS
 from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
+from dask_dane.pipeline.algorithms.parts.hyperparameters import setting_names
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem, LocalSolver
 from dask_dane.pipeline.algorithms.parts.server import ServerStep
 from dask_dane.pipeline.engine import protocol
@@ -122,7 +123,21 @@ def test_each_registered_name_is_its_class_name_and_phases_are_named(name):
     strategy = _default_strategy(name)
     assert strategy.phases and all(p.startswith("local_") for p in strategy.phases)
     assert len(set(strategy.phases)) == len(strategy.phases)
-    assert cls.full_batch == (name in ("gd", "agd"))
+    # An algorithm that declares no batch size takes no minibatch steps (protocol.py).
+    assert cls.full_batch == ("batch_size" not in setting_names(cls))
+
+
+# What an algorithm needs beyond the defaults here, set after a test's own settings: mu above
+# 0, and exact solves for the full-batch and exact methods. Every other registered algorithm
+# is built from the defaults alone.
+BEYOND_DEFAULTS = {
+    "sdane": {"mu": 0.1}, "sdane-adaptive": {"mu": 0.1}, "feddyn": {"mu": 0.1},
+    "gd": {"local_solver": "cg"}, "agd": {"local_solver": "cg"}, "admm": {"local_solver": "cg"},
+}  # fmt: skip
+
+
+def test_the_exceptions_are_of_registered_algorithms():
+    assert set(BEYOND_DEFAULTS) <= set(ALGORITHMS)
 
 
 def _default_strategy(name: str, **overrides):
@@ -130,19 +145,14 @@ def _default_strategy(name: str, **overrides):
 
     generated = (AlgorithmSettings(), SolverSettings(), ServerSettings())
     settings = {k: v for section in generated for k, v in dataclasses.asdict(section).items()}
-    settings |= overrides
-    if name in ("sdane", "sdane-adaptive", "feddyn"):
-        settings["mu"] = 0.1  # these need mu above 0
-    if name in ("gd", "agd", "admm"):
-        settings["local_solver"] = "cg"  # full-batch and exact solvers need exact solves
-    return make_strategy(name, settings)
+    return make_strategy(name, settings | overrides | BEYOND_DEFAULTS.get(name, {}))
 
 
-VARIANTS = [  # (algorithm, settings beyond the defaults): the states each one keeps
-    ("dane", {}), ("dane", {"server_momentum": 0.5}), ("dane", {"safeguard": "backtrack"}),
+# (algorithm, settings beyond the defaults): the states each one keeps. Every registered
+# algorithm with its defaults, and the options that add a state.
+VARIANTS = [(name, {}) for name in ALGORITHMS] + [
+    ("dane", {"server_momentum": 0.5}), ("dane", {"safeguard": "backtrack"}),
     ("fedavg", {"server_momentum": 0.5}), ("fedprox", {"server_momentum": 0.5}),
-    ("sgd", {}), ("scaffold", {}), ("feddyn", {}), ("admm", {}), ("gd", {}), ("agd", {}),
-    ("sdane", {}), ("sdane-adaptive", {}), ("one-shot", {}),
 ]  # fmt: skip
 
 

@@ -72,9 +72,42 @@ def test_fedavg_needs_local_steps_and_says_so():
         make_strategy("fedavg", _settings(local_solver="cg"))
 
 
-def test_each_algorithm_labels_itself_with_its_own_settings():
+# Labels pinned word for word, with mu=0.5 and the other settings' defaults. An algorithm
+# added to the registry needs no line here: the tests below label every registered one.
+LABELS = {
+    "dane": "dane eta=1 mu=0.5 theta=0.3 K=30 lr=0.05 clip=1 B=32",
+    "sdane": "sdane mu=0.5 K=30 lr=0.05 clip=1 B=32",
+    "sdane-adaptive": "sdane-adaptive mu=0.5 K=30 lr=0.05 clip=1 B=32",
+    "sgd": "sgd lr=0.05 B=32",
+    "fedavg": "fedavg K=30 lr=0.05 clip=1 B=32",
+    "fedprox": "fedprox mu=0.5 K=30 lr=0.05 clip=1 B=32",
+    "feddyn": "feddyn alpha=0.5 K=30 lr=0.05 clip=1 B=32",
+    "scaffold": "scaffold K=30 lr=0.05 clip=1 B=32",
+    "one-shot": "one-shot K=30 lr=0.05 clip=1 B=32",
+    "admm": "admm rho=1 K=30 lr=0.05 clip=1 B=32",
+    "gd": "gd lr=0.05",
+    "agd": "agd lr=0.05 momentum=0.9",
+}
+
+
+def test_the_labels_pinned_here_are_of_registered_algorithms():
+    assert LABELS and set(LABELS) <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_each_algorithm_labels_itself_with_its_own_settings(name):
     settings = _settings(mu=0.5)
-    labels = {name: make_strategy(name, settings).label() for name in ALGORITHMS}
+
+    label = make_strategy(name, settings).label()
+    others = {make_strategy(other, settings).label() for other in ALGORITHMS if other != name}
+
+    assert label.split()[0] == name
+    assert label not in others  # a label tells its algorithm apart
+    if name in LABELS:
+        assert label == LABELS[name]
+
+
+def test_the_labels_name_the_options_set():
     exact = make_strategy("admm", _settings(local_solver="cg", rho=0.5)).label()
     options = _settings(
         grad_sample=500,
@@ -84,20 +117,6 @@ def test_each_algorithm_labels_itself_with_its_own_settings():
         lr_schedule="cosine",
     )
 
-    assert labels == {
-        "dane": "dane eta=1 mu=0.5 theta=0.3 K=30 lr=0.05 clip=1 B=32",
-        "sdane": "sdane mu=0.5 K=30 lr=0.05 clip=1 B=32",
-        "sdane-adaptive": "sdane-adaptive mu=0.5 K=30 lr=0.05 clip=1 B=32",
-        "sgd": "sgd lr=0.05 B=32",
-        "fedavg": "fedavg K=30 lr=0.05 clip=1 B=32",
-        "fedprox": "fedprox mu=0.5 K=30 lr=0.05 clip=1 B=32",
-        "feddyn": "feddyn alpha=0.5 K=30 lr=0.05 clip=1 B=32",
-        "scaffold": "scaffold K=30 lr=0.05 clip=1 B=32",
-        "one-shot": "one-shot K=30 lr=0.05 clip=1 B=32",
-        "admm": "admm rho=1 K=30 lr=0.05 clip=1 B=32",
-        "gd": "gd lr=0.05",
-        "agd": "agd lr=0.05 momentum=0.9",
-    }
     assert exact == "admm rho=0.5 cg"
     assert make_strategy("dane", options).label() == (
         "dane eta=1 mu=0.1 grad-sample=500 growth=1.5 theta=0.2 K=30 lr=0.05 cosine clip=1 B=32 "

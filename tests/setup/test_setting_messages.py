@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from dask_dane.pipeline.algorithms import SettingError, make_strategy
+from dask_dane.pipeline.algorithms import ALGORITHMS, SettingError, make_strategy
 from dask_dane.pipeline.setup.settings import AlgorithmSettings
 
 DEFAULTS = dataclasses.asdict(AlgorithmSettings())
@@ -22,7 +22,7 @@ REFUSALS = [
         "wrong-name",
         "nope",
         {},
-        "unknown algorithm 'nope'; choose one of: dane, sdane, sdane-adaptive, sgd, fedavg, fedprox, feddyn, scaffold, one-shot, admm, gd, agd",
+        f"unknown algorithm 'nope'; choose one of: {', '.join(ALGORITHMS)}",  # the registry's order
     ),
     (
         "exclusive",
@@ -157,6 +157,19 @@ def test_each_refusal_reads_exactly_as_written(case, algorithm, settings, messag
     assert str(refused.value) == message
 
 
-def test_the_defaults_alone_are_refused_by_no_algorithm_that_needs_nothing_more():
-    for algorithm in ("dane", "sgd", "fedavg", "fedprox", "scaffold"):
-        make_strategy(algorithm, DEFAULTS)
+# The registered algorithms that need a setting beyond the defaults (refused above without it).
+NEEDS = {"sdane": {"mu": 0.1}, "sdane-adaptive": {"mu": 0.1}}
+
+
+def test_the_algorithms_that_need_more_are_registered():
+    assert set(NEEDS) <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_the_defaults_alone_are_refused_by_no_algorithm_that_needs_nothing_more(algorithm):
+    needs = NEEDS.get(algorithm, {})
+    if needs:
+        with pytest.raises(SettingError, match=f"algorithm={algorithm} needs"):
+            make_strategy(algorithm, DEFAULTS)
+
+    make_strategy(algorithm, {**DEFAULTS, **needs})
