@@ -22,8 +22,6 @@ from pathlib import Path
 import cloudpickle
 from distributed import Client
 
-from dask_dane.pipeline.setup.config import RunConfig
-
 # Imported from tests/, which only the pytest process has on its path, never a worker's: the
 # functions sent to the workers (`client.run(_executing)`) go by value, not by name.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -34,6 +32,8 @@ SOLVE_KEY = re.compile(r"^local_solve-(\d+)-\d+-")  # DANE's long phase: local_s
 LOOPBACK = ["--host", "127.0.0.1", "--no-dashboard"]
 DASK_SCHEDULER = [PY, "-m", "distributed.cli.dask_scheduler", *LOOPBACK]
 DASK_WORKER = [PY, "-m", "distributed.cli.dask_worker", *LOOPBACK]
+# The run settings the fault tests train with (tests/run_configs.py's run_config builds them).
+SETTINGS = {"model": "small-cnn", "rounds": 3, "local_steps": 40, "seed": 5, "dtype": "float64"}
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen:
@@ -72,19 +72,6 @@ def start_cluster(folder: Path, num_workers: int) -> tuple[str, list[subprocess.
             )
         )
     return address, procs
-
-
-def run_config(store: Path, out: Path, **overrides) -> RunConfig:
-    settings = dict(
-        store=str(store),
-        out=str(out),
-        model="small-cnn",
-        rounds=3,
-        local_steps=40,
-        seed=5,
-        dtype="float64",
-    )
-    return RunConfig(**{**settings, **overrides}).validate()
 
 
 def _executing(dask_worker) -> list[str]:  # type: ignore[no-untyped-def]

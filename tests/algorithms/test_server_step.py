@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from run_configs import BY_HAND, run_config
 
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
@@ -24,18 +25,12 @@ from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 L2, LR, STEPS = 0.02, 0.1, 3
 
 
-@pytest.fixture
-def least_squares(small_least_squares):
-    return small_least_squares
-
-
-def _config(info, algorithm: str = "fedavg", **settings) -> RunConfig:
-    # numpy's steps: unclipped, on every row of each shard (no validation split).
-    return RunConfig(
-        store=info.path, model="linear", dtype="float64", seed=3, algorithm=algorithm,
-        local_lr=LR, momentum=0.0, local_steps=STEPS, batch_size=64, rounds=1,
-        **{"local_clip": 0.0, "val_fraction": 0.0, **settings},
-    ).validate()  # fmt: skip
+# numpy's steps (BY_HAND: unclipped, on every row of each shard), FedAvg's unless a test names
+# another algorithm.
+SETTINGS = {
+    **BY_HAND, "algorithm": "fedavg", "local_lr": LR, "momentum": 0.0, "local_steps": STEPS,
+    "batch_size": 64, "rounds": 1,
+}  # fmt: skip
 
 
 def _local_solutions(info, w: np.ndarray) -> list[np.ndarray]:
@@ -52,15 +47,15 @@ def _local_solutions(info, w: np.ndarray) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("nesterov", [False, True], ids=["heavy-ball", "nesterov"])
 def test_server_momentum_is_torch_sgd_on_the_outer_gradient_over_three_rounds(
-    least_squares, nesterov
+    small_least_squares, nesterov
 ):
     # DiLoCo's outer optimiser (Douillard et al. 2023): torch.optim.SGD on the outer
     # gradient w - mean_i v_i, here with OpenDiLoCo's lr 0.7 and momentum 0.9. The oracle is
     # torch's own optimiser, stepped on a parameter whose .grad is set by hand.
     beta, outer_lr = 0.9, 0.7
     config = dataclasses.replace(
-        _config(least_squares, server_momentum=beta, server_nesterov=nesterov,
-                server_lr=outer_lr),
+        run_config(small_least_squares, SETTINGS, server_momentum=beta,
+                   server_nesterov=nesterov, server_lr=outer_lr),
         rounds=3,
     ).validate()  # fmt: skip
     w0 = initial_weights(prepare_run(config).spec, config.seed)
@@ -68,7 +63,7 @@ def test_server_momentum_is_torch_sgd_on_the_outer_gradient_over_three_rounds(
     outer = torch.optim.SGD([param], lr=outer_lr, momentum=beta, nesterov=nesterov)
     for _ in range(3):
         w = param.detach().numpy().copy()
-        average = np.mean(_local_solutions(least_squares, w), axis=0)
+        average = np.mean(_local_solutions(small_least_squares, w), axis=0)
         param.grad = torch.from_numpy(w - average)
         outer.step()
 
@@ -79,17 +74,17 @@ def test_server_momentum_is_torch_sgd_on_the_outer_gradient_over_three_rounds(
     assert [h["server_lr"] for h in run.history] == [outer_lr] * 3
 
 
-def test_nesterov_without_momentum_is_refused_naming_both_settings(least_squares):
+def test_nesterov_without_momentum_is_refused_naming_both_settings(small_least_squares):
     with pytest.raises(ValueError, match="--server-nesterov is a form of momentum; set "
                        "--server-momentum above 0"):  # fmt: skip
-        _config(least_squares, server_nesterov=True)
+        run_config(small_least_squares, SETTINGS, server_nesterov=True)
 
 
 @pytest.mark.parametrize("server_lr", [0.5, 1.7])
-def test_a_fixed_server_lr_scales_the_averaged_update(least_squares, server_lr):
-    config = _config(least_squares, server_lr=server_lr)
+def test_a_fixed_server_lr_scales_the_averaged_update(small_least_squares, server_lr):
+    config = run_config(small_least_squares, SETTINGS, server_lr=server_lr)
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
-    average = np.mean(_local_solutions(least_squares, w), axis=0)  # equal shards
+    average = np.mean(_local_solutions(small_least_squares, w), axis=0)  # equal shards
 
     run = run_reference(prepare_run(config), rounds=1, num_workers=2)
 
@@ -101,23 +96,24 @@ def test_a_fixed_server_lr_scales_the_averaged_update(least_squares, server_lr):
     assert run.history[0]["grad_norm"] == pytest.approx(pseudo_gradient, rel=1e-12)
 
 
-def test_feddyn_reports_the_training_loss_its_local_steps_start_from(least_squares):
+def test_feddyn_reports_the_training_loss_its_local_steps_start_from(small_least_squares):
     # One full-shard step's loss at w is f_i(w); the row holds their mean over the shards.
-    config = _config(least_squares, algorithm="feddyn", mu=0.1)
+    config = run_config(small_least_squares, SETTINGS, algorithm="feddyn", mu=0.1)
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
-    group = zarr.open_group(least_squares.path, mode="r")
+    group = zarr.open_group(small_least_squares.path, mode="r")
     x, y = group["train/x"][:], group["train/y"][:]
-    losses = [np.mean((x[a:b] @ w - y[a:b]) ** 2) + L2 * w @ w for a, b in least_squares.shards]
+    shards = small_least_squares.shards
+    losses = [np.mean((x[a:b] @ w - y[a:b]) ** 2) + L2 * w @ w for a, b in shards]
 
     run = run_reference(prepare_run(config), rounds=1, num_workers=2)
 
     assert run.history[0]["train_loss"] == pytest.approx(np.mean(losses), rel=1e-12)
 
 
-def test_fedexp_takes_its_step_from_the_spread_of_the_local_updates(least_squares):
-    config = _config(least_squares, server_lr_rule="fedexp")
+def test_fedexp_takes_its_step_from_the_spread_of_the_local_updates(small_least_squares):
+    config = run_config(small_least_squares, SETTINGS, server_lr_rule="fedexp")
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
-    updates = [v - w for v in _local_solutions(least_squares, w)]
+    updates = [v - w for v in _local_solutions(small_least_squares, w)]
     average = np.mean(updates, axis=0)
     spread = np.mean([u @ u for u in updates])
     scale = max(1.0, spread / (2 * (average @ average + FEDEXP_EPSILON)))
@@ -141,13 +137,13 @@ def test_fedexp_never_steps_shorter_than_the_average():
     assert cancelling == pytest.approx(1.0 / (2 * (3e-4 + FEDEXP_EPSILON)))
 
 
-def test_fedexp_and_a_server_lr_are_refused_together(least_squares):
+def test_fedexp_and_a_server_lr_are_refused_together(small_least_squares):
     from dask_dane.pipeline.algorithms import SettingError
 
     with pytest.raises(SettingError, match="chooses the server step itself"):
-        _config(least_squares, server_lr_rule="fedexp", server_lr=2.0)
+        run_config(small_least_squares, SETTINGS, server_lr_rule="fedexp", server_lr=2.0)
     with pytest.raises(SettingError, match="applies to"):
-        _config(least_squares, algorithm="sgd", server_lr=2.0)
+        run_config(small_least_squares, SETTINGS, algorithm="sgd", server_lr=2.0)
 
 
 def test_the_local_lr_warms_up_linearly_over_its_rounds():
@@ -158,16 +154,17 @@ def test_the_local_lr_warms_up_linearly_over_its_rounds():
 
 
 @pytest.mark.parametrize("algorithm", ["dane", "fedprox"])
-def test_dane_and_fedprox_scale_their_averaged_step_the_same_way(least_squares, algorithm):
+def test_dane_and_fedprox_scale_their_averaged_step_the_same_way(small_least_squares, algorithm):
     # Round 1's local solves start from the same w whatever the server does with them, so
     # the run with s = 1.5 lands at w + 1.5 (w_plain - w).
     common = dict(algorithm=algorithm, mu=0.2)
-    plain = run_reference(prepare_run(_config(least_squares, **common)), rounds=1, num_workers=2)
-    config = _config(least_squares, server_lr=1.5, **common)
+    plain = run_config(small_least_squares, SETTINGS, **common)
+    config = run_config(small_least_squares, SETTINGS, server_lr=1.5, **common)
+    unscaled = run_reference(prepare_run(plain), rounds=1, num_workers=2)
     scaled = run_reference(prepare_run(config), rounds=1, num_workers=2)
 
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
-    expected = w + 1.5 * (plain.weights.numpy() - w)
+    expected = w + 1.5 * (unscaled.weights.numpy() - w)
     np.testing.assert_allclose(scaled.weights.numpy(), expected, rtol=1e-12, atol=1e-14)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from run_configs import run_config
 from torch import nn
 from torch.nn import functional as F
 
@@ -26,7 +27,6 @@ from dask_dane.pipeline.engine.round.shards import load_shard, make_objective
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
 
 FEATURES = 5
@@ -77,13 +77,11 @@ def model_path(tmp_path_factory) -> str:
     return f"{path}:bn1d"
 
 
-def _config(store: Path, model: str, out: Path | None = None, **settings) -> RunConfig:
-    values = dict(algorithm="dane", eta=1.0, mu=0.1, local_steps=3, local_lr=0.05)
-    # No validation split: it would take the shards to 30 and 6 rows, even, not the odd ones.
-    values.update(dict(batch_size=2, momentum=0.0, rounds=2, seed=5, val_fraction=0.0))
-    values.update(settings)
-    out_dir = None if out is None else str(out)
-    return RunConfig(store=str(store), model=model, out=out_dir, **values).validate()
+# No validation split: it would take the shards to 30 and 6 rows, even, not the odd ones.
+SETTINGS = dict(
+    algorithm="dane", eta=1.0, mu=0.1, local_steps=3, local_lr=0.05, batch_size=2, momentum=0.0,
+    rounds=2, seed=5, val_fraction=0.0,
+)  # fmt: skip
 
 
 def test_no_batch_count_leaves_a_single_row_and_working_ones_are_unchanged():
@@ -100,7 +98,7 @@ def test_no_batch_count_leaves_a_single_row_and_working_ones_are_unchanged():
 def test_full_pass_on_the_7_row_shard_is_torchs_own_train_mode_loss_over_2_3_2(
     odd_store, model_path
 ):
-    setup = prepare_run(_config(odd_store, model_path))
+    setup = prepare_run(run_config(odd_store, SETTINGS, model=model_path))
     shard = load_shard(**setup.shard_args(1))
     weights, buffers = initial_state(setup.spec, 0)
     objective = make_objective(setup.spec, shard, buffers)
@@ -124,7 +122,7 @@ def test_full_pass_on_the_7_row_shard_is_torchs_own_train_mode_loss_over_2_3_2(
 def test_dane_trains_a_batchnorm1d_model_at_batch_size_2_on_odd_dirichlet_shards(
     odd_store, model_path
 ):
-    setup = prepare_run(_config(odd_store, model_path))
+    setup = prepare_run(run_config(odd_store, SETTINGS, model=model_path))
     start, _ = initial_state(setup.spec, setup.config.seed)
 
     run = run_reference(setup, rounds=2, num_workers=2)
@@ -139,7 +137,7 @@ def test_dane_trains_a_batchnorm1d_model_at_batch_size_2_on_odd_dirichlet_shards
 def test_dask_run_equals_reference_on_the_odd_shards(
     odd_store, model_path, cluster_client, tmp_path
 ):
-    config = _config(odd_store, model_path, tmp_path / "run")
+    config = run_config(odd_store, SETTINGS, model=model_path, out=tmp_path / "run")
 
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)

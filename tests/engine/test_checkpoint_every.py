@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_configs import run_config
 
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
@@ -26,22 +27,18 @@ from dask_dane.pipeline.setup.settings import SettingError
 pytestmark = pytest.mark.cluster
 
 
-def _config(store: Path, out: Path, **overrides: object) -> RunConfig:
-    settings = dict(
-        store=str(store),
-        out=str(out),
-        algorithm="fedavg",
-        model="small-cnn",
-        dtype="float64",
-        rounds=7,
-        seed=7,
-        local_steps=5,
-        local_lr=0.05,
-        batch_size=16,
-        broadcast="allgather",
-        eval_every=100,  # evaluated in the last round only: no round becomes best.pt early
-    )
-    return RunConfig(**{**settings, **overrides}).validate()
+SETTINGS = dict(
+    algorithm="fedavg",
+    model="small-cnn",
+    dtype="float64",
+    rounds=7,
+    seed=7,
+    local_steps=5,
+    local_lr=0.05,
+    batch_size=16,
+    broadcast="allgather",
+    eval_every=100,  # evaluated in the last round only: no round becomes best.pt early
+)
 
 
 def _rows(out: Path) -> list[dict]:
@@ -56,7 +53,7 @@ class _Stop(Exception):
 def test_the_weights_come_every_n_rounds_and_at_the_end_the_rows_every_round(
     every, fetched, digits_stores, cluster_client, tmp_path
 ):
-    config = _config(digits_stores[2], tmp_path / "run", checkpoint_every=every)
+    config = run_config(digits_stores[2], SETTINGS, out=tmp_path / "run", checkpoint_every=every)
     seen: list[int] = []
     train(
         config, client=cluster_client, callbacks=Callbacks(on_weights=lambda t, w: seen.append(t))
@@ -74,7 +71,7 @@ def test_the_weights_come_every_n_rounds_and_at_the_end_the_rows_every_round(
 def test_the_weights_equal_every_round_fetched_and_the_reference(
     digits_stores, cluster_client, tmp_path
 ):
-    every = _config(digits_stores[2], tmp_path / "every", checkpoint_every=1)
+    every = run_config(digits_stores[2], SETTINGS, out=tmp_path / "every", checkpoint_every=1)
     sparse = replace(every, out=str(tmp_path / "sparse"), checkpoint_every=3)
     train(every, client=cluster_client)
     train(sparse, client=cluster_client)
@@ -88,7 +85,9 @@ def test_the_weights_equal_every_round_fetched_and_the_reference(
 
 
 def test_a_new_best_takes_its_weights_for_best_pt(digits_stores, cluster_client, tmp_path):
-    every = _config(digits_stores[2], tmp_path / "every", checkpoint_every=1, eval_every=1)
+    every = run_config(
+        digits_stores[2], SETTINGS, out=tmp_path / "every", checkpoint_every=1, eval_every=1
+    )
     sparse = replace(every, out=str(tmp_path / "sparse"), checkpoint_every=100)
     train(every, client=cluster_client)
     summary = train(sparse, client=cluster_client)
@@ -103,7 +102,7 @@ def test_a_new_best_takes_its_weights_for_best_pt(digits_stores, cluster_client,
 def test_a_driver_killed_between_checkpoints_reruns_those_rounds_and_says_so(
     digits_stores, cluster_client, tmp_path, capsys
 ):
-    config = _config(digits_stores[2], tmp_path / "run", checkpoint_every=3)
+    config = run_config(digits_stores[2], SETTINGS, out=tmp_path / "run", checkpoint_every=3)
     train(replace(config, out=str(tmp_path / "ref")), client=cluster_client)
 
     def stop_after_5(row: dict) -> None:
@@ -127,7 +126,7 @@ def test_a_driver_killed_between_checkpoints_reruns_those_rounds_and_says_so(
 
 def test_checkpoint_every_below_one_is_refused(digits_stores, tmp_path):
     with pytest.raises(SettingError, match=r"checkpoint.every"):
-        _config(digits_stores[2], tmp_path / "run", checkpoint_every=0)
+        run_config(digits_stores[2], SETTINGS, out=tmp_path / "run", checkpoint_every=0)
 
 
 def test_a_run_stopped_by_patience_saves_the_weights_of_its_last_round(
@@ -135,9 +134,10 @@ def test_a_run_stopped_by_patience_saves_the_weights_of_its_last_round(
 ):
     # The round --patience stops at is no new best: its weights were left on the cluster,
     # and are taken there to be saved.
-    every = _config(
-        digits_stores[2], tmp_path / "every", rounds=12, eval_every=1, patience=1, local_lr=0.5
-    )
+    every = run_config(
+        digits_stores[2], SETTINGS, out=tmp_path / "every", rounds=12, eval_every=1, patience=1,
+        local_lr=0.5,
+    )  # fmt: skip
     sparse = replace(every, out=str(tmp_path / "sparse"), checkpoint_every=100)
     expected = train(every, client=cluster_client)
     summary = train(sparse, client=cluster_client)
@@ -160,8 +160,8 @@ def test_a_driver_sigkilled_between_checkpoints_loses_at_most_n_minus_1_rounds(
     digits_stores, cluster_client, tmp_path, dane_here
 ):
     store, out = digits_stores[2], tmp_path / "run"
-    train(_config(store, tmp_path / "ref", rounds=9), client=cluster_client)
-    saved = _config(store, out, rounds=9, checkpoint_every=3)
+    train(run_config(store, SETTINGS, out=tmp_path / "ref", rounds=9), client=cluster_client)
+    saved = run_config(store, SETTINGS, out=out, rounds=9, checkpoint_every=3)
     args = ["train", "--out", str(out), "--scheduler", cluster_client.scheduler.address]
     config_file = tmp_path / "run.toml"
     config_file.write_text(to_toml(replace(saved, out=str(out))))

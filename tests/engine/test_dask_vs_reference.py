@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from run_configs import run_config
 
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 pytestmark = pytest.mark.cluster
@@ -20,24 +20,13 @@ pytestmark = pytest.mark.cluster
 # float64 agrees to rounding of a few operations; float32 runs the same operations, so its
 # bound is the issue's 1e-5 (both are far below any real bug, which shows up at >= 1e-3).
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
+# The CNN on digits for 3 rounds (unless a test says otherwise), each algorithm with its steps.
+CNN = dict(model="small-cnn", rounds=3, seed=7)
 SETTINGS = {
-    "dane": dict(eta=1.0, mu=0.1, local_steps=5, local_lr=0.05, batch_size=16),
-    "sgd": dict(local_lr=0.1, batch_size=16),
-    "fedavg": dict(local_steps=5, local_lr=0.05, batch_size=16),
+    "dane": dict(algorithm="dane", eta=1.0, mu=0.1, local_steps=5, local_lr=0.05, batch_size=16),
+    "sgd": dict(algorithm="sgd", local_lr=0.1, batch_size=16),
+    "fedavg": dict(algorithm="fedavg", local_steps=5, local_lr=0.05, batch_size=16),
 }
-
-
-def _config(store, out, algorithm: str, dtype: str, rounds: int = 3) -> RunConfig:
-    return RunConfig(
-        store=str(store),
-        out=str(out),
-        algorithm=algorithm,
-        model="small-cnn",
-        dtype=dtype,
-        rounds=rounds,
-        seed=7,
-        **SETTINGS[algorithm],
-    ).validate()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -46,7 +35,9 @@ def _config(store, out, algorithm: str, dtype: str, rounds: int = 3) -> RunConfi
 def test_dask_run_equals_reference(
     algorithm, shards, dtype, digits_stores, cluster_client, tmp_path
 ):
-    config = _config(digits_stores[shards], tmp_path / "run", algorithm, dtype)
+    config = run_config(
+        digits_stores[shards], CNN, SETTINGS[algorithm], dtype=dtype, out=tmp_path / "run"
+    )
 
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
@@ -78,7 +69,9 @@ def test_comm_bytes_are_the_exact_count(algorithm, phases, digits_stores, cluste
     # 4 shards on 2 workers, shards 0-1 on the first and 2-3 on the second. Each worker
     # sends its sum of its two shards to the other, in every phase (2 copies a phase); the
     # weights stay where the update made them.
-    config = _config(digits_stores[4], tmp_path / "run", algorithm, "float32", rounds=2)
+    config = run_config(
+        digits_stores[4], CNN, SETTINGS[algorithm], dtype="float32", rounds=2, out=tmp_path / "run"
+    )
     num_params = initial_weights(prepare_run(config).spec, 0).numel()
 
     train(config, client=cluster_client)
@@ -93,9 +86,10 @@ def test_comm_bytes_are_the_exact_count(algorithm, phases, digits_stores, cluste
 
 
 def test_resume_gives_the_uninterrupted_weights(digits_stores, cluster_client, tmp_path):
-    whole = _config(digits_stores[2], tmp_path / "whole", "dane", "float64", rounds=4)
-    first = _config(digits_stores[2], tmp_path / "split", "dane", "float64", rounds=2)
-    rest = _config(digits_stores[2], tmp_path / "split", "dane", "float64", rounds=4)
+    dane = {**CNN, **SETTINGS["dane"], "dtype": "float64"}
+    whole = run_config(digits_stores[2], dane, rounds=4, out=tmp_path / "whole")
+    first = run_config(digits_stores[2], dane, rounds=2, out=tmp_path / "split")
+    rest = run_config(digits_stores[2], dane, rounds=4, out=tmp_path / "split")
 
     train(whole, client=cluster_client)
     train(first, client=cluster_client)
@@ -111,7 +105,9 @@ def test_resume_gives_the_uninterrupted_weights(digits_stores, cluster_client, t
 
 
 def test_a_second_run_into_the_same_directory_is_refused(digits_stores, cluster_client, tmp_path):
-    config = _config(digits_stores[2], tmp_path / "run", "sgd", "float32", rounds=1)
+    config = run_config(
+        digits_stores[2], CNN, SETTINGS["sgd"], dtype="float32", rounds=1, out=tmp_path / "run"
+    )
     train(config, client=cluster_client)
     before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
 
@@ -131,10 +127,10 @@ def test_rounds_chained_on_the_cluster_equal_the_reference(
     # every worker completes the pairwise tree from the workers' subtree sums (an
     # all-gather). The same arithmetic as the reference, to the last bit.
     settings = dict(local_steps=5, local_lr=0.05, batch_size=16, mu=0.1)
-    config = RunConfig(
-        **{**_config(digits_stores[shards], tmp_path / "run", "fedavg", "float64").as_dict(),
-           **settings, "algorithm": algorithm}
-    ).validate()  # fmt: skip
+    config = run_config(
+        digits_stores[shards], CNN, SETTINGS["fedavg"], settings, algorithm=algorithm,
+        dtype="float64", out=tmp_path / "run",
+    )  # fmt: skip
     summary = train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=3, num_workers=2)
 
@@ -155,7 +151,9 @@ def test_a_workers_shards_run_in_threads_with_the_same_bits(
     # --threads-per-worker 2: each worker's two shards run at once inside its one task a
     # phase, as two one-shard tasks did; each shard's work is seeded by its own index.
     config = replace(
-        _config(digits_stores[4], tmp_path / "run", "dane", "float32", rounds=2),
+        run_config(
+            digits_stores[4], CNN, SETTINGS["dane"], dtype="float32", rounds=2, out=tmp_path / "run"
+        ),
         threads_per_worker=2,
     )
     train(config, client=cluster_client)

@@ -12,6 +12,7 @@ from pathlib import Path
 import fault_cluster
 import pytest
 import torch
+from run_configs import run_config
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parents[1]  # tests/
 
 
-PY, _config = fault_cluster.PY, fault_cluster.run_config
+PY = fault_cluster.PY
 _start, _stop = fault_cluster.start, fault_cluster.stop
 
 
@@ -64,7 +65,10 @@ def test_driver_killed_during_checkpoint_write_resumes_to_the_same_weights(
     cluster_client, digits_stores, tmp_path, dane_here
 ):
     store = digits_stores[2]
-    train(_config(store, tmp_path / "ref", rounds=3, local_steps=10), client=cluster_client)
+    reference = run_config(
+        store, fault_cluster.SETTINGS, out=tmp_path / "ref", rounds=3, local_steps=10
+    )
+    train(reference, client=cluster_client)
     out = tmp_path / "run"
     marker = tmp_path / "writing"
     args = ["train", str(store), "--out", str(out), "--rounds", "3", "--local-steps", "10"]

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from run_configs import LOGISTIC, run_config
 
-from dask_dane.datasets.partition import PartitionSpec
-from dask_dane.datasets.sources import SourceOptions, load_source
-from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 pytestmark = pytest.mark.cluster
@@ -22,33 +19,18 @@ pytestmark = pytest.mark.cluster
 KEPT = {"local_steps": 4, "local_lr": 0.1, "batch_size": 32, "local_optimizer_state": "keep"}
 
 
-@pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    """digits-tabular in 4 shards (float64 features), 2 on each of the 2 workers."""
-    raw = load_source("digits-tabular", SourceOptions(seed=0))
-    path = tmp_path_factory.mktemp("kept") / "digits.zarr"
-    return write_store(raw, PartitionSpec(num_shards=4, seed=0), path, force=False).path
-
-
-def _config(store, out, algorithm: str, **overrides) -> RunConfig:
-    settings = dict(
-        store=str(store), out=str(out), model="logistic", dtype="float64", l2=1e-3,
-        algorithm=algorithm, rounds=3, seed=4, **KEPT,
-    )  # fmt: skip
-    return RunConfig(**{**settings, **overrides}).validate()
-
-
 @pytest.mark.parametrize("collective", ["dask", "torch"])
 @pytest.mark.parametrize("algorithm", ["dane", "fedavg"])
 def test_kept_state_runs_equal_the_reference(
     algorithm, collective, table, cluster_client, tmp_path
 ):
-    config = _config(table, tmp_path / "run", algorithm, collective=collective)
+    settings = {**LOGISTIC, **KEPT, "algorithm": algorithm}
+    config = run_config(table, settings, collective=collective, out=tmp_path / "run")
 
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
     reset_setup = prepare_run(
-        _config(table, tmp_path / "r", algorithm, local_optimizer_state="reset")
+        run_config(table, settings, local_optimizer_state="reset", out=tmp_path / "r")
     )
     reset = run_reference(reset_setup, rounds=config.rounds, num_workers=2)
 
@@ -62,9 +44,10 @@ def test_kept_state_runs_equal_the_reference(
 
 
 def test_a_resumed_run_keeps_the_state_it_checkpointed(table, cluster_client, tmp_path):
-    whole = _config(table, tmp_path / "whole", "dane", rounds=4)
-    first = _config(table, tmp_path / "split", "dane", rounds=2)
-    rest = _config(table, tmp_path / "split", "dane", rounds=4)
+    dane = {**LOGISTIC, **KEPT, "algorithm": "dane"}
+    whole = run_config(table, dane, rounds=4, out=tmp_path / "whole")
+    first = run_config(table, dane, rounds=2, out=tmp_path / "split")
+    rest = run_config(table, dane, rounds=4, out=tmp_path / "split")
 
     train(whole, client=cluster_client)
     train(first, client=cluster_client)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from run_configs import BY_HAND, run_config
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
@@ -56,24 +57,14 @@ def _grad(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> np.ndarray:
     return 2 * x.T @ (x @ v - y) / len(x) + 2 * L2 * v
 
 
-def _config(info, **settings) -> RunConfig:
-    return RunConfig(
-        store=info.path,
-        model="linear",
-        dtype="float64",
-        seed=3,
-        **{"local_clip": 0.0, "val_fraction": 0.0, **settings},
-    ).validate()  # the hand computations take unclipped steps on every row of each shard
-
-
 def test_two_dane_iterations_with_three_momentum_steps_match_the_hand_computation(
     least_squares,
 ):
     # A minibatch of 64 covers a 30-row shard, so every local step is a full-shard step and
     # the hand computation needs no sampling.
     eta, mu, lr, beta, steps = 0.8, 0.3, 0.1, 0.9, 3
-    config = _config(
-        least_squares, eta=eta, mu=mu, local_lr=lr, momentum=beta, local_steps=steps,
+    config = run_config(
+        least_squares, BY_HAND, eta=eta, mu=mu, local_lr=lr, momentum=beta, local_steps=steps,
         batch_size=64, rounds=2,
     )  # fmt: skip
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
@@ -105,8 +96,8 @@ def test_the_gradient_sample_is_the_same_rows_every_round_and_their_gradient(lea
     # the same in both rounds. One full-shard local step (K = 1, no momentum) then moves
     # v_i = w - lr (grad f_i(w) - g_i + g): exact arithmetic to check both the rows and g.
     lr = 0.05
-    config = _config(
-        least_squares, grad_sample=12, local_steps=1, local_lr=lr, momentum=0.0,
+    config = run_config(
+        least_squares, BY_HAND, grad_sample=12, local_steps=1, local_lr=lr, momentum=0.0,
         batch_size=64, rounds=2,
     )  # fmt: skip
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
@@ -145,8 +136,8 @@ def test_the_safeguard_rejects_and_accepts_where_the_quadratic_says(tmp_path):
     one = write_store(
         _least_squares_raw(), PartitionSpec(num_shards=1, seed=0), tmp_path / "1.zarr", force=False
     )
-    config = _config(
-        one, eta=3.0, mu=0.0, safeguard="backtrack", local_solver="cg", local_tol=1e-13
+    config = run_config(
+        one, BY_HAND, eta=3.0, mu=0.0, safeguard="backtrack", local_solver="cg", local_tol=1e-13
     )
     x, y = _shards(one)[0]
     w_star = np.linalg.solve(x.T @ x / len(x) + L2 * np.eye(5), x.T @ y / len(x))

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_configs import LOGISTIC, run_config
 
-from dask_dane.datasets.partition import PartitionSpec
-from dask_dane.datasets.sources import SourceOptions, load_source
-from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.algorithms import ALGORITHMS
 from dask_dane.pipeline.algorithms.parts.hyperparameters import setting_names
 from dask_dane.pipeline.engine.reference import run_reference
@@ -43,24 +41,17 @@ EXCEPTIONS = {
     "gd": {"local_lr": 1.0},
     "agd": {"local_lr": 1.0, "momentum": 0.5},
 }
+TORCH = {**LOGISTIC, "collective": "torch"}  # every run here, rounds chained under torch
 
 
 def _settings(algorithm: str) -> dict:
-    """The algorithm's settings here: EXACT's alone, or the local steps it declares and its
-    exceptions."""
-    exception = EXCEPTIONS.get(algorithm, {})
+    """The algorithm and its settings here: its exceptions, after the local steps it declares
+    where it takes local steps (no exact solver)."""
+    exception = {"algorithm": algorithm, **EXCEPTIONS.get(algorithm, {})}
     if "local_solver" in exception:
         return exception
     declared = setting_names(ALGORITHMS[algorithm])
     return {**{k: v for k, v in LOCAL_STEPS.items() if k in declared}, **exception}
-
-
-@pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    """digits-tabular in 4 shards (float64 features): every algorithm trains on it."""
-    raw = load_source("digits-tabular", SourceOptions(seed=0))
-    path = tmp_path_factory.mktemp("table") / "digits.zarr"
-    return write_store(raw, PartitionSpec(num_shards=4, seed=0), path, force=False).path
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +83,6 @@ def clusters():
         cluster.close()
 
 
-def _config(store, out, algorithm: str, **overrides) -> RunConfig:
-    settings = dict(
-        store=str(store), out=str(out), model="logistic", dtype="float64", l2=1e-3,
-        algorithm=algorithm, rounds=3, seed=4, collective="torch",
-    )  # fmt: skip
-    return RunConfig(**{**settings, **_settings(algorithm), **overrides}).validate()
-
-
 def _rows(out) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").open()]
 
@@ -127,7 +110,9 @@ def test_the_exceptions_are_of_registered_algorithms():
 def test_every_algorithm_equals_the_reference_on_two_workers(
     algorithm, transport, table, cluster_client, tmp_path
 ):
-    config = _config(table, tmp_path / "run", algorithm, transport=transport)
+    config = run_config(
+        table, TORCH, _settings(algorithm), transport=transport, out=tmp_path / "run"
+    )
     _equals_reference(config, cluster_client, workers=2)
 
 
@@ -137,7 +122,9 @@ def test_every_algorithm_equals_the_reference_on_two_workers(
 def test_one_and_four_workers_equal_the_reference(
     algorithm, transport, workers, table, clusters, tmp_path
 ):
-    config = _config(table, tmp_path / "run", algorithm, transport=transport)
+    config = run_config(
+        table, TORCH, _settings(algorithm), transport=transport, out=tmp_path / "run"
+    )
     _equals_reference(config, clusters(workers), workers=workers)
 
 

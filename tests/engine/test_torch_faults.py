@@ -16,6 +16,7 @@ import fault_cluster
 import pytest
 import torch
 from distributed import Client
+from run_configs import run_config
 
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import Callbacks, train
@@ -23,6 +24,10 @@ from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
 
 pytestmark = pytest.mark.cluster
+SETTINGS = {
+    **fault_cluster.SETTINGS, "collective": "torch", "collective_timeout": 3.0, "rounds": 6,
+    "local_steps": 20,
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -47,16 +52,12 @@ def undisturbed(cluster_client, digits_stores, tmp_path_factory):
     def of(shards: int, rounds: int = 6) -> torch.Tensor:
         if (shards, rounds) not in weights:
             out = folder / f"digits-{shards}-{rounds}"
-            train(_config(digits_stores[shards], out, rounds=rounds), client=cluster_client)
+            config = run_config(digits_stores[shards], SETTINGS, out=out, rounds=rounds)
+            train(config, client=cluster_client)
             weights[shards, rounds] = _weights(out)
         return weights[shards, rounds]
 
     return of
-
-
-def _config(store: Path, out: Path, **overrides):
-    settings = dict(collective="torch", collective_timeout=3.0, rounds=6, local_steps=20)
-    return fault_cluster.run_config(store, out, **{**settings, **overrides})
 
 
 def _weights(out: Path) -> torch.Tensor:
@@ -87,7 +88,9 @@ def test_a_worker_killed_mid_segment_gives_the_undisturbed_weights(
     pid = workers.run(os.getpid, workers=[address])[address]
     callbacks, threads = _after_first_row(lambda: os.kill(pid, signal.SIGKILL))
 
-    summary = train(_config(store, tmp_path / "run"), client=workers, callbacks=callbacks)
+    summary = train(
+        run_config(store, SETTINGS, out=tmp_path / "run"), client=workers, callbacks=callbacks
+    )
 
     threads[0].join(timeout=10)
     assert summary["rounds"] == 6
@@ -108,7 +111,9 @@ def test_a_frozen_worker_is_found_by_the_timeout_and_the_run_goes_on(
     callbacks, _ = _after_first_row(lambda: os.kill(pid, signal.SIGSTOP))
     started = time.monotonic()
     try:
-        summary = train(_config(store, tmp_path / "run"), client=workers, callbacks=callbacks)
+        summary = train(
+            run_config(store, SETTINGS, out=tmp_path / "run"), client=workers, callbacks=callbacks
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from run_configs import run_config
 
 from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
@@ -24,7 +25,6 @@ from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
 
 L2 = 0.01
@@ -54,14 +54,13 @@ def dirichlet_store(tmp_path_factory):
     return write_store(raw, spec, path, force=False)
 
 
-def _config(info, **settings) -> RunConfig:
-    # A minibatch of 1000 covers every shard: each local step is a full-shard step, on every
-    # row (val_fraction 0), as the oracle computes it.
-    return RunConfig(
-        store=info.path, model="logistic", dtype="float64", l2=L2, seed=3, algorithm="dane",
-        momentum=BETA, local_steps=STEPS, batch_size=1000, val_fraction=0.0,
-        **{"rounds": 2, "eta": ETA, "mu": MU, "local_lr": LR, **settings},
-    ).validate()  # fmt: skip
+# A minibatch of 1000 covers every shard: each local step is a full-shard step, on every row
+# (val_fraction 0), as the oracle computes it.
+SETTINGS = {
+    "model": "logistic", "dtype": "float64", "l2": L2, "seed": 3, "algorithm": "dane",
+    "momentum": BETA, "local_steps": STEPS, "batch_size": 1000, "val_fraction": 0.0,
+    "rounds": 2, "eta": ETA, "mu": MU, "local_lr": LR,
+}  # fmt: skip
 
 
 def _shards(info) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -126,7 +125,7 @@ def _fedexp_round(shards, theta, shares, **steps) -> tuple[np.ndarray, float]:
 @pytest.fixture(scope="module")
 def oracle(dirichlet_store):
     """(weights, losses) weighted by rows, and the weights of the same steps unweighted."""
-    config = _config(dirichlet_store)
+    config = run_config(dirichlet_store, SETTINGS)
     theta = initial_weights(prepare_run(config).spec, config.seed).numpy()
     shards = _shards(dirichlet_store)
     sizes = np.array([len(x) for x, _ in shards], dtype=float)
@@ -149,7 +148,7 @@ def test_two_dane_iterations_on_unequal_shards_weight_each_shard_by_its_rows(
 ):
     (expected, losses), unweighted = oracle
 
-    run = run_reference(prepare_run(_config(dirichlet_store)), rounds=2, num_workers=2)
+    run = run_reference(prepare_run(run_config(dirichlet_store, SETTINGS)), rounds=2, num_workers=2)
 
     weights = run.weights.numpy()
     np.testing.assert_allclose(weights, expected, rtol=1e-12, atol=1e-14)
@@ -164,7 +163,7 @@ def test_the_dask_run_on_unequal_shards_weights_each_shard_by_its_rows(
     # 4 shards on 2 workers: each worker sums its own shards before the driver's mean, so a
     # partial reported with the wrong row count would move the weights too.
     (expected, losses), unweighted = oracle
-    config = _config(dirichlet_store, out=str(tmp_path / "run"))
+    config = run_config(dirichlet_store, SETTINGS, out=tmp_path / "run")
     reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
 
     train(config, client=cluster_client)
@@ -183,8 +182,8 @@ def test_fedexp_on_unequal_shards_weights_the_spread_and_the_average_by_rows(dir
     # the spread and the average. DANE's corrected solutions mostly agree (s = 1, which no
     # bug in the rule would change): eta 0.3 and long steps make them spread, so s > 2.
     steps = {"eta": 0.3, "mu": 0.0, "lr": 10.0}
-    config = _config(dirichlet_store, server_lr_rule="fedexp", rounds=1, local_clip=0.0,
-                     eta=0.3, mu=0.0, local_lr=10.0)  # fmt: skip
+    config = run_config(dirichlet_store, SETTINGS, server_lr_rule="fedexp", rounds=1,
+                        local_clip=0.0, eta=0.3, mu=0.0, local_lr=10.0)  # fmt: skip
     theta = initial_weights(prepare_run(config).spec, config.seed).numpy()
     shards = _shards(dirichlet_store)
     sizes = np.array([len(x) for x, _ in shards], dtype=float)

@@ -16,6 +16,7 @@ import os
 import numpy as np
 import pytest
 import zarr
+from run_configs import BY_HAND, run_config
 
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.setup.config import RunConfig
@@ -24,14 +25,9 @@ from dask_dane.pipeline.setup.run_setup import ensure_default_store, initial_wei
 L2, LR = 0.02, 0.05
 
 
-def _config(info, rounds: int = 1, **settings) -> RunConfig:
-    # A batch of 64 covers each 30-row shard (all of it: no validation split): every local
-    # step is a full-shard step.
-    return RunConfig(
-        store=info.path, model="linear", dtype="float64", seed=3, batch_size=64,
-        rounds=rounds, local_lr=LR, momentum=0.0,
-        **{"local_clip": 0.0, "val_fraction": 0.0, **settings},
-    ).validate()  # fmt: skip
+# A batch of 64 covers each 30-row shard (all of it: no validation split, BY_HAND): every
+# local step is a full-shard step.
+SETTINGS = {**BY_HAND, "batch_size": 64, "rounds": 1, "local_lr": LR, "momentum": 0.0}
 
 
 def _shards(info) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -62,12 +58,12 @@ def _clipped_dane(shards, w: np.ndarray, clip: float, mu: float, steps: int) -> 
 
 def test_the_local_clip_bounds_the_whole_local_gradient_with_mu_above_zero(small_least_squares):
     shards, mu, steps = _shards(small_least_squares), 0.5, 3
-    base = _config(small_least_squares, algorithm="dane", mu=mu, local_steps=steps)
+    base = run_config(small_least_squares, SETTINGS, algorithm="dane", mu=mu, local_steps=steps)
     w = initial_weights(prepare_run(base).spec, base.seed).numpy()
     # At v = w the local gradient is g itself: a clip of half its norm binds on every step.
     clip = 0.5 * np.linalg.norm(np.mean([_grad(x, y, w) for x, y in shards], axis=0))
-    config = _config(small_least_squares, algorithm="dane", mu=mu, local_steps=steps,
-                     local_clip=float(clip))  # fmt: skip
+    config = run_config(small_least_squares, SETTINGS, algorithm="dane", mu=mu,
+                        local_steps=steps, local_clip=float(clip))  # fmt: skip
 
     run = run_reference(prepare_run(config), rounds=1, num_workers=2)
 
@@ -94,8 +90,8 @@ def _adam_fedavg(shards, w: np.ndarray, steps: int) -> np.ndarray:
 
 
 def test_the_adam_local_optimizer_is_adam(small_least_squares):
-    config = _config(small_least_squares, algorithm="fedavg", local_steps=4,
-                     local_optimizer="adam")  # fmt: skip
+    config = run_config(small_least_squares, SETTINGS, algorithm="fedavg", local_steps=4,
+                        local_optimizer="adam")  # fmt: skip
     w = initial_weights(prepare_run(config).spec, config.seed).numpy()
 
     run = run_reference(prepare_run(config), rounds=1, num_workers=2)
@@ -156,8 +152,9 @@ def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
         return scale
 
     monkeypatch.setattr(server.ServerStep, "scale", spy)
-    config = _config(small_least_squares, algorithm="dane", local_steps=40, local_theta=0.5,
-                     server_lr_rule="fedexp", rounds=2, diagnostics_every=1)  # fmt: skip
+    config = run_config(small_least_squares, SETTINGS, algorithm="dane", local_steps=40,
+                        local_theta=0.5, server_lr_rule="fedexp", rounds=2,
+                        diagnostics_every=1)  # fmt: skip
 
     run = run_reference(prepare_run(config), rounds=2, num_workers=2)
 
@@ -174,7 +171,9 @@ def test_local_theta_stops_the_solves_early_and_each_round_reports_its_steps(
 def test_an_exact_solve_counts_every_pass_over_its_shard_as_images(small_least_squares):
     # cg reads the whole 30-row shard once per value, gradient or Hessian product: a round's
     # images are whole passes, and a solve to 1e-10 takes several.
-    config = _config(small_least_squares, algorithm="fedprox", mu=0.1, local_solver="cg")
+    config = run_config(
+        small_least_squares, SETTINGS, algorithm="fedprox", mu=0.1, local_solver="cg"
+    )
 
     run = run_reference(prepare_run(config), rounds=1, num_workers=2)
 

@@ -16,6 +16,7 @@ import fault_cluster
 import pytest
 import torch
 from distributed import Client
+from run_configs import run_config
 
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import Callbacks, train
@@ -30,10 +31,9 @@ SOLVE_KEY = fault_cluster.SOLVE_KEY
 _when_local_task_runs = fault_cluster.when_local_task_runs
 
 
-def _config(store: Path, out: Path, **overrides):  # type: ignore[no-untyped-def]
-    """These faults land in the Dask graph's round tasks, which the tests watch for by their
-    keys: tests/engine/test_torch_faults.py has the same faults under --collective torch."""
-    return fault_cluster.run_config(store, out, **{"collective": "dask", **overrides})
+# These faults land in the Dask graph's round tasks, which the tests watch for by their keys:
+# tests/engine/test_torch_faults.py has the same faults under --collective torch.
+SETTINGS = {**fault_cluster.SETTINGS, "collective": "dask"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,9 @@ def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
     client = nanny_cluster
     client.wait_for_workers(2, timeout=60)
     held = dict(shard_memory=shard_memory, rounds=4)  # a round to spare for the kill
-    undisturbed = train(_config(digits_stores[4], tmp_path / "ref", **held), client=client)
+    undisturbed = train(
+        run_config(digits_stores[4], SETTINGS, out=tmp_path / "ref", **held), client=client
+    )
     pids = _pids(client)
     killed: list[str] = []
     threads: list[threading.Thread] = []
@@ -70,7 +72,7 @@ def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
             threads.append(_when_local_task_runs(client, 2, kill))
 
     summary = train(
-        _config(digits_stores[4], tmp_path / "run", **held),
+        run_config(digits_stores[4], SETTINGS, out=tmp_path / "run", **held),
         client=client,
         callbacks=Callbacks(on_round=on_round),
     )
@@ -113,7 +115,7 @@ def test_stalled_worker_makes_the_round_wait_and_shows_as_straggler(
             threads.append(_when_local_task_runs(client, 2, stall, SOLVE_KEY))
 
     # Long local solves, so that the stall lands inside one (its compute time includes it).
-    config = _config(digits_stores[2], tmp_path / "run", rounds=2, local_steps=300)
+    config = run_config(digits_stores[2], SETTINGS, out=tmp_path / "run", rounds=2, local_steps=300)
     train(config, client=client, callbacks=Callbacks(on_round=on_round))
 
     threads[0].join(timeout=10)
@@ -137,7 +139,9 @@ def test_allgather_rounds_survive_a_worker_killed_mid_round_with_the_same_weight
     # the rounds in flight, and the chain restarts from the last recorded round's state.
     client = nanny_cluster
     client.wait_for_workers(2, timeout=60)
-    ref = replace(_config(digits_stores[4], tmp_path / "ref", **held), broadcast="allgather")
+    ref = replace(
+        run_config(digits_stores[4], SETTINGS, out=tmp_path / "ref", **held), broadcast="allgather"
+    )
     undisturbed = train(ref, client=client)
     pids = _pids(client)
     killed: list[str] = []

@@ -8,16 +8,12 @@ import sys
 import cloudpickle
 import pytest
 import torch
+from run_configs import run_config
 from torch import nn
 
 from dask_dane.models.registry import ModelSpec, build_model
 from dask_dane.models.user import call_builder, from_bytes, resolve
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
-
-
-def _config(store, model: str, **settings) -> RunConfig:
-    return RunConfig(store=str(store), model=model, **settings).validate()
 
 
 def test_a_file_model_is_built_with_the_keywords_it_names(model_file):
@@ -60,7 +56,7 @@ def test_a_bad_model_is_one_clear_error_before_any_work(
     name, message, model_file, digits_stores, tmp_path
 ):
     model = name.format(dir=tmp_path, file=model_file)
-    config = _config(digits_stores[2], model, out=str(tmp_path / "run"))
+    config = run_config(digits_stores[2], model=model, out=tmp_path / "run")
 
     with pytest.raises(ValueError) as raised:
         prepare_run(config)
@@ -71,14 +67,14 @@ def test_a_bad_model_is_one_clear_error_before_any_work(
 
 
 def test_a_batchnorm_model_needs_two_rows_a_batch(model_file, digits_stores):
-    config = _config(digits_stores[2], f"{model_file}:build", batch_size=1)
+    config = run_config(digits_stores[2], model=f"{model_file}:build", batch_size=1)
 
     with pytest.raises(ValueError, match="pass --batch-size 2 or more"):
         prepare_run(config)
 
 
 def test_a_file_model_travels_as_code_not_as_a_path(model_file, digits_stores):
-    setup = prepare_run(_config(digits_stores[2], f"{model_file}:build"))
+    setup = prepare_run(run_config(digits_stores[2], model=f"{model_file}:build"))
     data = setup.spec.builder
     model_file.unlink()  # a worker that never saw the file
     for name in [m for m in sys.modules if m.startswith("dask_dane_user_my_models")]:
@@ -110,7 +106,7 @@ def test_a_worker_without_the_package_names_itself_and_the_module(tmp_path, monk
 def test_initial_buffers_are_the_models_own(model_file, digits_stores):
     from dask_dane.pipeline.setup.run_setup import initial_state
 
-    setup = prepare_run(_config(digits_stores[2], f"{model_file}:build"))
+    setup = prepare_run(run_config(digits_stores[2], model=f"{model_file}:build"))
 
     weights, buffers = initial_state(setup.spec, 0)
 
@@ -138,7 +134,7 @@ def test_a_local_package_travels_by_value_but_dask_dane_never(tmp_path, monkeypa
 
 @pytest.mark.parametrize("algorithm", ["gd", "agd"])
 def test_full_batch_algorithms_refuse_running_statistics(algorithm, model_file, digits_stores):
-    config = _config(digits_stores[2], f"{model_file}:build", algorithm=algorithm)
+    config = run_config(digits_stores[2], model=f"{model_file}:build", algorithm=algorithm)
 
     with pytest.raises(ValueError, match=f"--algorithm {algorithm} takes none"):
         prepare_run(config)
@@ -154,7 +150,7 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
 
     model = f"{model_file}:build"
     run_dir = RunDir(tmp_path / "run")
-    setup = prepare_run(_config(digits_stores[2], model, out=str(run_dir.root)))
+    setup = prepare_run(run_config(digits_stores[2], model=model, out=run_dir.root))
     state = open_run(setup, run_dir, resume=False)
     begin_run(setup.config, run_dir, state, resume=False)
     save_run(run_dir, state, setup, improved=False)
@@ -162,7 +158,7 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
     count = sum(p.numel() for p in saved_weights.parameters())
     original = model_file.read_text()
     model_file.write_text(original.replace("6", "7"))
-    changed = prepare_run(_config(digits_stores[2], model, out=str(run_dir.root)))
+    changed = prepare_run(run_config(digits_stores[2], model=model, out=run_dir.root))
     new_count = sum(p.numel() for p in build_model(changed.spec).parameters())
 
     with pytest.raises(ValueError) as refused:

@@ -9,30 +9,27 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_configs import run_config
 
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 pytestmark = pytest.mark.cluster
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
+# Two rounds of the model file's `build` (unless a test says otherwise), each algorithm with
+# its steps.
+RUN = dict(rounds=2, seed=5)
 SETTINGS = {
-    "dane": dict(eta=1.0, mu=0.1, local_steps=4, local_lr=0.05, batch_size=16),
-    "fedavg": dict(local_steps=4, local_lr=0.05, batch_size=16, server_momentum=0.5),
-    "sgd": dict(local_lr=0.1, batch_size=16),
+    "dane": dict(algorithm="dane", eta=1.0, mu=0.1, local_steps=4, local_lr=0.05, batch_size=16),
+    "fedavg": dict(
+        algorithm="fedavg", local_steps=4, local_lr=0.05, batch_size=16, server_momentum=0.5
+    ),
+    "sgd": dict(algorithm="sgd", local_lr=0.1, batch_size=16),
 }
-
-
-def _config(store, model_file, out, algorithm: str, rounds: int = 2, **extra) -> RunConfig:
-    settings = {**SETTINGS[algorithm], **extra}
-    return RunConfig(
-        store=str(store), out=str(out), model=f"{model_file}:build", algorithm=algorithm,
-        rounds=rounds, seed=5, **settings,
-    ).validate()  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -41,7 +38,10 @@ def _config(store, model_file, out, algorithm: str, rounds: int = 2, **extra) ->
 def test_a_batchnorm_dropout_model_equals_the_reference_bit_for_bit(
     algorithm, augment, model_file, digits_stores, cluster_client, tmp_path
 ):
-    config = _config(digits_stores[4], model_file, tmp_path / "run", algorithm, augment=augment)
+    config = run_config(
+        digits_stores[4], RUN, SETTINGS[algorithm], model=f"{model_file}:build", augment=augment,
+        out=tmp_path / "run",
+    )  # fmt: skip
 
     train(config, client=cluster_client)
     reference = run_reference(prepare_run(config), rounds=config.rounds, num_workers=2)
@@ -62,9 +62,10 @@ def test_a_batchnorm_dropout_model_equals_the_reference_bit_for_bit(
 def test_resume_restores_weights_and_statistics(
     model_file, digits_stores, cluster_client, tmp_path
 ):
-    whole = _config(digits_stores[2], model_file, tmp_path / "whole", "dane", rounds=3)
-    first = _config(digits_stores[2], model_file, tmp_path / "split", "dane", rounds=1)
-    rest = _config(digits_stores[2], model_file, tmp_path / "split", "dane", rounds=3)
+    dane = {**RUN, **SETTINGS["dane"], "model": f"{model_file}:build"}
+    whole = run_config(digits_stores[2], dane, rounds=3, out=tmp_path / "whole")
+    first = run_config(digits_stores[2], dane, rounds=1, out=tmp_path / "split")
+    rest = run_config(digits_stores[2], dane, rounds=3, out=tmp_path / "split")
 
     train(whole, client=cluster_client)
     train(first, client=cluster_client)
