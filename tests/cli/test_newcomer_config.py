@@ -18,7 +18,7 @@ from dask_dane.pipeline.algorithms.parts.setting_error import FLAG_NAMES
 TINY = ("--model", "mlp", "--local-steps", "2", "--batch-size", "16", "--algorithm", "fedavg")
 
 
-def _config(tmp_path: Path, text: str) -> Path:
+def _settings_file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "settings.toml"
     path.write_text(text)
     return path
@@ -49,7 +49,7 @@ def test_a_config_file_key_is_the_flag_name(
 ):
     out = tmp_path / "run"
 
-    status = run_cli(["train", "--config", str(_config(tmp_path, text)), "--out", str(out)])
+    status = run_cli(["train", "--config", str(_settings_file(tmp_path, text)), "--out", str(out)])
 
     assert_one_line_error(status, capfd, fragments)
     assert not out.exists()
@@ -60,7 +60,7 @@ def test_flag_named_keys_train_and_config_toml_is_written_with_them(
     digits_stores, cluster_client, tmp_path, dane_here
 ):
     run = tmp_path / "run"
-    settings = _config(tmp_path, 'local_momentum = 0.5\n[solver]\nlr_schedule = "cosine"\n')
+    settings = _settings_file(tmp_path, 'local_momentum = 0.5\n[solver]\nlr_schedule = "cosine"\n')
     scheduler = ("--scheduler", cluster_client.scheduler.address)
 
     done = dane_here(
