@@ -203,27 +203,43 @@ def test_every_owner_of_a_setting_agrees_whether_it_is_exclusive():
         assert len(flags) == 1, f"{name}: exclusive on some of {owners} only"
 
 
+# A value other than its default for each exclusive setting the built-in algorithms declare.
+# One that a new algorithm declares takes its default's negation (a flag) or its default plus
+# one (a number), unless it is given here.
+EXCLUSIVE_VALUES = {
+    "grad_sample": 10, "grad_sample_growth": 2.0, "local_theta": 1.0, "trust_radius": 1.0,
+    "line_search": 2, "safeguard": "backtrack", "correction": "shrink", "server_lr": 2.0,
+    "server_lr_rule": "fedexp", "server_nesterov": True, "grad_sample_local": 1.0,
+    "server_momentum_delay": 1, "server_momentum_delay_epochs": 1.0, "diagnostics_every": 1,
+    "overhead_share": 0.1,
+}  # fmt: skip
+
+
+def _other_value(name: str, default: object) -> object:
+    if name in EXCLUSIVE_VALUES:
+        return EXCLUSIVE_VALUES[name]
+    if isinstance(default, bool):
+        return not default
+    assert isinstance(default, int | float), f"give the exclusive {name} a value: EXCLUSIVE_VALUES"
+    return default + 1
+
+
 def test_an_exclusive_setting_is_refused_by_every_algorithm_without_it():
     from dask_dane.pipeline.algorithms import SettingError, make_strategy
 
-    values = {"grad_sample": 10, "grad_sample_growth": 2.0, "local_theta": 1.0,
-              "trust_radius": 1.0, "line_search": 2, "safeguard": "backtrack",
-              "correction": "shrink", "server_lr": 2.0, "server_lr_rule": "fedexp",
-              "server_nesterov": True, "grad_sample_local": 1.0, "server_momentum_delay": 1,
-              "server_momentum_delay_epochs": 1.0, "diagnostics_every": 1,
-              "overhead_share": 0.1}  # fmt: skip
-    exclusive = {
-        name for name, owners in _exclusive_fields().items()
-        if owners[0][1].metadata["declaration"].exclusive
-    }  # fmt: skip
-    assert exclusive == set(values), exclusive
+    declared = {
+        name: owners[0][1].metadata["declaration"] for name, owners in _exclusive_fields().items()
+    }
+    exclusive = {name for name, declaration in declared.items() if declaration.exclusive}
+    assert set(EXCLUSIVE_VALUES) <= exclusive, exclusive
     for name, owners in _exclusive_fields().items():
-        if name not in values:
+        if name not in exclusive:
             continue
+        value = _other_value(name, declared[name].default)
         for algorithm, cls in ALGORITHMS.items():
             if cls in {owner for owner, _f in owners}:
                 continue
-            settings = {**dataclasses.asdict(AlgorithmSettings()), name: values[name]}
+            settings = {**dataclasses.asdict(AlgorithmSettings()), name: value}
             with pytest.raises(SettingError, match="applies to"):
                 make_strategy(algorithm, settings)
 
