@@ -134,7 +134,7 @@ def train(
     presets/skew-dane.toml (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
-    from ..pipeline.engine.run import loop
+    from ..pipeline import training
     from ..pipeline.engine.run.callbacks import chain
     from ..pipeline.launchers.worker_count import idle_worker_warning
     from ..pipeline.observe.progress import selection_line
@@ -168,7 +168,7 @@ def train(
             callbacks = chain(  # the bar and its warnings, then TensorBoard and MLflow
                 bar.callbacks(), trackers(resolved, resume=resume, context=tracking)
             )
-            summary = loop.train(resolved, resume=resume, callbacks=callbacks, setup=setup)
+            summary = training.train(resolved, resume=resume, callbacks=callbacks, setup=setup)
     except BaseException:
         if not interrupt.seen:
             raise

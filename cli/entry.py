@@ -29,8 +29,7 @@ EXIT_CLUSTER_LOST = 4
 
 def main() -> None:
     """Console-script entry: errors become one line on stderr and an exit status (see top)."""
-    from ..pipeline.engine.run.errors import TrainingDiverged
-    from ..pipeline.launchers.errors import ClusterLost
+    from ..pipeline.engine.run.errors import ClusterLost, TrainingDiverged
 
     try:
         app(standalone_mode=True)

@@ -19,8 +19,8 @@ from typing import Any
 from torch import nn
 
 from ..models.user import callable_name
+from . import training
 from .api_prepare import prepare
-from .engine.run import loop
 from .engine.run.rundir import RunDir
 from .keywords import SETTINGS_KEYWORDS, check_keywords, reword
 from .launchers.errors import refuse_in_spawned_import
@@ -176,7 +176,7 @@ def train(
                     lines.note(line)
         export = partial(export_model, form="state-dict", model=builder)  # MLflow's artifact
         tracked = trackers(config, resume=resume, context=TrackingContext(export=export))
-        summary = loop.train(
+        summary = training.train(
             config,
             resume=resume,
             callbacks=chain(*watchers, tracked),

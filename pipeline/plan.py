@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from .algorithms.parts.setting_error import SettingError, setting
-from .engine.run.rundir import RunDir, check_same_run
+from .engine.run.rundir import RunDir
 from .launchers.cluster_checks import refuse_missing_gpu
 from .launchers.jobqueue import check_job_queue
 from .observe.progress import plural
 from .observe.tracking import check_tracking
 from .setup.config import RunConfig, read_toml
 from .setup.epochs import COUNT_OF_EPOCHS
+from .setup.resumed import check_same_run
+from .setup.run_file import saved_config
 from .setup.run_setup import ensure_default_store
 from .setup.settings import read_broadcast
 
@@ -41,7 +43,7 @@ def plan_run(
     base: dict[str, Any] = {}
     if resume:
         out = out or newest_run_dir()
-        base = RunDir(Path(out)).saved_config()
+        base = saved_config(RunDir(Path(out)))
     layered = {**base, **filed, **given}  # each layer over the last
     fresh = fresh_run_dir(layered.get("algorithm", RunConfig.algorithm))
     config = RunConfig(**{**layered, "out": str(out or fresh)})

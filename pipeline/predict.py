@@ -24,6 +24,7 @@ from .engine.round import tasks
 from .engine.round.shards import load_shard
 from .engine.run.checkpoint import load_checkpoint
 from .setup.config import RunConfig
+from .setup.run_file import saved_config
 from .setup.run_setup import prepare_run
 from .trained import (
     NormalizedModel,
@@ -48,7 +49,7 @@ def evaluate_checkpoint(
     if not run.config.exists():
         # RunDir's own message is --resume's ("drop --resume"): evaluate has none.
         raise ValueError(f"{run.root} holds no run (no config.toml); {_FIX}")
-    config = RunConfig(**run.saved_config())
+    config = RunConfig(**saved_config(run))
     config = dataclasses.replace(config, store=str(store) if store else config.store)
     checkpoint = run.best if best and run.best.exists() else run.latest
     saved = load_checkpoint(checkpoint)

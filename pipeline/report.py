@@ -19,6 +19,7 @@ from typing import Any
 from .engine.run.rundir import RunDir
 from .setup.config import RunConfig
 from .setup.resumed import Resume, RunRecord
+from .setup.run_file import run_record
 
 # (metrics field, axis title, file name)
 QUANTITIES = (
@@ -56,7 +57,7 @@ def load_run(path: str | Path) -> RunCurves:
     rows = run.rows()
     if not rows:
         raise ValueError(f"{run.root} has no completed round yet; train it first")
-    record = run.record()
+    record = run_record(run)
     return RunCurves(label=run_label(record.original, record.resumes), rows=rows)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from ...datasets.rows.features import StoredRows
+from ...pipeline.engine.plan import RunSetup
 from ...pipeline.engine.round.objective import ShardObjective
 from ...pipeline.engine.round.shards import ShardData, make_objective
-from ...pipeline.setup.run_setup import RunSetup
 
 
 def load_rows(setup: RunSetup, shards: list[int], index: int = 0) -> ShardData:

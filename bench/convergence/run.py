@@ -1,7 +1,7 @@
 """`dane bench convergence`: the DANE paper's synthetic experiment, and its baselines.
 
 For every cell (machines m, samples N, seed, and for DANE each mu) a store is prepared, the
-algorithm is trained through the Dask pipeline (`loop.train` on one shared cluster), and every
+algorithm is trained through the Dask pipeline (`training.train` on one shared cluster), and every
 iterate w_t is scored against w*, the minimiser of the full objective from a direct solve:
 - suboptimality f(w_t) - f(w*) (for the quadratic: (1/2) e' H e with e = w_t - w*, exact);
 - the measured contraction rate of ||w_t - w*|| per iteration (f - f* shrinks as its square);
@@ -24,8 +24,8 @@ import numpy as np
 
 from ...pipeline.engine.run.callbacks import Callbacks
 from ...pipeline.engine.run.errors import TrainingDiverged
-from ...pipeline.engine.run.loop import train
 from ...pipeline.setup.run_setup import initial_weights, prepare_run
+from ...pipeline.training import train
 from ..common.specs import run_config
 from .problem import ConvergenceSpec, Problem, cell_config, prepare_problem
 from .report import THRESHOLD, summarize

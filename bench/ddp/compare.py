@@ -117,8 +117,8 @@ class CompareSpec:
 def run_compare(spec: CompareSpec, log: Any = print) -> dict[str, Any]:
     """DDP, the single process, then the dask-dane runs; returns the JSON-able comparison."""
     from ...pipeline.engine.run.errors import TrainingDiverged
-    from ...pipeline.engine.run.loop import train
     from ...pipeline.launchers.cluster import make_client
+    from ...pipeline.training import train
 
     spec = spec.validate()
     shutil.rmtree(spec.workdir, ignore_errors=True)

@@ -12,9 +12,10 @@ from torch.nn import functional as F
 
 from ...models.flat import load_state
 from ...models.registry import ModelSpec, build_model
+from ...pipeline.engine.plan import RunSetup
 from ...pipeline.engine.round.augment import Augmentation, augment_batch
 from ...pipeline.engine.round.shards import ShardData
-from ...pipeline.setup.run_setup import RunSetup, initial_state
+from ...pipeline.setup.run_setup import initial_state
 from ..common import training_set
 
 

@@ -28,7 +28,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from ...pipeline.setup.run_setup import RunSetup, prepare_run
+from ...pipeline.engine.plan import RunSetup
+from ...pipeline.setup.run_setup import prepare_run
 from .rank import rank_main
 from .spec import DdpSpec, allreduce_bytes_per_rank, rank_rows, steps_per_epoch
 

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ...pipeline.engine.plan import RunSetup
 from ...pipeline.engine.round.aggregate import shard_placement
 from ...pipeline.setup.config import RunConfig
-from ...pipeline.setup.run_setup import RunSetup, prepare_run
+from ...pipeline.setup.run_setup import prepare_run
 from ..common.specs import option, run_config
 
 DEVICES = ("auto", "cpu", "cuda")

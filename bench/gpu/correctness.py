@@ -24,9 +24,9 @@ TOLERANCE = 1e-9
 
 def check(workdir: Path, device: str = "cuda") -> dict:
     from ...pipeline.engine.reference import run_reference
-    from ...pipeline.engine.run.loop import train
     from ...pipeline.engine.run.rundir import RunDir
     from ...pipeline.setup.run_setup import initial_weights, prepare_run, prepare_store
+    from ...pipeline.training import train
     from ..common.specs import run_config
 
     store = workdir / "digits-tabular-4.zarr"

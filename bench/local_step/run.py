@@ -28,12 +28,13 @@ from torch.nn import functional as F
 from ...datasets.raw import SourceOptions
 from ...models.flat import flatten_parameters, load_state
 from ...models.registry import build_model
+from ...pipeline.engine.plan import RunSetup
 from ...pipeline.engine.round.objective import derived_seed
 from ...pipeline.engine.round.shards import ShardData
 from ...pipeline.engine.round.tasks import run_local
 from ...pipeline.engine.run.run_state import RunState, round_start
 from ...pipeline.setup.config import RunConfig
-from ...pipeline.setup.run_setup import RunSetup, prepare_run, prepare_store
+from ...pipeline.setup.run_setup import prepare_run, prepare_store
 from .profile import compared_profiles
 
 # --optimizer: (the local solver's --local-optimizer, its momentum). sgd-momentum is the

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...pipeline.engine.plan import RunSetup
 from ...pipeline.engine.round.aggregate import shard_placement
 from ...pipeline.engine.round.graph import ChainLink, build_round, keys_in
 from ...pipeline.engine.round.shards import load_shard
 from ...pipeline.engine.run.run_state import round_input_of
-from ...pipeline.setup.run_setup import RunSetup
 
 
 def round_graph(setup: RunSetup, workers: list[str]) -> tuple[Any, str]:

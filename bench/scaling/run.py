@@ -152,7 +152,7 @@ def run_workers(
     passing that many bytes too (the benchmark's model).
     """
     from ...pipeline.engine.run.callbacks import Callbacks
-    from ...pipeline.engine.run.loop import train
+    from ...pipeline.training import train
 
     config = spec.config(workers)
     with _cluster(config) as client:

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import dask.config
 
 from ...pipeline.engine.run.callbacks import Callbacks
-from ...pipeline.engine.run.loop import train
 from ...pipeline.launchers.cluster import make_client
 from ...pipeline.setup.run_setup import prepare_store
+from ...pipeline.training import train
 from ..common.specs import spec_record
 from .spec import SoakSpec
 

@@ -178,7 +178,7 @@ def run_study(
 
 def one_run(config: RunConfig, client: Any, source: str, candidate: str, steps: int) -> dict:
     """Train `config` on `client` (its directory replaced: the bench's own) and measure it."""
-    from ...pipeline.engine.run.loop import train
+    from ...pipeline.training import train
 
     shutil.rmtree(config.out, ignore_errors=True)
     started = time.perf_counter()

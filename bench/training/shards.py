@@ -103,8 +103,8 @@ def run_shards(spec: ShardsSpec, log: Callable[[str], None] = print) -> dict[str
     """Every shard count on one cluster, one after another; returns the JSON-able result."""
     from contextlib import nullcontext
 
-    from ...pipeline.engine.run.loop import train
     from ...pipeline.launchers.cluster import make_client
+    from ...pipeline.training import train
 
     spec = spec.validate()
     stores = Path(spec.workdir) / "stores"

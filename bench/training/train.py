@@ -96,8 +96,8 @@ def run_all(
     on_run: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
     """Train every run on one cluster; `on_run` receives the result so far after each run."""
-    from ...pipeline.engine.run.loop import train
     from ...pipeline.launchers.cluster import make_client
+    from ...pipeline.training import train
 
     results: list[dict[str, Any]] = []
     with make_client(runs[0][1]) as client:

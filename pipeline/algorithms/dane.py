@@ -49,6 +49,7 @@ from .parts.local_solver import (
 )
 from .parts.noise_scale import gradient_figures
 from .parts.optimizer_state import KeepsLocalOptimizerState
+from .parts.row_figures import RowFigures
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.stop_rule import SmoothedStop
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Dane(KeepsLocalOptimizerState, Strategy):
+class Dane(RowFigures, KeepsLocalOptimizerState, Strategy):
     eta: float = declare(1.0, positive, help="DANE: step on the global gradient.")
     mu: float = MU.field()  # unset: by model and passes a solve makes (well_posed.py)
     gradient: GradientEstimate = field(default_factory=GradientEstimate, metadata=GRADIENT_PART)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import MU, LocalProblem, needs_steps
 from .parts.optimizer_state import KeepsLocalOptimizerState
+from .parts.row_figures import RowFigures
 from .parts.server import SERVER_PART, MomentumState, ServerStep
 from .parts.setting_error import setting
 from .parts.solvers import SOLVER_PART, Solver
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SolveAndAverage(KeepsLocalOptimizerState, Strategy):
+class SolveAndAverage(RowFigures, KeepsLocalOptimizerState, Strategy):
     """Each shard solves its local problem from w; the server step takes their mean.
 
     `server` is the plain average here; a subclass that offers the server step's settings

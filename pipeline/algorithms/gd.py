@@ -12,10 +12,11 @@ from typing import ClassVar
 from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import LOCAL_LR
 from .parts.noise_scale import gradient_figures, shard_gradient
+from .parts.row_figures import RowFigures
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gd(Strategy):
+class Gd(RowFigures, Strategy):
     local_lr: float = LOCAL_LR.field()  # the step size (1/L)
 
     name: ClassVar[str] = "gd"

@@ -35,17 +35,18 @@ from .parts.correction import GRAD_SAMPLE
 from .parts.local_solver import MU, LocalProblem, StopRule
 from .parts.noise_scale import gradient_figures, shard_gradient
 from .parts.optimizer_state import refuse_kept_state
+from .parts.row_figures import RowFigures
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 
 if TYPE_CHECKING:
     import torch
 
-    from ..engine.round.objective import ShardObjective
+    from ..engine.protocol import Objective
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sdane(Strategy):
+class Sdane(RowFigures, Strategy):
     mu: float = MU.field()  # lam; above 0, and no default (checked below; well_posed.py)
     solver: Solver = field(metadata=SOLVER_PART)
     grad_sample: int = GRAD_SAMPLE.field()  # as DANE's
@@ -70,7 +71,7 @@ class Sdane(Strategy):
     def _lam(self, round_data: Any) -> float:
         return self.mu
 
-    def _sampled(self, objective: ShardObjective) -> ShardObjective:
+    def _sampled(self, objective: Objective) -> Objective:
         return objective.fixed_sample(self.grad_sample, self.seed)
 
     def local(self, ctx: LocalContext) -> LocalOutput:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 from ..engine.protocol import LocalContext, LocalOutput, RoundEnd, RoundUpdate, Strategy
 from .parts.local_solver import BATCH_SIZE, LOCAL_LR, LR_SCHEDULE, MOMENTUM
 from .parts.noise_scale import gradient_figures, shard_metrics
+from .parts.row_figures import RowFigures
 from .parts.schedule import lr_factor
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class SgdState:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sgd(Strategy):
+class Sgd(RowFigures, Strategy):
     local_lr: float = LOCAL_LR.field()  # the step size (named like the shared flag)
     batch_size: int = BATCH_SIZE.field()
     momentum: float = MOMENTUM.field()

@@ -38,16 +38,41 @@ the row-weighted mean of the last phase that stepped (aggregate.py); a round wit
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import torch
 
-    from .round.objective import ShardObjective
-
 # A string inside: torch is imported where tensors are made, not to declare the settings.
 Tensors = dict[str, "torch.Tensor"]
+
+
+class Objective(Protocol):
+    """f_i, one shard's objective, as an algorithm's local work reads it (the engine's is
+    round/objective.py's ShardObjective: mean loss of the model at flat weights w)."""
+
+    @property
+    def num_samples(self) -> int: ...
+
+    def loss(self, w: torch.Tensor) -> float: ...
+
+    def loss_and_grad(self, w: torch.Tensor) -> tuple[float, torch.Tensor]: ...
+
+    def batch_loss(self, w: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Mean loss over `rows`, differentiable with respect to w."""
+        ...
+
+    def sample_rows(self, batch_size: int, rng: torch.Generator) -> torch.Tensor: ...
+
+    def fixed_sample(self, size: int, seed: int) -> Objective:
+        """The first `size` rows in one fixed order drawn from `seed` (all if 0)."""
+        ...
+
+    def row_range(self, start: int, stop: int) -> Objective: ...
+
+    def hessian_operator(self, w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +101,7 @@ class LocalContext:
 
     phase: int
     round_index: int  # t, counted from 1
-    objective: ShardObjective
+    objective: Objective
     weights: torch.Tensor  # w: the weights the round started from
     received: Tensors  # what the previous phase's broadcast sent (phase 0: Strategy.opening)
     previous: LocalOutput | None  # this shard's own output of the previous phase
@@ -168,6 +193,15 @@ class Strategy:
     def label(self) -> str:
         """The algorithm and the settings that distinguish it, for plots."""
         raise NotImplementedError
+
+    def row_figures(
+        self, round_index: int, metrics: dict[str, float], previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """What round `round_index`'s metrics row shows of the algorithm beyond `metrics`
+        (its update's own figures, added as named): the rates and steps its schedules gave
+        the round, say. `previous`: the row before (None for the first), for averages over
+        rounds. The built-in algorithms' are algorithms/parts/row_figures.py's."""
+        return {}
 
 
 def validate(instance: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..setup.run_setup import RunSetup
+from .plan import RunSetup
 from .protocol import Broadcast
 from .round import comm, tasks, transport
 from .round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce

@@ -27,9 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-
-class ClusterLost(RuntimeError):
-    """The scheduler stopped answering, or workers kept dying; the run is resumable (exit 4)."""
+from ..engine.run.errors import ClusterLost
 
 
 class QueueStalled(ClusterLost):

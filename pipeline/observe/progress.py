@@ -96,11 +96,17 @@ class ProgressLines:
         )
 
     def note(self, text: str) -> None:
-        """A line of its own (a warning before the run, a resume with nothing left)."""
+        """A line of its own (a warning before the run, a resume with nothing left, the
+        engine's notes: Callbacks.on_note)."""
         self._print(text)
 
     def callbacks(self) -> Callbacks:
-        return Callbacks(on_start=self.on_start, on_round=self.on_round, on_shards=self.on_shards)
+        return Callbacks(
+            on_start=self.on_start,
+            on_round=self.on_round,
+            on_shards=self.on_shards,
+            on_note=self.note,
+        )
 
     def on_shards(self, held: str) -> None:
         self.held = held  # said with the workers (startup_lines)

@@ -26,7 +26,7 @@ from .epochs import strategy_on_store, with_epochs_resolved, with_strategy_resol
 if TYPE_CHECKING:
     from ...models.flat import Buffers
     from ...models.registry import ModelSpec
-    from .run_setup import RunSetup
+    from ..engine.plan import RunSetup
 
 # How the line that reports the choice begins: config.toml keeps it as a comment, and a resume
 # writes it again (run/loop.py), so the file says where its K came from for the run's life.

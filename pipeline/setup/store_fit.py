@@ -5,7 +5,7 @@ what happens instead and which setting to change."""
 
 from __future__ import annotations
 
-from .run_setup import RunSetup
+from ..engine.plan import RunSetup
 
 # Local work of more than this many passes over a shard a round is worth a line: the
 # presets' recipes do one or a few passes, a 200-step one on a tiny store hundreds.

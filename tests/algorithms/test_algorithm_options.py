@@ -17,10 +17,10 @@ from dask_dane.pipeline.algorithms.parts.server import MomentumState, momentum_s
 from dask_dane.pipeline.engine.reference import ReferenceRun, run_reference
 from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import train
 
 # --- by hand, single process -----------------------------------------------------------------
 

@@ -15,10 +15,10 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import train
 
 
 @pytest.fixture(scope="module")

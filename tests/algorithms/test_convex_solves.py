@@ -18,9 +18,9 @@ from dask_dane.datasets.store import StoreInfo, write_store
 from dask_dane.pipeline.algorithms.parts.exact_solver import ExactSolver
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
 from dask_dane.pipeline.engine.round.shards import load_shard, make_objective
-from dask_dane.pipeline.engine.run.loop import Callbacks, train
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import Callbacks, train
 
 
 def ridge_store(

@@ -19,8 +19,8 @@ from dask_dane.pipeline.algorithms.parts.local_problem import (
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalProblem
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.objective import ShardObjective
-from dask_dane.pipeline.engine.run.rundir import check_same_run
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.resumed import check_same_run
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 

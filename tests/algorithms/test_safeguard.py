@@ -15,10 +15,10 @@ from dask_dane.pipeline.algorithms.parts.update_rule import UpdateRule
 from dask_dane.pipeline.engine.protocol import LocalContext, LocalOutput, RoundEnd
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import train
 
 SOLVER = LocalSolver(local_steps=2, local_lr=0.1, batch_size=4)
 

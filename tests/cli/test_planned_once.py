@@ -48,7 +48,7 @@ def counted(monkeypatch) -> tuple[Counter, list]:
         handed.append(given.get("setup"))
         return {"algorithm": config.algorithm, "rounds": 0, "final_test_accuracy": None}
 
-    monkeypatch.setattr("dask_dane.pipeline.engine.run.loop.train", fake_train)
+    monkeypatch.setattr("dask_dane.pipeline.training.train", fake_train)
     return calls, handed
 
 

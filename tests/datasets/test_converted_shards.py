@@ -15,9 +15,9 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import open_store, write_store
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.shards import load_shard
-from dask_dane.pipeline.engine.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.setup.shard_memory import resolve_shard_memory
 
 
 @pytest.fixture(scope="module")

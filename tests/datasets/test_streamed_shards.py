@@ -29,9 +29,9 @@ from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.engine.round.shards import architecture, load_shard
-from dask_dane.pipeline.engine.run.shard_memory import resolve_shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.setup.shard_memory import resolve_shard_memory
 
 ROW_BYTES = 64  # a digits image: 1 x 8 x 8 uint8; a ridge row: 8 float64
 
@@ -274,8 +274,8 @@ def test_a_streamed_dask_run_equals_the_streamed_reference(
     small_chunks, cluster_client, tmp_path, algorithm
 ):
     from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-    from dask_dane.pipeline.engine.run.loop import train
     from dask_dane.pipeline.engine.run.rundir import RunDir
+    from dask_dane.pipeline.training import train
 
     config = RunConfig(
         store=str(small_chunks["digits"].path), out=str(tmp_path / "run"), model="small-cnn",

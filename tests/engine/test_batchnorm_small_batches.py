@@ -25,9 +25,9 @@ from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.objective import full_pass_batches
 from dask_dane.pipeline.engine.round.shards import load_shard, make_objective
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
+from dask_dane.pipeline.training import train
 
 FEATURES = 5
 MODEL_FILE = """

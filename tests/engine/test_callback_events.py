@@ -13,8 +13,8 @@ from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.engine.run.callbacks import Callbacks, chain
 from dask_dane.pipeline.engine.run.errors import TrainingDiverged
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.training import train
 
 
 def test_chain_calls_each_in_turn_for_every_event():

@@ -11,9 +11,9 @@ from run_configs import run_config
 
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
 

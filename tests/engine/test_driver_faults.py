@@ -18,8 +18,8 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import SourceOptions, load_source
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.metrics import read_metrics
+from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parents[1]  # tests/

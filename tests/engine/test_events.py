@@ -8,8 +8,8 @@ import json
 import pytest
 
 from dask_dane.pipeline.engine.run.bounded import EVENT_TOPIC
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
 

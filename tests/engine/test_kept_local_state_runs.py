@@ -10,9 +10,9 @@ from run_configs import LOGISTIC, run_config
 
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 from distributed.scheduler import KilledWorker
 
-from dask_dane.pipeline.engine.run import loop
-from dask_dane.pipeline.engine.run.shard_memory import killed_loading
+from dask_dane.pipeline import training
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.setup.shard_memory import killed_loading
 
 
 def _killed(key: str) -> KilledWorker:
@@ -38,11 +38,11 @@ def test_a_load_killing_its_workers_is_one_line_naming_the_shard(
     monkeypatch, digits_stores, failing, named
 ):
     setup = prepare_run(RunConfig(store=str(digits_stores[2])))
-    monkeypatch.setattr(loop, "wait_for", lambda *args: None)
+    monkeypatch.setattr(training, "wait_for", lambda *args: None)
     client = _FailingClient(failing, _killed(failing + "x"))
 
     with pytest.raises(ValueError) as caught:
-        loop._load_shards(client, setup, ["tcp://a", "tcp://b"])
+        training._load_shards(client, setup, ["tcp://a", "tcp://b"])
 
     line = str(caught.value)
     assert "\n" not in line and line.startswith(f"loading {named} killed its worker")
@@ -51,11 +51,13 @@ def test_a_load_killing_its_workers_is_one_line_naming_the_shard(
 
 def test_other_load_errors_are_raised_as_they_are(monkeypatch, digits_stores):
     setup = prepare_run(RunConfig(store=str(digits_stores[2])))
-    monkeypatch.setattr(loop, "wait_for", lambda *args: None)
+    monkeypatch.setattr(training, "wait_for", lambda *args: None)
     damaged = ValueError("store x: shard 0 (rows [0, 10)) cannot be read")
 
     with pytest.raises(ValueError) as caught:
-        loop._load_shards(_FailingClient("load_shard-0-", damaged), setup, ["tcp://a", "tcp://a"])
+        training._load_shards(
+            _FailingClient("load_shard-0-", damaged), setup, ["tcp://a", "tcp://a"]
+        )
 
     assert caught.value is damaged
 

@@ -13,10 +13,10 @@ from torch import nn
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.training import train
 
 
 def _logistic_shard(precision: str) -> tuple[ShardObjective, torch.Tensor]:

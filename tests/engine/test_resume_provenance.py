@@ -13,10 +13,11 @@ import pytest
 
 import dask_dane
 from dask_dane.pipeline.algorithms.parts.row_figures import scheduled
-from dask_dane.pipeline.engine.run.rundir import RunDir, check_same_run
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.report import load_run, run_label
 from dask_dane.pipeline.setup.config import RunConfig, read_record, read_toml, to_toml
-from dask_dane.pipeline.setup.resumed import RESUMABLE_KEYS, Resume, add_resume
+from dask_dane.pipeline.setup.resumed import RESUMABLE_KEYS, Resume, add_resume, check_same_run
+from dask_dane.pipeline.setup.run_file import saved_config
 
 # The smallest real run: an MLP on the 2-shard digits store, 2 local steps a round.
 TINY = ("--model", "mlp", "--local-steps", "2", "--batch-size", "16", "--algorithm", "fedavg")
@@ -135,7 +136,7 @@ def test_a_run_dir_from_before_the_split_reads_as_no_split_a_config_file_as_the_
     (run / "config.toml").write_text(to_toml(RunConfig(store="s.zarr", val_fraction=0.0)))
     _without_val_fraction(run / "config.toml")
 
-    saved = RunDir(run).saved_config()
+    saved = saved_config(RunDir(run))
 
     assert saved["val_fraction"] == 0.0  # that run trained on every row
     assert "val_fraction" not in read_toml(run / "config.toml")  # as --config: the default
@@ -200,7 +201,7 @@ def test_an_allowed_change_is_recorded_and_the_rows_use_it(trained, tmp_path, da
     assert [r["local_lr"] for r in rows] == pytest.approx(expected, rel=1e-12)
     assert [r["scheduled_local_steps"] for r in rows] == [2] * 5
     assert "K=2 lr=0.05 (0.1 from round 3) cosine" in load_run(run).label
-    assert RunDir(run).saved_config()["local_lr"] == 0.1
+    assert saved_config(RunDir(run))["local_lr"] == 0.1
     evaluated = dane_here("evaluate", str(run), cwd=tmp_path)
     assert evaluated.returncode == 0 and "round 5" in evaluated.stdout, evaluated.stderr
     assert dask_dane.load(run) is not None

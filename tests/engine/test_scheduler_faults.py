@@ -21,10 +21,11 @@ import torch
 from distributed import Client
 
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_file import saved_config
+from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parents[1]  # tests/
@@ -47,7 +48,7 @@ def _reference_run(out: Path, ref: Path, client: Client, rounds: int) -> RunDir:
     Only where it runs (`scheduler`), how long a request may wait (`timeout`) and the folder
     differ; none of them enters the arithmetic.
     """
-    saved = RunConfig(**RunDir(out).saved_config())
+    saved = RunConfig(**saved_config(RunDir(out)))
     config = replace(saved, out=str(ref), scheduler=None, rounds=rounds, timeout=60.0)
     settings = repr(sorted((k, v) for k, v in config.as_dict().items() if k != "out"))
     if settings not in _REFERENCES:
@@ -107,7 +108,7 @@ def test_scheduler_lost_stops_within_timeout_and_leaves_a_resumable_run(
     saved = load_checkpoint(out / "checkpoints" / "latest.pt")["round"]
     assert saved >= 2
     config = replace(
-        RunConfig(**RunDir(out).saved_config()), scheduler=None, rounds=saved + 1
+        RunConfig(**saved_config(RunDir(out))), scheduler=None, rounds=saved + 1
     ).validate()
     summary = train(config, resume=True, client=cluster_client)
     assert summary["rounds"] == saved + 1
@@ -214,11 +215,9 @@ def test_frozen_scheduler_stops_within_timeout_and_the_run_resumes_when_it_thaws
 FREEZE_BEFORE = """
 import os, signal, sys
 from distributed import Client
-from dask_dane.pipeline.engine.run import loop
 
 name, pid = sys.argv[1], int(sys.argv[2])
-owner = loop if name.startswith("_") else Client
-original = getattr(owner, name)
+original = getattr(Client, name)
 calls = []
 
 def freeze_on_third_call(*args, **kwargs):
@@ -227,7 +226,7 @@ def freeze_on_third_call(*args, **kwargs):
         os.kill(pid, signal.SIGSTOP)
     return original(*args, **kwargs)
 
-setattr(owner, name, freeze_on_third_call)
+setattr(Client, name, freeze_on_third_call)
 sys.argv = ["dane", *sys.argv[3:]]
 from dask_dane.cli import main
 main()
@@ -278,7 +277,7 @@ def test_scheduler_frozen_during_a_request_stops_within_timeout_and_resumes_to_t
     assert load_checkpoint(out / "checkpoints" / "latest.pt")["round"] == saved
     # Resumed on another cluster for round 3: the same training as one never interrupted.
     config = replace(
-        RunConfig(**RunDir(out).saved_config()), scheduler=None, timeout=60.0, rounds=3
+        RunConfig(**saved_config(RunDir(out))), scheduler=None, timeout=60.0, rounds=3
     ).validate()
     summary = train(config, resume=True, client=cluster_client)
     assert summary["rounds"] == 3

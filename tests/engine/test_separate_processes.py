@@ -17,6 +17,7 @@ from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_file import saved_config
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 pytestmark = pytest.mark.cluster
@@ -116,7 +117,7 @@ def test_train_on_a_running_cluster_matches_reference(separate_cluster, digits_s
 
     assert done.returncode == 0, done.stderr
     assert "test accuracy" in done.stdout
-    config = RunConfig(**{**RunDir(out).saved_config()}).validate()
+    config = RunConfig(**{**saved_config(RunDir(out))}).validate()
     assert config.scheduler == separate_cluster
     reference = run_reference(prepare_run(config), rounds=2, num_workers=2)
     weights = load_checkpoint(RunDir(out).latest)["weights"]

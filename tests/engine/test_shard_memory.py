@@ -44,7 +44,7 @@ def test_auto_says_what_it_chose_beside_the_dashboard_and_in_config_toml(
 def test_a_shard_too_big_to_hold_is_one_line_naming_it_and_the_fix(
     digits_stores, cluster_client, tmp_path, run_cli, capfd, assert_one_line_error, monkeypatch
 ):
-    from dask_dane.pipeline.engine.run import shard_memory
+    from dask_dane.pipeline.setup import shard_memory
 
     monkeypatch.setattr(shard_memory, "RESIDENT_FITS_SHARE", 1e-6)  # a worker of a few bytes
     out = tmp_path / "run"
@@ -58,9 +58,9 @@ def test_a_shard_too_big_to_hold_is_one_line_naming_it_and_the_fix(
 
 
 def test_a_cluster_without_workers_is_a_clear_error_not_an_index_error(digits_stores):
-    from dask_dane.pipeline.engine.run.shard_memory import place_shards
     from dask_dane.pipeline.setup.config import RunConfig
     from dask_dane.pipeline.setup.run_setup import prepare_run
+    from dask_dane.pipeline.setup.shard_memory import place_shards
 
     setup = prepare_run(RunConfig(store=str(digits_stores[2]), workers=2).validate())
     with pytest.raises(ValueError, match=r"^the cluster has no workers to hold the shards"):

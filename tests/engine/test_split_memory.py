@@ -24,12 +24,13 @@ from dask_dane.datasets.store import open_store, write
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round import tasks
 from dask_dane.pipeline.engine.round.scoring import combine_scores, score_piece
-from dask_dane.pipeline.engine.run import shard_memory
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.engine.run.shard_memory import resolve_split_memory
+from dask_dane.pipeline.setup import shard_memory
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.run_file import saved_config, write_run_config
 from dask_dane.pipeline.setup.run_setup import initial_state, prepare_run
+from dask_dane.pipeline.setup.shard_memory import resolve_split_memory
 
 ROW_BYTES = 64  # a digits image: 1 x 8 x 8 uint8
 LIMIT = 64 * 2**10  # each worker's memory limit, as auto reads it
@@ -134,7 +135,7 @@ def small_workers():
 def test_a_test_split_larger_than_a_worker_trains_and_scores_with_the_defaults(
     big_test_split, small_workers, tmp_path, val_fraction
 ):
-    from dask_dane.pipeline.engine.run.loop import train
+    from dask_dane.pipeline.training import train
 
     config = RunConfig(
         store=str(big_test_split.path), out=str(tmp_path / "run"), model="small-cnn",
@@ -159,12 +160,12 @@ def test_a_resumed_run_keeps_how_its_shards_were_held(tmp_path, digits_stores):
     run.check_writable()
     store = str(digits_stores[2])
 
-    run.write_config(RunConfig(store=store, shard_memory="stream").validate())
-    assert run.saved_config()["shard_memory"] == "stream"
+    write_run_config(run, RunConfig(store=store, shard_memory="stream").validate())
+    assert saved_config(run)["shard_memory"] == "stream"
 
     lines = run.config.read_text().splitlines()
     run.config.write_text("\n".join(x for x in lines if not x.startswith("shard_memory")) + "\n")
-    assert run.saved_config()["shard_memory"] == "resident"  # written when resident was default
+    assert saved_config(run)["shard_memory"] == "resident"  # written when resident was default
     assert RunConfig().shard_memory == "auto"
 
 

@@ -19,9 +19,9 @@ from dask_dane.datasets.partition import PartitionSpec
 from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import Callbacks, train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.training import Callbacks, train
 
 pytestmark = pytest.mark.cluster
 ROUNDS = 12

@@ -11,10 +11,10 @@ from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round import comm, transport
 from dask_dane.pipeline.engine.round.aggregate import Partial
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import train
 
 
 def _partial(weights: torch.Tensor, grad: torch.Tensor, rows: int) -> Partial:

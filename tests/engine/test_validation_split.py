@@ -13,13 +13,14 @@ import torch
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.shards import held_out_rows, load_shard, part_positions
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.metrics import read_metrics, stops_early
 from dask_dane.pipeline.engine.run.run_state import RunState
-from dask_dane.pipeline.engine.run.rundir import RunDir, check_same_run
+from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.observe.progress import selection_line
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.resumed import check_same_run
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.training import train
 
 
 def _labels(counts: list[int], seed: int = 0) -> np.ndarray:

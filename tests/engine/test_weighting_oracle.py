@@ -23,9 +23,9 @@ from dask_dane.datasets.sources import RawDataset
 from dask_dane.datasets.store import write_store
 from dask_dane.pipeline.algorithms.parts.server import FEDEXP_EPSILON
 from dask_dane.pipeline.engine.reference import run_reference
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.run_setup import initial_weights, prepare_run
+from dask_dane.pipeline.training import train
 
 L2 = 0.01
 CLASSES, FEATURES = 3, 4

@@ -19,9 +19,9 @@ from distributed import Client
 from run_configs import run_config
 
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import Callbacks, train
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
+from dask_dane.pipeline.training import Callbacks, train
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parents[1]  # tests/

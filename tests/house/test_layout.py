@@ -23,8 +23,9 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/launchers/cluster.py",
     "pipeline/launchers/jobqueue.py",  # the batch-queue clusters (dask-jobqueue, the hpc extra)
     "pipeline/engine/round/graph.py",
-    "pipeline/engine/run/loop.py",
-    "pipeline/engine/run/pipelined.py",  # the driver of chained rounds
+    "pipeline/training.py",  # a run's start: its client, the shards' load tasks
+    "pipeline/engine/run/driver.py",  # the one loop over rounds, on the run's client
+    "pipeline/engine/run/pipelined.py",  # the Dask graph's chained rounds
     "pipeline/engine/run/fetch.py",  # what the driver takes from the cluster each round
     "pipeline/engine/run/bounded.py",  # the driver's requests, bounded by --timeout
     # --collective torch: the driver of segments (its lock, its queue) and their tasks (the
@@ -34,7 +35,7 @@ DISTRIBUTED_IMPORTERS = {
     "pipeline/engine/run/segment_cluster.py",
     # --overhead-share: a round's costs timed on the workers as a run starts (a group formed
     # there as a segment's is, on the worker's own address).
-    "pipeline/engine/run/round_costs.py",
+    "pipeline/setup/round_costs.py",
     "pipeline/observe/dashboard.py",  # the /dane page and dane_* metrics live in the scheduler
     # Registers how our dataclasses cross a comm (their tensors as frames) with distributed's
     # serialization, in every process that imports the worker tasks.

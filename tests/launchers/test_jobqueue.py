@@ -16,8 +16,9 @@ import dask
 import pytest
 
 from dask_dane.pipeline.algorithms.parts.setting_error import SettingError
+from dask_dane.pipeline.engine.run.errors import ClusterLost
 from dask_dane.pipeline.launchers import jobqueue
-from dask_dane.pipeline.launchers.errors import ClusterLost, QueueStalled
+from dask_dane.pipeline.launchers.errors import QueueStalled
 from dask_dane.pipeline.setup.config import RunConfig, in_flags
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from dask.utils import parse_bytes
 
-from dask_dane.pipeline.engine.run.shard_memory import worker_memory_limit
 from dask_dane.pipeline.launchers.cluster import make_client
 from dask_dane.pipeline.setup.config import RunConfig
+from dask_dane.pipeline.setup.shard_memory import worker_memory_limit
 
 
 @pytest.mark.parametrize("bad", ["lots", "0", "-1GiB"])

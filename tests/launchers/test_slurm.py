@@ -21,8 +21,8 @@ import torch
 
 import dask_dane
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import Callbacks
 from dask_dane.pipeline.engine.run.metrics import read_metrics
+from dask_dane.pipeline.training import Callbacks
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parents[1]  # tests/

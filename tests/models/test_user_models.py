@@ -145,8 +145,9 @@ def test_a_resume_after_the_model_file_changed_is_one_error_before_any_work(
 ):
     # The file's network widened from 6 to 7 channels after the run was saved: the driver
     # refuses the resume, naming both sizes, instead of a worker failing to load the weights.
-    from dask_dane.pipeline.engine.run.run_state import begin_run, open_run, save_run
+    from dask_dane.pipeline.engine.run.run_state import open_run, save_run
     from dask_dane.pipeline.engine.run.rundir import RunDir
+    from dask_dane.pipeline.training import begin_run
 
     model = f"{model_file}:build"
     run_dir = RunDir(tmp_path / "run")

@@ -93,7 +93,7 @@ def test_the_collector_reports_each_runs_last_figures():
 
 @pytest.mark.cluster
 def test_a_live_scheduler_serves_the_page_and_the_metrics(digits_stores, cluster_client, tmp_path):
-    from dask_dane.pipeline.engine.run.loop import train
+    from dask_dane.pipeline.training import train
 
     config = RunConfig(
         store=str(digits_stores[2]), out=str(tmp_path / "run"), model="small-cnn", rounds=2,

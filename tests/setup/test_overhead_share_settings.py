@@ -11,6 +11,7 @@ from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.plan import plan_run
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.measured_steps import gradient_rows, steps_ceiling, with_local_steps
+from dask_dane.pipeline.setup.run_file import write_run_config
 from dask_dane.pipeline.setup.run_setup import prepare_run
 
 
@@ -64,7 +65,7 @@ def test_a_file_and_the_flags_layer_as_for_every_setting(tmp_path):
 def test_a_resume_trains_the_k_it_chose_and_refuses_choosing_again(tmp_path):
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    run.write_config(RunConfig(store="s", out=str(run.root), local_steps=37))
+    write_run_config(run, RunConfig(store="s", out=str(run.root), local_steps=37))
 
     resumed = plan_run({"out": str(run.root), "rounds": 30}, resume=True)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dask_dane.pipeline.engine.run.rundir import check_same_run
 from dask_dane.pipeline.plan import plan_run
 from dask_dane.pipeline.setup.config import RunConfig, check_settings, read_record, to_toml
+from dask_dane.pipeline.setup.resumed import check_same_run
 
 NOTE = (
     "is no longer a separate collective: rounds cross by all-gather, which measured faster at "

@@ -38,7 +38,7 @@ from .hyperparameters import Declaration
 if TYPE_CHECKING:
     import torch
 
-    from ...engine.round.objective import ShardObjective
+    from ...engine.protocol import Objective
 
 CORRECTIONS = ("plain", "shrink")
 # The gradient sample dane and sdane take f_i and g_i on (declared once, hyperparameters.py).
@@ -56,7 +56,7 @@ NOISE = "grad_noise"  # the broadcast's tensor: [Var(g), n]
 
 
 def sampling_variance(
-    sample: ShardObjective, shard_rows: int, w: torch.Tensor
+    sample: Objective, shard_rows: int, w: torch.Tensor
 ) -> tuple[float, torch.Tensor, float]:
     """(f_i, g_i, V_i) on `sample` (N of the shard's `shard_rows` rows): the loss and gradient
     as a weighted mean of two half-samples, and V_i = tr Var(g_i) as above."""

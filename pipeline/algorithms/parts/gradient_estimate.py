@@ -31,7 +31,7 @@ from .setting_error import SettingError, setting
 if TYPE_CHECKING:
     import torch
 
-    from ...engine.round.objective import ShardObjective
+    from ...engine.protocol import Objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +71,8 @@ class GradientEstimate:
             )
 
     def rows(
-        self, objective: ShardObjective, round_index: int, local: tuple[int, int] = (0, 1)
-    ) -> ShardObjective:
+        self, objective: Objective, round_index: int, local: tuple[int, int] = (0, 1)
+    ) -> Objective:
         """The shard, or its sample for round `round_index`: grad_sample rows, times
         grad_sample_growth per round since the first; or grad_sample_local times the round's
         local rows, `local` = (K_t, B): F K_t B rows, at least B."""

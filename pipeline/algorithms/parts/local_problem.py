@@ -20,7 +20,7 @@ from .hyperparameters import Declaration
 if TYPE_CHECKING:
     import torch
 
-    from ...engine.round.objective import ShardObjective
+    from ...engine.protocol import Objective
 
 # (gradient of the local problem at v on this step's minibatch, v) -> stop before stepping?
 StopRule = Callable[["torch.Tensor", "torch.Tensor"], bool]
@@ -31,7 +31,7 @@ class LocalProblem:
     """h(v) = f_i(v) - <linear, v> + (mu/2)||v - anchor||^2 (no term where None or 0),
     over ||v - anchor|| <= radius where radius > 0 (a trust region; 0: everywhere)."""
 
-    objective: ShardObjective
+    objective: Objective
     linear: torch.Tensor | None = None
     anchor: torch.Tensor | None = None
     mu: float = 0.0

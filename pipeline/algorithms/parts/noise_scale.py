@@ -51,7 +51,7 @@ from ...engine.protocol import LocalOutput
 if TYPE_CHECKING:
     import torch
 
-    from ...engine.round.objective import ShardObjective
+    from ...engine.protocol import Objective
 
 # The gradient phase's helper metrics, averaged over shards with weights w_j like every
 # metric: |g_j|^2, 1 / b_j, n_j / b_j and b_j / n_j. The leading underscore keeps them out of
@@ -118,9 +118,7 @@ def ratio(trace: float | None, grad_sq: float | None) -> float | None:
     return trace / grad_sq
 
 
-def shard_gradient(
-    objective: ShardObjective, sample: ShardObjective, w: torch.Tensor
-) -> LocalOutput:
+def shard_gradient(objective: Objective, sample: Objective, w: torch.Tensor) -> LocalOutput:
     """A gradient phase's output on one shard: f_i(w) and g_i on `sample` (the shard, or a
     sample of it), with what the round's noise scale needs from it (no extra pass)."""
     loss, g_i = sample.loss_and_grad(w)

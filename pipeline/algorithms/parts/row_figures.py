@@ -1,8 +1,9 @@
 """What a round's metrics row shows of its algorithm beyond the algorithm's own metrics: the
 rate and steps its schedules gave the round, and the gradient noise scale, raw and smoothed.
 
-The driver's row builder (engine/run/metrics.py round_row) takes them from here in one call,
-so that the engine knows nothing of solvers, schedules or noise scales.
+The built-in algorithms inherit RowFigures, whose Strategy.row_figures the driver's row
+builder (engine/run/metrics.py round_row) calls: the engine knows nothing of solvers,
+schedules or noise scales.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from .noise_scale import FIGURES, ratio
 # How fast the smoothed noise scale forgets (smoothed_noise): a run is tens of rounds and its
 # noise scale changes as it trains, so the last five rounds or so weigh.
 NOISE_EMA_DECAY = 0.8
+
+
+class RowFigures:
+    """Strategy.row_figures for the built-in algorithms (algorithm_figures)."""
+
+    def row_figures(
+        self, round_index: int, metrics: dict[str, float], previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return algorithm_figures(self, round_index, metrics, previous)  # type: ignore[arg-type]
 
 
 def algorithm_figures(

@@ -28,7 +28,7 @@ from .setting_error import SettingError, setting
 if TYPE_CHECKING:
     import torch
 
-    from ...engine.round.objective import ShardObjective
+    from ...engine.protocol import Objective
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +120,7 @@ class UpdateRule:
         return (sent if decision.accept else {}), decision
 
     def check_losses(
-        self, sampled: ShardObjective, weights: torch.Tensor, received: dict[str, torch.Tensor]
+        self, sampled: Objective, weights: torch.Tensor, received: dict[str, torch.Tensor]
     ) -> LocalOutput:
         """The line search's phase on one shard: F_i at w + s (p - w) for every trial step s,
         as round metrics."""

@@ -1,7 +1,7 @@
 """Scoring spread over the workers: each shard's worker scores its piece of the test split and
 its shard's validation rows, and one task combines the pieces' sums in shard order.
 
-The pieces are fixed by the store (one per training shard: run_setup.RunSetup.piece_args),
+The pieces are fixed by the store (one per training shard: plan.RunSetup.piece_args),
 not by where they run, and their sums are added in piece order, so a run's figures do not
 depend on its placement, and the single-process reference (which scores the same pieces
 the same way) gives them bit for bit.

@@ -25,7 +25,7 @@ from typing import Any
 
 from distributed import Client
 
-from ...launchers.errors import ClusterLost
+from .errors import ClusterLost
 
 # The topic of the rounds' events; observe/dashboard.py reads the same (it imports nothing
 # of the package: it runs in a scheduler that may lack torch), and a test holds them equal.

@@ -1,6 +1,6 @@
 """Callbacks: what a run tells whoever watches it, the engine's only way out to them.
 
-The driver (loop.py, pipelined.py, segments.py) calls a Callbacks object at the start, after
+The driver (loop.py, driver.py and its round sources) calls a Callbacks object at the start, after
 each round once it is recorded, and at the end or on a failure, so whatever watches a run
 (the `dane train` bar, the notebook's lines, TensorBoard and MLflow, a benchmark scoring every
 iterate) stays out of the round's own work and the engine imports none of them: the CLI and
@@ -59,6 +59,12 @@ class Callbacks:
     on_failure : Callable[[BaseException], None]
         Called when the run stops on an error (a divergence, a lost cluster, Ctrl-C) before
         the error reaches the caller; the rounds recorded so far stay in the run directory.
+    on_note : Callable[[str], None]
+        Called with a line for the person running it, about something the run decided or
+        waits for: rounds after the last checkpoint to be run again on a resume, the local
+        steps ``--overhead-share`` chose, a lease on the workers held by another run, a
+        frozen worker removed from the cluster. The engine prints nothing itself: ``dane
+        train`` and ``dask_dane.train`` show these lines with their progress.
     """
 
     on_start: Callable[[str, int], None] = _nothing
@@ -68,6 +74,7 @@ class Callbacks:
     on_timings: Callable[[int, dict[str, float]], None] = _nothing
     on_end: Callable[[dict[str, Any]], None] = _nothing
     on_failure: Callable[[BaseException], None] = _nothing
+    on_note: Callable[[str], None] = _nothing
 
 
 def chain(*callbacks: Callbacks) -> Callbacks:

@@ -1,5 +1,5 @@
 """Failures of a valid run in the driver, each with its own exit status in the CLI: a run
-that diverged (exit 3), and the line a lost cluster ends a run with.
+that diverged (exit 3), a lost cluster (exit 4) and the line it ends a run with.
 
 Kept free of heavy imports so that cli/entry.py can tell them apart without loading torch
 or Dask.
@@ -11,14 +11,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: this module stays free of torch and Dask
-    from ...setup.config import RunConfig
+    from ..plan import EngineSettings
+
+
+class ClusterLost(RuntimeError):
+    """The scheduler stopped answering, or workers kept dying; the run is resumable (exit 4)."""
 
 
 class TrainingDiverged(ValueError):
     """Loss or weights stopped being finite; the last good checkpoint is kept (exit 3)."""
 
 
-def lost_message(config: RunConfig, run_dir: Path, t: int, reason: str, saved: int) -> str:
+def lost_message(config: EngineSettings, run_dir: Path, t: int, reason: str, saved: int) -> str:
     """The line a lost cluster ends the run with: what was saved in `run_dir` (rounds
     1..saved, the last checkpoint, which --checkpoint-every may leave behind round t - 1) and
     how to go on."""

@@ -61,11 +61,7 @@ def take_round(
     taken = values[0]
     result, finite = taken if isinstance(taken, tuple) else (taken, weights_finite(taken))
     outputs = values[1 + len(scores) :]
-    if outputs:
-        merged: dict[int, Any] = {}
-        for output in outputs:
-            merged.update(output.shard_states or {})
-        result = replace(result, shard_states=[merged[i] for i in sorted(merged)])
+    result = with_shard_states(result, [output.shard_states for output in outputs])
     evaluation = combine_scores(*values[1 : 1 + len(scores)]) if scores else None
     weights = not keys.figures  # the round built its figures where the driver takes no weights
     if not weights and state.would_select(evaluation):
@@ -73,6 +69,17 @@ def take_round(
         result = replace(result, weights=full.weights, buffers=full.buffers, state=full.state)
         fetched, weights = fetched + more, True
     return Taken(result, evaluation, fetched, waited, finite, weights)
+
+
+def with_shard_states(result: RoundResult, parts: list[dict[int, Any] | None]) -> RoundResult:
+    """The round's result with its shards' states, each worker's `parts` ({shard: state})
+    merged in shard order; the result itself where no part holds any."""
+    merged: dict[int, Any] = {}
+    for part in parts:
+        merged.update(part or {})
+    if not merged:
+        return result
+    return replace(result, shard_states=[merged[i] for i in sorted(merged)])
 
 
 def take_update(
@@ -111,7 +118,7 @@ def current_placement(client: Client, data: ShardSet, timeout: float) -> list[st
 def scatter_carry(driver: Any) -> Future:
     """What the driver sends: its state as a round's carry, once, replicated on every worker
     (a broadcast scatter), its bytes counted a copy a worker in `driver.scatter_bytes`
-    (pipelined.py's and segments.py's driver alike)."""
+    (driver.Driver, for either round source)."""
     state, client = driver.state, driver.client
     carry = RoundResult(
         weights=state.weights,

@@ -14,14 +14,13 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...algorithms.parts.row_figures import algorithm_figures
 from ..protocol import Strategy
 from ..round.comm import driver_bytes
 from ..round.tasks import RoundResult
 from .checkpoint import atomic_write_bytes
 
 if TYPE_CHECKING:  # types only
-    from ...setup.run_setup import RunSetup
+    from ..plan import RunSetup
 
 
 def round_row(
@@ -71,8 +70,8 @@ def round_row(
         "num_workers": len(compute),
         # Inside wall_s: benchmarks that time training alone subtract it.
         "eval_s": scores.get("eval_s"),
-        # The schedules' rates and steps, and the gradient noise scale (algorithms/parts/).
-        **algorithm_figures(strategy, round_index, metrics, previous),
+        # The schedules' rates and steps, and the gradient noise scale: the algorithm says.
+        **strategy.row_figures(round_index, metrics, previous),
     }
     # The strategy's own figures (DANE: safeguard_rejected, mu, grad_rows), as it names them;
     # names with a leading underscore are sums for the reduction, not figures.

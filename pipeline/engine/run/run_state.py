@@ -1,30 +1,26 @@
 """Where a run stands between rounds: start or resume it, advance it, save it, sum it up.
 
-The driver (loop.py) and the reference runner (reference.py) both keep a RunState, start
-each round from it (round_start) and advance it with the round's result: the running totals
-are counted here, the metrics row only writes them down. A checkpoint is a RunState as data,
-its fields listed once, here, the strategy's states as plain dicts (protocol.py).
+The driver (driver.py) and the reference (reference.py) both keep a RunState, start each
+round from it (round_start) and advance it with the round's result: the totals are counted
+here, the row only writes them down. A checkpoint is a RunState as data (protocol.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ...setup.config import RunConfig
-from ...setup.run_setup import RunSetup
+from ..plan import RunSetup
 from ..protocol import Broadcast, Strategy, state_from_data, state_to_data
 from ..round import comm
 from ..round.tasks import RoundInput, RoundResult, open_round
 from ..round.worker import weights_finite
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
 from .errors import TrainingDiverged
-from .metrics import keep_rounds_up_to
 from .rundir import RunDir
 
 
@@ -189,7 +185,7 @@ def round_input_of(setup: RunSetup, index: int, placement: list[str]) -> RoundIn
 
 def open_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
     """A fresh RunState, or the one saved in the run directory's latest checkpoint: part of
-    the run's plan, so nothing is written yet (begin_run does, once the run starts).
+    the run's plan, so nothing is written yet (training.begin_run does, once the run starts).
 
     ValueError where a new run would overwrite one, the directory cannot be written, or the
     checkpoint does not fit the model as built now.
@@ -202,29 +198,6 @@ def open_run(setup: RunSetup, run_dir: RunDir, *, resume: bool) -> RunState:
     check_same_model(state, setup, run_dir)
     state.weights_round = state.saved_round = state.round
     return state
-
-
-def begin_run(
-    config: RunConfig,
-    run_dir: RunDir,
-    state: RunState,
-    *,
-    resume: bool,
-    notes: tuple[str, ...] = (),
-) -> None:
-    """The run started in its directory: config.toml written with the planned `config`
-    (RunSetup.config as prepare_run made it: settings as given, so auto resumes as auto),
-    a resume's changes recorded after the round it continues from, and `notes` (what the
-    driver decided that no setting says) as comments; the metrics file keeps the rounds the
-    state has seen, no more, and the state holds those rows from now on."""
-    run_dir.write_config(config, resumed_after=state.round if resume else 0, notes=notes)
-    state.rows, lost = keep_rounds_up_to(run_dir.metrics, state.round)
-    if lost:  # rows past the checkpoint (--checkpoint-every, a kill)
-        print(
-            f"resuming after round {state.round}, the last checkpoint: {lost} round"
-            f"{'s' if lost > 1 else ''} recorded after it will be re-run",
-            file=sys.stderr,
-        )
 
 
 def check_same_model(state: RunState, setup: RunSetup, run_dir: RunDir) -> None:

@@ -5,9 +5,9 @@ workers found frozen removed from the scheduler (segments.py drives them)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from distributed import Queue, Semaphore
@@ -18,10 +18,11 @@ from .bounded import bounded
 LOCK_NOTE_S = 2.0
 
 
-def lock_workers(client: Any, workers: list[str]) -> list[Semaphore]:
+def lock_workers(client: Any, workers: list[str], note: Callable[[str], None]) -> list[Semaphore]:
     """One lease a worker, taken in the addresses' order (so two runs never hold each a part
     and wait for the rest). Leases, not locks: a killed driver's lapse after Dask's
-    lease-timeout (30 s), where a lock would stay held for good."""
+    lease-timeout (30 s), where a lock would stay held for good. `note`: the line saying a
+    lease is waited for (Callbacks.on_note)."""
     locks = []
     for worker in sorted(workers):
         lock = Semaphore(
@@ -31,10 +32,9 @@ def lock_workers(client: Any, workers: list[str]) -> list[Semaphore]:
             loop=client.loop,
         )
         if not lock.acquire(timeout=LOCK_NOTE_S):
-            print(
+            note(
                 f"dane: waiting for another run's --collective torch on {worker} to finish a "
-                "segment (or start this run with --collective dask)",
-                file=sys.stderr,
+                "segment (or start this run with --collective dask)"
             )
             lock.acquire()
         locks.append(lock)

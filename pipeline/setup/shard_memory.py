@@ -17,9 +17,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ....datasets.store import StoreInfo
-from ...setup.run_setup import RunSetup
-from ..round.aggregate import shard_placement
+from ...datasets.store import StoreInfo
+from ..engine.plan import RunSetup
+from ..engine.round.aggregate import shard_placement
 
 # auto streams when a shard's stored bytes exceed this share of a worker's memory limit: the
 # rest holds the model, its copies, the round's activations and the worker itself.

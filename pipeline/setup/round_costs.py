@@ -28,14 +28,14 @@ import torch
 from distributed import get_worker
 from distributed.comm import get_address_host
 
-from ...algorithms.parts.local_work import RoundCosts
-from ...setup.measured_steps import gradient_rows, solver_of, time_local_work
-from ...setup.run_setup import RunSetup
-from ..round import comm
-from ..round.group import GroupSpec
-from .bounded import wait_for
-from .segment import form_group
-from .segment_cluster import lock_workers, release
+from ..algorithms.parts.local_work import RoundCosts
+from ..engine.plan import RunSetup
+from ..engine.round import comm
+from ..engine.round.group import GroupSpec
+from ..engine.run.bounded import wait_for
+from ..engine.run.segment import form_group
+from ..engine.run.segment_cluster import lock_workers, release
+from .measured_steps import gradient_rows, solver_of, time_local_work
 
 HOPS = 8  # dependent tasks in a timed chain
 REPEATS = 3  # chains (or all-gathers) timed; the median counts

@@ -1,15 +1,17 @@
 """The training entry: a run planned, started, and its rounds run, in that order, once each.
 
 Plan: the store, model and strategy (setup/run_setup.py, unless the caller made them), where
-the run stands (run_state.open_run), the cluster (launchers/) and each shard's worker
-(shard_memory.place_shards); nothing is written before it is complete. Start: config.toml,
-the shards loaded once by tasks pinned to their workers. Rounds: pipelined.py or segments.py.
+the run stands (engine/run/run_state.open_run), the cluster (launchers/) and each shard's
+worker (setup/shard_memory.place_shards); nothing is written before it is complete. Start:
+config.toml, the shards loaded once by tasks pinned to their workers. Rounds: the engine's
+driver (engine/run/driver.py) with its round source, the Dask graph (pipelined.py) or
+segments in one task per worker (segments.py). Above the engine: the engine receives this
+plan and a client, and imports nothing of setup/ or launchers/.
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -21,23 +23,27 @@ import torch
 from distributed import Client, span
 from distributed.scheduler import KilledWorker
 
-from ...launchers.cluster import make_client
-from ...setup.config import RunConfig
-from ...setup.measured_steps import CHOSEN, choose_steps, with_local_steps
-from ...setup.run_setup import RunSetup, choose_collective, prepare_run
-from ..round import comm
-from ..round.graph import ShardSet
-from ..round.shards import load_evaluation, load_shard
-from . import run_state
-from .bounded import wait_for
-from .callbacks import Callbacks
-from .errors import TrainingDiverged
-from .metrics import summary
-from .pipelined import run_chained
-from .round_costs import measure_round_costs
-from .rundir import RunDir
-from .segments import run_segments
-from .shard_memory import killed_loading, place_shards
+from .engine.plan import RunSetup
+from .engine.round import comm
+from .engine.round.graph import ShardSet
+from .engine.round.shards import load_evaluation, load_shard
+from .engine.run import run_state
+from .engine.run.bounded import wait_for
+from .engine.run.callbacks import Callbacks
+from .engine.run.driver import run_rounds
+from .engine.run.errors import TrainingDiverged
+from .engine.run.metrics import keep_rounds_up_to, summary
+from .engine.run.pipelined import GraphRounds
+from .engine.run.run_state import RunState
+from .engine.run.rundir import RunDir
+from .engine.run.segments import SegmentRounds
+from .launchers.cluster import make_client
+from .setup.config import RunConfig
+from .setup.measured_steps import CHOSEN, choose_steps, with_local_steps
+from .setup.round_costs import measure_round_costs
+from .setup.run_file import notes_starting, write_run_config
+from .setup.run_setup import choose_collective, prepare_run
+from .setup.shard_memory import killed_loading, place_shards
 
 __all__ = ["Callbacks", "TrainingDiverged", "train"]
 
@@ -69,7 +75,7 @@ def train(
     state = run_state.open_run(setup, run_dir, resume=resume)
     try:
         if state.round >= config.rounds:  # a finished run resumed: nothing left to run
-            run_state.begin_run(setup.config, run_dir, state, resume=resume)
+            begin_run(setup.config, run_dir, state, resume=resume, note=callbacks.on_note)
         else:
             # One span for the run: else the idle cluster opens a new default span each round,
             # and workers keep per-span metrics for good (a leak `dane bench soak` measured).
@@ -106,21 +112,21 @@ def _start_and_run(
     placed, placement, note = place_shards(setup, info, announce)
     notes = (note, f"collective {why}")
     if resume:  # the K the run chose as it started: the file says so for the run's life
-        notes += run_dir.notes_starting(CHOSEN)
+        notes += notes_starting(run_dir, CHOSEN)
     if setup.config.overhead_share is not None:  # K chosen here, and config.toml says which
         costs = measure_round_costs(active, placed, placement, collective)
         steps, line = choose_steps(placed, costs)
-        print(f"dask-dane: {line}", file=sys.stderr)
+        callbacks.on_note(f"dask-dane: {line}")
         setup, placed = with_local_steps(setup, steps), with_local_steps(placed, steps)
         notes += (line,)
     # Start: config.toml as planned (auto stays auto; a chosen K as if given), the shards loaded.
-    run_state.begin_run(setup.config, run_dir, state, resume=resume, notes=notes)
+    begin_run(setup.config, run_dir, state, resume=resume, notes=notes, note=callbacks.on_note)
     setup = replace(placed, config=replace(placed.config, collective=collective))
     data = _load_shards(active, setup, placement)  # a damaged shard raises here
     callbacks.on_start(active.dashboard_link, len(info["workers"]))
     # Rounds: a Dask graph each, or segments of them in one task per worker.
-    segments = run_segments if collective == "torch" else None
-    run_chained(active, setup, run_dir, state, data, callbacks, rounds=segments)
+    source = SegmentRounds if collective == "torch" else GraphRounds
+    run_rounds(active, setup, run_dir, state, data, callbacks, source)
     return setup
 
 
@@ -154,3 +160,28 @@ def _load_shards(client: Client, setup: RunSetup, placement: list[str]) -> Shard
             err = future.exception()  # KilledWorker: its nanny restarted it past its memory
             raise ValueError(killed_loading(index, err)) if isinstance(err, KilledWorker) else err
     return ShardSet(token=token, shards=shards, placement=placement, test=test)
+
+
+def begin_run(
+    config: RunConfig,
+    run_dir: RunDir,
+    state: RunState,
+    *,
+    resume: bool,
+    notes: tuple[str, ...] = (),
+    note: Callable[[str], None] = lambda line: None,
+) -> None:
+    """The run started in its directory: config.toml written with the planned `config`
+    (RunSetup.config as prepare_run made it: settings as given, so auto resumes as auto),
+    a resume's changes recorded after the round it continues from, and `notes` (what the
+    driver decided that no setting says) as comments; the metrics file keeps the rounds the
+    state has seen, no more (rows dropped past the checkpoint: a line to `note`), and the
+    state holds those rows from now on."""
+    resumed_after = state.round if resume else 0
+    write_run_config(run_dir, config, resumed_after=resumed_after, notes=notes)
+    state.rows, lost = keep_rounds_up_to(run_dir.metrics, state.round)
+    if lost:  # rows past the checkpoint (--checkpoint-every, a kill)
+        note(
+            f"resuming after round {state.round}, the last checkpoint: {lost} round"
+            f"{'s' if lost > 1 else ''} recorded after it will be re-run"
+        )
