@@ -29,10 +29,10 @@ from dask_dane.pipeline.engine.round.aggregate import Partial, ShardReport
 from dask_dane.pipeline.engine.round.tasks import PhaseEnd, RoundInput, RoundResult
 from dask_dane.pipeline.engine.round.worker import WorkerPhase, nodes_of
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.training import train
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -247,7 +247,7 @@ def test_the_bench_measures_both_forms_on_the_same_object():
     rows = {r["form"]: r for r in local_rows("WorkerPhase", "small-cnn", repeats=1)}
     assert rows["in-band"]["frames"] < rows["frames"]["frames"]  # the pickle holds them
     assert rows["frames"]["largest_frame"] == 38_282 * 4  # the weights' sum, its own frame
-    assert wire._STATE["frames"]  # the in-band form was selected for its measure only
+    assert wire.WORKER.frames  # the in-band form was selected for its measure only
 
 
 def _land_frames_past_a_boundary(offset: int | None) -> None:

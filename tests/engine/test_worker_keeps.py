@@ -1,6 +1,6 @@
-"""What a worker keeps between its tasks (worker.py): each round opened once, each phase
-finished once, each shard's report handed to its next phase and the update made once per
-worker; a cache whose miss costs compute, never a bit of the result."""
+"""What a worker keeps between its tasks (worker.py, in worker_state.WORKER): each round
+opened once, each phase finished once, each shard's report handed to its next phase and the
+update made once per worker; a cache whose miss costs compute, never a bit of the result."""
 
 from __future__ import annotations
 
@@ -10,22 +10,23 @@ from collections import Counter
 import pytest
 import torch
 
-from dask_dane.pipeline.engine.round import worker
+from dask_dane.pipeline.engine.round import worker, worker_state
 from dask_dane.pipeline.engine.round.aggregate import owned_nodes
 from dask_dane.pipeline.engine.round.shards import load_shard
+from dask_dane.pipeline.engine.round.worker_state import WORKER
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.loop import train
 from dask_dane.pipeline.engine.run.run_state import RunState, round_input_of
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
+from dask_dane.pipeline.training import train
 
 
 @pytest.fixture(autouse=True)
 def _empty():
-    worker.clear()
+    WORKER.clear()
     yield
-    worker.clear()
+    WORKER.clear()
 
 
 def _counted(monkeypatch) -> Counter:
@@ -83,18 +84,18 @@ def test_only_the_latest_rounds_and_chains_are_kept(digits_stores):
     _dane_round_on_one_worker(digits_stores[4], chain="run-a1")
     _dane_round_on_one_worker(digits_stores[4], chain="run-a2")  # a restart
     _dane_round_on_one_worker(digits_stores[4], chain="other-a1")  # another run's rounds
-    assert list(worker._chains) == ["run-a2", "other-a1"]
-    made = worker._chains["other-a1"][1]
+    assert list(WORKER.rounds) == ["run-a2", "other-a1"]
+    made = WORKER.rounds["other-a1"][1]
     # The update made: the round's opening, ends and reports are dropped, its note stays.
     assert made.opened is None and made.ends == [] and made.reports == {}
 
 
 def _disable_the_cache() -> None:
-    worker.CHAINS_KEPT = 0  # every round's record is evicted at once: every task misses
+    worker_state.CHAINS_KEPT = 0  # every round's record is evicted at once: every task misses
 
 
 def _enable_the_cache() -> None:
-    worker.CHAINS_KEPT = 2
+    worker_state.CHAINS_KEPT = 2
 
 
 # Two phases (DANE), three (S-DANE's check; DANE's line search after its solve).
@@ -123,7 +124,7 @@ def test_a_worker_that_kept_nothing_computes_the_same_bits(
     cluster_client.run(_disable_the_cache)
     try:
         recomputed, recomputed_rows = run("recomputed")
-        assert cluster_client.run(lambda: len(worker._chains)) == {
+        assert cluster_client.run(lambda: len(worker_state.WORKER.rounds)) == {
             w: 0 for w in cluster_client.scheduler_info()["workers"]
         }
     finally:

@@ -13,18 +13,18 @@ from torch import nn
 
 from ....datasets.rows.features import Features
 from ....models.flat import forward_flat
-
-_PER_ROW: dict[tuple, int] = {}
+from .worker_state import WORKER
 
 
 def activation_bytes_per_row(model: nn.Module, x: Features, num_params: int) -> int:
     """Bytes that autograd keeps per input row, measured once on 2 and 3 rows."""
     key = (id(model), tuple(x.shape[1:]), x.dtype)
-    if key not in _PER_ROW:
+    known = WORKER.activation_bytes  # worker_state.py: kept for the process's life
+    if key not in known:
         # 2 and 3 rows, not 1: BatchNorm in training mode refuses a batch of one.
         saved = [_saved_bytes(model, x, num_params, rows) for rows in (2, 3)]
-        _PER_ROW[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
-    return _PER_ROW[key]
+        known[key] = saved[1] - saved[0]  # the weights, also saved, cancel out
+    return known[key]
 
 
 def _saved_bytes(model: nn.Module, x: torch.Tensor, num_params: int, rows: int) -> int:

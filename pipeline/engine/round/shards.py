@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ from ....models.flat import Buffers
 from ....models.registry import ModelSpec, build_model
 from .augment import parse_augment
 from .objective import ShardObjective
+from .worker_state import WORKER
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,21 +223,19 @@ def make_objective(
     )
 
 
-_MODELS = threading.local()
-
-
 def architecture(spec: ModelSpec) -> torch.nn.Module:
-    """The model's module for `spec`, built once per thread.
+    """The model's module for `spec`, built once per thread (worker_state.WORKER).
 
     It only supplies the architecture: weights come from the flat vector through
     functional_call, so it lives on the meta device at no memory cost. functional_call swaps
     the module's parameters while it runs, hence one module per thread, never shared.
     """
-    cache = _MODELS.__dict__.setdefault("by_spec", {})
-    if spec not in cache:
-        with torch.device("meta"):
-            cache[spec] = build_model(spec)
-    return cache[spec]
+    return WORKER.architecture(spec, _on_meta)
+
+
+def _on_meta(spec: ModelSpec) -> torch.nn.Module:
+    with torch.device("meta"):
+        return build_model(spec)
 
 
 # The validation split: a stratified, seeded slice of each training shard's rows held out.

@@ -39,17 +39,14 @@ from distributed.protocol import dask_deserialize, dask_serialize
 from ....datasets.rows.features import ALIGNMENT, FeatureRows, on_boundary
 from ..protocol import LocalOutput
 from .aggregate import Partial, ShardReport
-
-# Whether the registered types travel as frames: benchmarks turn it off (use_frames) to time
-# the in-band pickle on the same objects; the engine never changes it.
-_STATE = {"frames": True}
+from .worker_state import WORKER
 
 
 def use_frames(on: bool) -> bool:
     """Send the registered dataclasses' tensors as frames (True) or in-band as torch pickles
     them (False, the form before frames), in this process; returns the previous setting."""
-    previous = _STATE["frames"]
-    _STATE["frames"] = bool(on)
+    previous = WORKER.frames  # worker_state.py: benchmarks turn it off, the engine never
+    WORKER.frames = bool(on)
     return previous
 
 
@@ -105,7 +102,7 @@ class _FramePickler(cloudpickle.Pickler):
 
 def to_frames(obj: object) -> tuple[dict[str, Any], list[memoryview | bytes]]:
     """`obj` pickled, and each tensor in it as its own frame after the pickle's."""
-    if not _STATE["frames"]:
+    if not WORKER.frames:
         raise NotImplementedError  # distributed falls back to its pickle family
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()

@@ -24,9 +24,7 @@ reports would otherwise travel to every worker, or need a task of their own to s
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -41,6 +39,7 @@ from .shards import ShardData, to_device
 from .tasks import PhaseEnd, RoundInput, RoundResult, finish_phase, open_round, run_local
 from .tasks import update_round as make_update
 from .wire import register_dataclasses
+from .worker_state import WORKER
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +64,7 @@ Received = list[list[WorkerPhase]]
 
 @dataclass
 class _Kept:
-    """What this worker keeps of one round of one chain (mutable, under _lock)."""
+    """What this worker keeps of one round of one chain (mutable, under WORKER.lock)."""
 
     opened: tuple[RoundInput, Broadcast | None] | None = None
     ends: list[PhaseEnd] = field(default_factory=list)
@@ -73,34 +72,12 @@ class _Kept:
     update: weakref.ref | None = None
 
 
-# Chains kept: the current one and one before (a run on another cluster's worker, or a chain
-# restarted after a fault) until it ends; rounds kept per chain: round t's update is taken
-# by round t + 1's first phase and by round t's scoring, which may run after it.
-CHAINS_KEPT = 2
-ROUNDS_KEPT = 2
-_lock = threading.Lock()
-_chains: OrderedDict[str, dict[int, _Kept]] = OrderedDict()
-
-
 def _kept(round_input: RoundInput) -> _Kept:
-    """The round's record on this worker (a fresh one, never stored, without a chain)."""
+    """The round's record on this worker (worker_state.WORKER; a fresh one, never stored,
+    without a chain)."""
     if not round_input.chain:  # the reference's rounds and tests: nothing to keep
         return _Kept()
-    with _lock:
-        rounds = _chains.pop(round_input.chain, {})
-        _chains[round_input.chain] = rounds  # the most recent chain last
-        while len(_chains) > CHAINS_KEPT:
-            _chains.popitem(last=False)
-        kept = rounds.setdefault(round_input.index, _Kept())
-        for old in sorted(rounds)[:-ROUNDS_KEPT]:
-            del rounds[old]
-        return kept
-
-
-def clear() -> None:
-    """Forget everything kept (tests)."""
-    with _lock:
-        _chains.clear()
+    return WORKER.round_record(round_input.chain, round_input.index, _Kept)
 
 
 def phase_total(
@@ -136,7 +113,7 @@ def _ends(
             received[phase], round_input.num_shards, weights, round_input.layout.transport
         )
         ends.append(finish_phase(round_input, phase, total, ends[-1] if ends else None, weights))
-    with _lock:
+    with WORKER.lock:
         if len(kept.ends) < len(ends):
             kept.ends = ends
     return ends
@@ -167,7 +144,7 @@ def run_worker_phase(
 
     def report(shard: ShardData, p: int) -> ShardReport:
         """The shard's report of phase p: kept by its earlier phase, or made (again)."""
-        with _lock:
+        with WORKER.lock:
             found = kept.reports.pop((p, shard.index), None) if p < phase else None
         if found is not None:
             return found
@@ -184,7 +161,7 @@ def run_worker_phase(
     reports = {shard.index: r for shard, r in zip(shards, done, strict=True)}
     last = phase == len(static.strategy.phases) - 1
     if not last and static.chain:
-        with _lock:
+        with WORKER.lock:
             kept.reports.update({(phase, i): r for i, r in reports.items()})
     leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
     encoding = static.layout.transport
@@ -226,12 +203,12 @@ def _update_once(kept: _Kept, make: Callable[[], RoundResult]) -> RoundResult:
     The update task runs first (its round was submitted first) and Dask holds its result
     while later tasks need it; only a weak reference is noted here, so nothing outlives
     Dask's copy. Once made, the round's opening, ends and reports are no longer needed."""
-    with _lock:
+    with WORKER.lock:
         update = kept.update() if kept.update is not None else None
     if update is not None:
         return update
     update = make()
-    with _lock:
+    with WORKER.lock:
         kept.update = weakref.ref(update)
         kept.opened, kept.ends, kept.reports = None, [], {}
     return update

@@ -19,8 +19,8 @@ What the driver records arrives through a Dask Queue, off the round's path (a th
 while the next round computes): rank 0's figures of each round, with the weights where the
 driver saves them (a checkpoint round, a new best, the segment's last), and every rank's
 shards' states where the strategy has them. Each rank keeps its last few rounds' results
-(RECENT_KEPT), so that after a lost peer the driver restarts from the last round it recorded
-(kept_result).
+(round/worker_state.py), so that after a lost peer the driver restarts from the last round
+it recorded (kept_result).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import math
 import queue
 import threading
 import time
-from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any
 
@@ -50,10 +49,9 @@ from ..round.worker import (
     update_on_worker,
     weights_finite,
 )
+from ..round.worker_state import WORKER
+from .decisions import checkpointed, evaluated
 from .segment_plan import RoundMessage, SegmentPlan
-
-# Rounds whose results each rank keeps after the segment moved on (kept_result).
-RECENT_KEPT = 3
 
 
 class LandedElsewhere(RuntimeError):
@@ -61,26 +59,11 @@ class LandedElsewhere(RuntimeError):
     lost and Dask moved it): the group's other ranks are elsewhere, so it must not join."""
 
 
-_recent_lock = threading.Lock()
-_recent: OrderedDict[str, deque[tuple[int, RoundResult, dict[int, Any] | None]]] = OrderedDict()
-
-
 def kept_result(chain: str, round_index: int) -> tuple[RoundResult, dict[int, Any] | None] | None:
     """Round `round_index`'s result as this worker made it in segment `chain` (with its own
-    shards' states), if it is among the last RECENT_KEPT; run by the driver (client.run)."""
-    with _recent_lock:
-        for index, result, states in _recent.get(chain, ()):
-            if index == round_index:
-                return result, states
-    return None
-
-
-def _keep(chain: str, round_index: int, result: RoundResult, states: Any) -> None:
-    with _recent_lock:
-        _recent.setdefault(chain, deque(maxlen=RECENT_KEPT)).append((round_index, result, states))
-        _recent.move_to_end(chain)
-        while len(_recent) > 2:  # this chain and the one before it
-            _recent.popitem(last=False)
+    shards' states), if it is among the last kept (worker_state.RESULTS_KEPT); run by the
+    driver (client.run)."""
+    return WORKER.kept_result(chain, round_index)
 
 
 class _Publisher:
@@ -191,9 +174,9 @@ def _rounds(
         finite = weights_finite(result) and (loss is None or math.isfinite(loss))
         ends = flagged or not finite or selection.stops(evaluation) or t == plan.rounds
         states = before.shard_states if before is not None else None
-        _keep(static.chain, t, result, states)
+        WORKER.keep_result(static.chain, t, result, states)
         if publisher is not None:
-            weights = ends or selected or t % plan.checkpoint_every == 0
+            weights = ends or selected or checkpointed(plan, t)
             message = RoundMessage(round=t, rank=group.rank, ends=ends, shard_states=states)
             if group.rank == 0:
                 sent = result if weights else stripped(result)[0]
@@ -245,8 +228,7 @@ def _evaluate(
 ) -> dict[str, float] | None:
     """The round's scores over every rank's pieces (None: not evaluated), combined on each
     rank from the same all-gathered scores (scoring.combine_scores)."""
-    t = static.index
-    if t % plan.eval_every and t != plan.rounds:
+    if not evaluated(plan, static.index):
         return None
     began = time.perf_counter()
     scored = score_pieces(static.spec, *pieces, result)
