@@ -9,7 +9,7 @@ import torch
 from dask_dane.datasets.rows.features import ALIGNMENT
 from dask_dane.pipeline.engine.round.group import pack, unpack
 from dask_dane.pipeline.engine.round.tasks import RoundResult
-from dask_dane.pipeline.engine.run.segment_plan import Selection
+from dask_dane.pipeline.engine.run.decisions import Selection
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import TORCH_MAX_BYTES, choose_collective
 

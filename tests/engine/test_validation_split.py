@@ -13,7 +13,8 @@ import torch
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.shards import held_out_rows, load_shard, part_positions
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
-from dask_dane.pipeline.engine.run.metrics import read_metrics, stops_early
+from dask_dane.pipeline.engine.run.decisions import stops_early
+from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.run_state import RunState
 from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.observe.progress import selection_line

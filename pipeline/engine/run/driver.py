@@ -5,7 +5,7 @@ order (fetch.Taken): the Dask graph of each round (pipelined.GraphRounds) or seg
 rounds chained inside one task per worker (segments.SegmentRounds, `--collective torch`).
 Everything else is written once, here, on the driver: the retry after a lost worker and its
 ClusterLost, recording a round (its row, checkpoint and event), the stop rules and model
-selection (run_state, metrics.stops_early), taking the weights left on the cluster for an
+selection (decisions.py), taking the weights left on the cluster for an
 early end, and following the shards where Dask reloaded them.
 
 A source has four verbs: `next` (the next round, submitting what it needs; raises one of its
@@ -30,9 +30,10 @@ from ..round.transport import round_form
 from . import fetch, run_state
 from .bounded import check_scheduler, publish_round
 from .checkpoint import CheckpointWriter
+from .decisions import stops_early
 from .errors import ClusterLost, lost_message
 from .fetch import Taken
-from .metrics import append_metrics, round_row, stops_early
+from .metrics import append_metrics, round_row
 from .run_state import RunState
 from .rundir import RunDir
 

@@ -82,19 +82,6 @@ def round_row(
     return row | {"is_best": totals.is_best} | (driver or {})
 
 
-def stops_early(config: Any, row: dict[str, Any], since_best: int) -> bool:
-    """The stop rules after a round: --stop-at-accuracy reached by its validation accuracy (by
-    its test accuracy only without a validation split, as before the split existed), or
-    --patience evaluated rounds in a row (`since_best`) without a better validation metric."""
-    validated = row.get("val_loss") is not None
-    if config.patience > 0 and validated and since_best >= config.patience:
-        return True
-    target = config.stop_at_accuracy
-    key = "val_accuracy" if validated else "test_accuracy"
-    accuracy = row.get(key)
-    return target > 0 and accuracy is not None and accuracy >= target
-
-
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """All complete lines of a metrics file (a torn last line from a crash is skipped)."""
     if not path.exists():

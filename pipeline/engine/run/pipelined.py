@@ -32,6 +32,7 @@ from distributed.scheduler import KilledWorker
 
 from ..round.graph import ChainLink, RoundKeys, build_round
 from . import fetch, run_state
+from .decisions import checkpointed, evaluated
 from .driver import Driver
 from .fetch import Taken
 
@@ -118,17 +119,15 @@ class GraphRounds:
         while len(self.in_flight) < ROUNDS_IN_FLIGHT and last < config.rounds:
             started = time.perf_counter()
             t = last + 1
-            evaluate = t % config.eval_every == 0 or t == config.rounds
             graph, keys = build_round(
                 run_state.round_input_of(driver.setup, t, data.placement),
                 shards=data.shards,
                 placement=data.placement,
                 link=self.link,
                 token=f"{data.token}a{driver.attempt}",
-                evaluate=data.test if evaluate else None,
-                # Round t's weights come to the driver and are saved every
-                # --checkpoint-every rounds, and at the run's last round; else its figures.
-                light=t % config.checkpoint_every != 0 and t != config.rounds,
+                evaluate=data.test if evaluated(config, t) else None,
+                # Round t's weights come to the driver where they are saved; else its figures.
+                light=not checkpointed(config, t),
             )
             wanted = keys.held()
             futures = dict(zip(wanted, driver.client.get(graph, wanted, sync=False), strict=True))

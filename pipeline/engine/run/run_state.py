@@ -20,6 +20,7 @@ from ..round import comm
 from ..round.tasks import RoundInput, RoundResult, open_round
 from ..round.worker import weights_finite
 from .checkpoint import CheckpointWriter, load_checkpoint, remove_partial_writes, save_checkpoint
+from .decisions import Selection, selects
 from .errors import TrainingDiverged
 from .rundir import RunDir
 
@@ -100,15 +101,15 @@ class RunState:
 
     def _select(self, evaluation: dict[str, float] | None) -> None:
         """Select this round as the model where its validation score beats every earlier
-        round's; without validation rows, every evaluated round (the last one wins)."""
-        if not self.would_select(evaluation):
-            self.since_best += evaluation is not None
-            return
-        score = selection_score(evaluation)
-        if score is not None:
-            self.best_score = score
-        self.best_round, self.since_best = self.round, 0
-        self.test_accuracy_at_best = evaluation.get("accuracy")
+        round's; without validation rows, every evaluated round (the last one wins):
+        decisions.Selection."""
+        selected = self.would_select(evaluation)
+        now = Selection(best_score=self.best_score, since_best=self.since_best)
+        now = now.advance(evaluation)  # decisions.py: the ranks of a segment advance alike
+        self.best_score, self.since_best = now.best_score, now.since_best
+        if selected:
+            self.best_round = self.round
+            self.test_accuracy_at_best = (evaluation or {}).get("accuracy")
 
     def would_select(self, evaluation: dict[str, float] | None) -> bool:
         """Whether a round so evaluated would be selected (best.pt), before advancing."""
@@ -134,24 +135,6 @@ class RunState:
             values["shard_states"] = [state_from_data(shard_type, s) for s in data["shard_states"]]
         values["cum_comm_bytes"] = int(values["cum_comm_bytes"])
         return cls(**values)
-
-
-def selects(evaluation: dict[str, float] | None, best_score: float) -> bool:
-    """Whether a round so evaluated is selected over the best score so far (the driver's
-    RunState and a segment's ranks alike, segment_plan.Selection)."""
-    if evaluation is None:
-        return False
-    score = selection_score(evaluation)
-    return score is None or score > best_score
-
-
-def selection_score(evaluation: dict[str, float]) -> float | None:
-    """What selects the model, higher is better: the validation accuracy, or minus the
-    validation loss where the task has no accuracy (regression); None without validation rows."""
-    if evaluation.get("val_accuracy") is not None:
-        return evaluation["val_accuracy"]
-    loss = evaluation.get("val_loss")
-    return None if loss is None else -loss
 
 
 # RunState's fields that a checkpoint holds (all but the in-memory rows and rounds).

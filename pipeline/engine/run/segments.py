@@ -27,13 +27,14 @@ from ..round.aggregate import owned_nodes
 from ..round.group import GroupFailed, GroupSpec
 from . import fetch, run_state
 from .bounded import bounded, check_scheduler
+from .decisions import Selection
 from .driver import Driver
 from .errors import ClusterLost
 from .fetch import Taken
 from .pipelined import WORKER_LOST
 from .segment import LandedElsewhere, kept_result, run_segment
 from .segment_cluster import lock_workers, release, remove_workers, settle
-from .segment_plan import RoundMessage, SegmentPlan, Selection
+from .segment_plan import RoundMessage, SegmentPlan
 
 # What ends a segment early, to be run again from the last recorded round.
 SEGMENT_LOST = (*WORKER_LOST, GroupFailed, LandedElsewhere)
