@@ -222,3 +222,14 @@ def test_the_module_graph_has_no_cycle():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+def test_the_engine_writes_nothing_to_the_terminal_itself():
+    # Its lines reach the user through Callbacks.on_note (engine/run/callbacks.py): the CLI's
+    # bar and the API's lines show them, a benchmark or a notebook chooses.
+    for path in _sources("pipeline/engine"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = node.func if isinstance(node, ast.Call) else None
+            assert not (isinstance(called, ast.Name) and called.id == "print"), path
+            named = isinstance(node, ast.Attribute) and node.attr in ("stderr", "stdout")
+            assert not (named and getattr(node.value, "id", "") == "sys"), path
