@@ -86,7 +86,7 @@ mutation: $(STAMP)
 	DANE_MUTATION_MAP=$(MUTATION_MAP) DANE_MUTATION_SOCKET=$(MUTATION_SOCKET) \
 	DANE_MUTATION_SAMPLE=$(MUTATION_SAMPLE) PYTHONPATH=tests/mutation \
 	$(PY) tests/mutation/run.py run --paths-to-mutate $(MUTATE) --tests-dir tests \
-		--runner '$(PY) tests/mutation/forkserver.py run $(MUTATION_SOCKET) -x -q -p no:cacheprovider -m "not cluster" tests/engine/test_comm.py tests/algorithms/test_algorithms.py tests/engine/test_oracles.py'; \
+		--runner '$(PY) tests/mutation/forkserver.py run $(MUTATION_SOCKET) -x -q -p no:cacheprovider -m "not cluster" tests/engine/round/test_comm.py tests/algorithms/test_algorithms.py tests/engine/test_oracles.py'; \
 	status=$$?; kill $$(cat .mutation-server.pid); rm -f .mutation-server.pid; exit $$status
 
 # The documentation site, offline, warnings as errors (docs/conf.py). Its tools are the `docs`

@@ -1,8 +1,8 @@
-"""What the fault tests share (tests/engine/test_worker_faults.py,
-tests/engine/test_scheduler_faults.py, tests/engine/test_driver_faults.py): `dask scheduler` and
-`dask worker` processes on 127.0.0.1, started and killed; the `dane` command line; the run settings
-they train with; a watch that acts once a round's shard task runs. Not a test file: they import it
-by name.
+"""What the fault tests share (tests/engine/run/test_worker_faults.py,
+tests/engine/run/test_scheduler_faults.py, tests/engine/run/test_driver_faults.py): `dask
+scheduler` and `dask worker` processes on 127.0.0.1, started and killed; the `dane` command
+line; the run settings they train with; a watch that acts once a round's shard task runs. Not a
+test file: they import it by name.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ RESUMABLE_KEYS = frozenset(
         # a run further is what a resume is most often for); when to evaluate and when to stop
         # (they choose what is measured, not what is trained); when the driver fetches the
         # weights and saves them (the rounds' results are the same whenever they are fetched,
-        # tests/engine/test_checkpoint_every.py); where copies of the metrics go
+        # tests/engine/run/test_checkpoint_every.py); where copies of the metrics go
         # (observe/tracking.py: nothing trained depends on them); `out`: the directory may have
         # moved, or be spelled another way.
         *(f.name for f in fields(RunSettings) if f.name not in IDENTITY_KEYS),

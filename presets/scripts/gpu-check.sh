@@ -47,7 +47,7 @@ if [ "$GPUS" -gt 0 ]; then
     || echo "GPU correctness check failed (exit $?)"
   # The torch collective's sums on the GPUs, through NCCL, against the CPU's tree: bit for
   # bit (one rank a GPU; the checkout's tests).
-  timeout 120 "$PYTHON" -m pytest -q -p no:randomly tests/engine/test_exchange.py -k cuda \
+  timeout 120 "$PYTHON" -m pytest -q -p no:randomly tests/engine/round/test_exchange.py -k cuda \
     > "$OUT/exchange-gpu.txt" 2>&1 || echo "GPU exchange check failed: see $OUT/exchange-gpu.txt"
 fi
 

@@ -4,7 +4,7 @@ give, minibatches come from a moving window of chunks as a function of the round
 recipe pickles to another process, auto's size rule, and a streamed Dask run equals the
 streamed reference. Stores here have chunks of a few dozen rows, so each shard spans many
 chunks and shard bounds fall inside chunks. The option at the CLI:
-tests/engine/test_shard_memory.py."""
+tests/setup/test_shard_memory.py."""
 
 from __future__ import annotations
 

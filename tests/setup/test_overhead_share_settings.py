@@ -1,6 +1,6 @@
 """--overhead-share as a setting: which other settings it refuses, how it layers with a config
 file and a resume, and the run's settings once it has chosen K (setup/measured_steps.py).
-The run that measures is tests/engine/test_overhead_share.py's."""
+The run that measures is tests/setup/test_overhead_share.py's."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from dask_dane.pipeline.setup.run_file import saved_config
 from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
-HERE = Path(__file__).resolve().parents[1]  # tests/
+HERE = Path(__file__).resolve().parents[2]  # tests/
 
 
 PY, SOLVE_KEY = fault_cluster.PY, fault_cluster.SOLVE_KEY

@@ -24,7 +24,7 @@ from dask_dane.pipeline.engine.run.rundir import RunDir
 from dask_dane.pipeline.training import Callbacks, train
 
 pytestmark = pytest.mark.cluster
-HERE = Path(__file__).resolve().parents[1]  # tests/
+HERE = Path(__file__).resolve().parents[2]  # tests/
 
 
 SOLVE_KEY = fault_cluster.SOLVE_KEY
@@ -32,7 +32,7 @@ _when_local_task_runs = fault_cluster.when_local_task_runs
 
 
 # These faults land in the Dask graph's round tasks, which the tests watch for by their keys:
-# tests/engine/test_torch_faults.py has the same faults under --collective torch.
+# tests/engine/run/test_torch_faults.py has the same faults under --collective torch.
 SETTINGS = {**fault_cluster.SETTINGS, "collective": "dask"}
 
 

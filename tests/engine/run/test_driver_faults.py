@@ -22,7 +22,7 @@ from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.training import train
 
 pytestmark = pytest.mark.cluster
-HERE = Path(__file__).resolve().parents[1]  # tests/
+HERE = Path(__file__).resolve().parents[2]  # tests/
 
 
 PY = fault_cluster.PY
