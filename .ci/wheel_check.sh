@@ -29,13 +29,20 @@ VPY="$WORK/venv/bin/python"
 # pip's notes about index folders this machine lacks are noise here; its errors still fail.
 pip_install() { "$VPY" -m pip install -q "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }; }
 pip_install --upgrade pip
-# The CPU build first (see Makefile): .venv's, the same wheel pip unpacked there, linked in
-# with its requirements (.ci/reuse_torch.py: 1 s against 20-35 s of pip); from pip where
-# .venv holds another torch. The wheel's own dependencies come from pip either way.
+# What pip unpacked and compiled into .venv is not unpacked again (.ci/link_installed.py:
+# hard links, 1-2 s against 20-35 s for torch and as much for the rest). The CPU build of
+# torch first (see Makefile): .venv's, with its requirements, where it is the version pinned.
+# Then the wheel's dependencies as pip resolves them from the wheel's own metadata (its
+# --dry-run report): those .venv holds at the version pip chose are linked, pip installs the
+# others and the wheel, and checks that every requirement is met.
 TORCH="${TORCH_SPEC:-torch==2.13.0}"
 SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-"$PY" "$REPO/.ci/reuse_torch.py" "$TORCH" "$SITE" || pip_install "$TORCH"
+link_installed() { "$PY" "$REPO/.ci/link_installed.py" "$SITE" "$@"; }
+link_installed "$TORCH" || pip_install "$TORCH"
+pip_install --dry-run --report "$WORK/resolved.json" "$WHEEL"
+link_installed --report "$WORK/resolved.json" || true
 pip_install "$WHEEL"
+"$VPY" -m pip check >/dev/null || { "$VPY" -m pip check; fail "pip check"; }
 
 echo "== a user's first commands, from a folder outside the repository"
 mkdir "$WORK/user" && cd "$WORK/user"
