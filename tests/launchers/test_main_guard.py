@@ -63,6 +63,15 @@ def _tagged(tag: str) -> list[psutil.Process]:
     return found
 
 
+def _left_after(tag: str, seconds: float = 1.0) -> list[psutil.Process]:
+    """The tagged processes still alive `seconds` after the script ended (the workers' exit
+    reaped by then), found as soon as none is left rather than after a fixed sleep."""
+    deadline = time.monotonic() + seconds
+    while (left := _tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def _run_script(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProcess, float, str]:
     script = tmp_path / "train_me.py"
     script.write_text(text)
@@ -98,8 +107,7 @@ def test_an_unguarded_script_gets_one_line_and_leaves_nothing_behind(tmp_path, t
     assert len(lines) <= 2, done.stderr  # the line, after at most the run's own start line
     assert not out.exists() and not (tmp_path / "runs").exists()
     assert elapsed < TIMEOUT_S + STARTUP_S, elapsed
-    time.sleep(1.0)  # the workers' exit is reaped by then
-    assert _tagged(tag) == []
+    assert _left_after(tag) == []
 
 
 @pytest.mark.cluster
@@ -113,8 +121,7 @@ def test_a_guarded_script_trains_as_before(tmp_path, tabular_store):
     assert done.returncode == 0, done.stderr
     assert FIX not in done.stderr
     assert (out / "summary.json").exists()
-    time.sleep(1.0)
-    assert _tagged(tag) == []
+    assert _left_after(tag) == []
 
 
 @pytest.fixture
