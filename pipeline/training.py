@@ -114,7 +114,7 @@ def _start_and_run(
     if resume:  # the K the run chose as it started: the file says so for the run's life
         notes += notes_starting(run_dir, CHOSEN)
     if setup.config.overhead_share is not None:  # K chosen here, and config.toml says which
-        costs = measure_round_costs(active, placed, placement, collective)
+        costs = measure_round_costs(active, placed, placement, collective, callbacks.on_note)
         steps, line = choose_steps(placed, costs)
         callbacks.on_note(f"dask-dane: {line}")
         setup, placed = with_local_steps(setup, steps), with_local_steps(placed, steps)

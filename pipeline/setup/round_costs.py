@@ -22,6 +22,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,10 +44,15 @@ SAMPLE_ROWS = 512  # at most this many rows of shard 0 loaded to time the steps 
 
 
 def measure_round_costs(
-    client: Any, setup: RunSetup, placement: list[str], collective: str
+    client: Any,
+    setup: RunSetup,
+    placement: list[str],
+    collective: str,
+    note: Callable[[str], None],
 ) -> RoundCosts:
     """A round's costs on this cluster (the module docstring); `placement`: each shard's
-    worker, `collective`: the form the rounds will take (dask | torch)."""
+    worker, `collective`: the form the rounds will take (dask | torch), `note`: a line for
+    the user (a lease on the workers waited for: Callbacks.on_note)."""
     workers = list(dict.fromkeys(placement))
     busiest = max(Counter(placement).values())
     phases = len(setup.strategy.phases)
@@ -55,7 +61,8 @@ def measure_round_costs(
     model_bytes = comm.payload_bytes([setup.weights, setup.buffers])
     timeout = setup.config.timeout
     if collective == "torch":
-        empty_s, full_s = _group_s(client, workers, model_bytes, setup.config.collective_timeout)
+        group_timeout = setup.config.collective_timeout
+        empty_s, full_s = _group_s(client, workers, model_bytes, group_timeout, note)
         hops = phases
     else:
         empty_s, full_s = _hop_s(client, workers, model_bytes, timeout)
@@ -116,12 +123,12 @@ def _hop_s(
 
 
 def _group_s(
-    client: Any, workers: list[str], model_bytes: int, timeout: float
+    client: Any, workers: list[str], model_bytes: int, timeout: float, note: Callable[[str], None]
 ) -> tuple[float, float]:
     """Seconds a gloo all-gather on every worker takes (rank 0's medians), of one byte and of
     `model_bytes`, in a group formed as a segment's is, under the segments' leases."""
     spec = GroupSpec(name=f"costs-{uuid.uuid4().hex[:8]}", world=len(workers), timeout_s=timeout)
-    locks = lock_workers(client, workers)
+    locks = lock_workers(client, workers, note)
     try:
         futures = [
             client.submit(
