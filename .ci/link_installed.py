@@ -2,9 +2,9 @@
 (copies across file systems) of the files pip unpacked and byte-compiled there: what pip
 would install again, in 1-2 s instead of half a minute or more.
 
-    .venv/bin/python .ci/link_installed.py SITE torch==X.Y.Z
-        torch and its requirements, where .venv's torch is the one pinned (else exit 1: the
-        caller pip-installs it);
+    .venv/bin/python .ci/link_installed.py SITE NAME[==X.Y.Z]
+        NAME (pip; torch) and its requirements, where .venv holds it at the version pinned
+        (else exit 1: the caller installs it);
     .venv/bin/python .ci/link_installed.py SITE --report REPORT.json
         each distribution of a `pip install --dry-run --report` that .venv holds at the same
         version; the rest, and the requested wheel itself, are left to pip.
@@ -34,14 +34,18 @@ def _key(dist: metadata.Distribution) -> str:
     return canonicalize_name(dist.metadata["Name"])
 
 
-def torch_closure(spec: str) -> list[metadata.Distribution]:
-    """torch and the distributions its requirements need, recursively; [] where .venv's torch
-    is not the version `spec` pins."""
-    pinned = spec.partition("==")[2].split("+")[0]
-    if not pinned or metadata.version("torch").split("+")[0] != pinned:
+def closure(spec: str) -> list[metadata.Distribution]:
+    """NAME[==VERSION] and the distributions its requirements need, recursively; [] where
+    .venv holds no NAME, or another version than the one pinned (a local +cpu tag aside)."""
+    name, _, pinned = spec.partition("==")
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return []
+    if pinned and have.split("+")[0] != pinned.split("+")[0]:
         return []
     found: dict[str, metadata.Distribution] = {}
-    todo = ["torch"]
+    todo = [name]
     while todo:
         dist = metadata.distribution(todo.pop())
         if _key(dist) in found:
@@ -91,7 +95,7 @@ def main(site: str, *what: str) -> int:
     if SOURCE.parent.name != target.parent.name:  # lib/python3.X: the same minor version
         print(f"link_installed: {target} is not for {SOURCE.parent.name}", file=sys.stderr)
         return 1
-    dists = reported(Path(what[1])) if what[0] == "--report" else torch_closure(what[0])
+    dists = reported(Path(what[1])) if what[0] == "--report" else closure(what[0])
     if not dists:
         print(f"link_installed: .venv holds none of {' '.join(what)}", file=sys.stderr)
         return 1

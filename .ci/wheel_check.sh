@@ -24,20 +24,21 @@ SDIST=$(ls "$WORK"/dist/*.tar.gz)
 "$PY" "$REPO/.ci/package_contents.py" "$REPO" "$WHEEL" "$SDIST" || fail "package contents"
 
 echo "== install the wheel into a fresh venv"
-python3 -m venv "$WORK/venv"
+python3 -m venv --without-pip "$WORK/venv"
 VPY="$WORK/venv/bin/python"
 # pip's notes about index folders this machine lacks are noise here; its errors still fail.
 pip_install() { "$VPY" -m pip install -q "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }; }
-pip_install --upgrade pip
 # What pip unpacked and compiled into .venv is not unpacked again (.ci/link_installed.py:
-# hard links, 1-2 s against 20-35 s for torch and as much for the rest). The CPU build of
-# torch first (see Makefile): .venv's, with its requirements, where it is the version pinned.
-# Then the wheel's dependencies as pip resolves them from the wheel's own metadata (its
-# --dry-run report): those .venv holds at the version pip chose are linked, pip installs the
-# others and the wheel, and checks that every requirement is met.
+# hard links, 1-2 s against 20-35 s for torch and as much for the rest). pip first: .venv's,
+# which make setup upgraded from the same index (ensurepip and an upgrade took 5-8 s). The
+# CPU build of torch next (see Makefile): .venv's, with its requirements, where it is the
+# version pinned. Then the wheel's dependencies as pip resolves them from the wheel's own
+# metadata (its --dry-run report): those .venv holds at the version pip chose are linked,
+# pip installs the others and the wheel, and checks that every requirement is met.
 TORCH="${TORCH_SPEC:-torch==2.13.0}"
 SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 link_installed() { "$PY" "$REPO/.ci/link_installed.py" "$SITE" "$@"; }
+link_installed pip || { "$VPY" -m ensurepip -q && pip_install --upgrade pip; }
 link_installed "$TORCH" || pip_install "$TORCH"
 pip_install --dry-run --report "$WORK/resolved.json" "$WHEEL"
 link_installed --report "$WORK/resolved.json" || true
