@@ -70,6 +70,9 @@ def settle(
     busy, frozen = set(workers), set()
     deadline = time.monotonic() + 2 * plan.group.timeout_s + timeout
     while wait and busy and time.monotonic() < deadline:
+        # A worker the scheduler no longer lists is gone, nothing runs there: asked anyway,
+        # the scheduler would retry the refused connection for Dask's connect timeout (30 s).
+        busy &= _listed(client, timeout) or busy
         for worker in sorted(busy):
             try:
                 running = bounded(
@@ -85,6 +88,15 @@ def settle(
     with contextlib.suppress(Exception):  # the scheduler gone: nothing left to release
         Queue(plan.queue, client=client).close()
     return frozen
+
+
+def _listed(client: Any, timeout: float) -> set[str]:
+    """The workers the scheduler lists now (empty where it does not answer in `timeout`)."""
+    try:
+        info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+    except OSError:  # TimeoutError too
+        return set()
+    return set(info["workers"])
 
 
 def _executing(keys: list[str], dask_worker: Any = None) -> bool:
