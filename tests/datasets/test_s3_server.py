@@ -95,9 +95,7 @@ def _arrays(store: str, env: dict[str, str]) -> list[np.ndarray]:
     return arrays
 
 
-def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(
-    s3_env, tmp_path, monkeypatch, dane_here
-):
+def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(s3_env, tmp_path):
     prepare = ("prepare", "digits", "--shards", "2", "--seed", "4")
     # Commands that do not depend on each other run side by side (CI's time: docs/testing.md).
     to_s3, to_folder = _side_by_side(
@@ -130,15 +128,13 @@ def test_prepare_to_s3_then_info_and_train_from_it_as_from_a_folder(
         for run in ("run-s3", "run-local")
     ]
     assert losses[0] == losses[1] and len(losses[0]) == 2
-    # The benches take the URL as --store too. In this process: the URL is the point, not the
-    # process (an interpreter's start is 3-4 s of CPU); its workers inherit the environment.
+    # The benches take the URL as --store too.
     toml = tmp_path / "runs.toml"
     toml.write_text('[defaults]\nmodel = "mlp"\nrounds = 1\n[[run]]\nname = "fedavg"\n'
                     'algorithm = "fedavg"\n')  # fmt: skip
-    for name, value in s3_env.items():
-        monkeypatch.setenv(name, value)
-    bench = dane_here("bench", "train", "--config", str(toml), "--store", STORE, "--json",
-                      str(tmp_path / "bench.json"), "--workdir", "bench", cwd=tmp_path)  # fmt: skip
+    bench = dane("bench", "train", "--config", str(toml), "--store", STORE, "--json",
+                 str(tmp_path / "bench.json"), "--workdir", "bench", cwd=tmp_path,
+                 env=s3_env)  # fmt: skip
     assert bench.returncode == 0, bench.stderr
     (run,) = json.loads((tmp_path / "bench.json").read_text())["runs"]
     assert run["error"] is None and run["config"]["store"] == STORE
