@@ -53,7 +53,7 @@ from .parts.row_figures import RowFigures
 from .parts.setting_error import SettingError, setting
 from .parts.solvers import SOLVER_PART, Solver
 from .parts.stop_rule import SmoothedStop
-from .parts.update_rule import UPDATE_PART, UpdateRule
+from .parts.update_rule import PLAIN_UPDATE, UPDATE_PART, UpdateRule
 from .parts.well_posed import fill_dane
 
 if TYPE_CHECKING:
@@ -201,4 +201,6 @@ class Dane(RowFigures, KeepsLocalOptimizerState, Strategy):
         return Broadcast(tensors=sent, metrics=gradient_figures(mean), decision=decision)
 
     def update(self, end: RoundEnd) -> RoundUpdate:
+        if self.update_rule == PLAIN_UPDATE:  # the paper's step 3, w' = mean_i v_i, as it is
+            return RoundUpdate(weights=end.mean.tensors["weights"], state=end.state)
         return self.update_rule.update(end)

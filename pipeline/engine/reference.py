@@ -17,7 +17,7 @@ import torch
 from .plan import RunSetup
 from .protocol import Broadcast
 from .round import comm, tasks, transport
-from .round.aggregate import node_sum, owned_nodes, shard_placement, to_partial, tree_reduce
+from .round.aggregate import Partial, node_sum, owned_nodes, sendable, shard_placement, tree_reduce
 from .round.scoring import combine_scores, score_pieces
 from .round.shards import ShardData
 from .round.worker import WorkerPhase, phase_total
@@ -91,7 +91,7 @@ def _round(
     for phase in range(len(strategy.phases)):
         previous_end = ended[-1] if ended else None
         received = previous_end or opening
-        reports = [
+        leaves = [
             tasks.run_local(
                 round_input,
                 phase,
@@ -103,31 +103,30 @@ def _round(
             )
             for i, shard in enumerate(shards)
         ]
-        total = _phase_sum(round_input.layout, reports, placement, state.weights)
-        previous = reports
+        total = _phase_sum(round_input.layout, leaves, placement, state.weights)
+        previous = leaves
         if phase < len(strategy.phases) - 1:
             ended.append(tasks.finish_phase(round_input, phase, total, previous_end, state.weights))
     result = tasks.update_round(round_input, state.weights, state.state, ended, total)
     if state.shard_states is None:
         return result
-    next_states = [report.output.shard_state for report in previous]
+    next_states = [leaf.output.shard_state for leaf in previous]
     return dataclasses.replace(result, shard_states=next_states)
 
 
 def _phase_sum(
-    layout: comm.Layout, reports: list[Any], placement: list[str], weights: torch.Tensor
+    layout: comm.Layout, leaves: list[Partial], placement: list[str], weights: torch.Tensor
 ) -> Any:
     """The phase's sum over all shards. With a lossy transport, as the Dask round forms it:
     each worker's subtree sums encoded, then the tree completed from
     them decoded (worker.phase_total); else the pairwise tree of the shards' outputs."""
-    leaves = [to_partial(r) for r in reports]
     if transport.is_lossless(layout.transport):
         return tree_reduce(leaves)
     by_leaf = {(0, i): leaf for i, leaf in enumerate(leaves)}
 
     def sent_by(worker: str) -> WorkerPhase:
         nodes = owned_nodes(placement, worker)
-        sums = {node: node_sum(node, by_leaf, len(leaves)) for node in nodes}
+        sums = {node: sendable(node_sum(node, by_leaf, len(leaves))) for node in nodes}
         return WorkerPhase(
             nodes={n: transport.encode(p, weights, layout.transport) for n, p in sums.items()}
         )

@@ -71,7 +71,7 @@ def test_every_record_is_a_frozen_keyword_only_dataclass(cls):
 
 def test_there_are_records_to_check():
     names = {cls.__qualname__ for cls in _dataclasses()}
-    assert {"Dane", "LocalSolver", "ShardReport", "Partial", "Layout", "LocalOutput"} <= names
+    assert {"Dane", "LocalSolver", "Partial", "Layout", "LocalOutput"} <= names
 
 
 # The algorithm's three sections' defaults, and the run section's (the seed, which DANE,

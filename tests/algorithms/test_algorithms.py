@@ -9,7 +9,7 @@ from dask_dane.pipeline.algorithms.dane import Dane
 from dask_dane.pipeline.algorithms.fedavg import FedAvg
 from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.algorithms.sgd import Sgd, SgdState
-from dask_dane.pipeline.engine.round.aggregate import to_partial, tree_reduce
+from dask_dane.pipeline.engine.round.aggregate import sendable, tree_reduce
 from dask_dane.pipeline.engine.round.comm import layout
 from dask_dane.pipeline.engine.round.objective import ShardObjective
 from dask_dane.pipeline.engine.round.shards import ShardData, make_objective
@@ -63,7 +63,7 @@ def _round(strategy, shards, w, state=None):
         reports = [
             run_local(round_input, phase, s, w, received, previous[i]) for i, s in enumerate(shards)
         ]
-        total = tree_reduce([to_partial(r) for r in reports])
+        total = tree_reduce([sendable(r) for r in reports])
         if phase < len(strategy.phases) - 1:
             ended.append(finish_phase(round_input, phase, total, received, w))
         previous = reports

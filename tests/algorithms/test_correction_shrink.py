@@ -20,9 +20,9 @@ from dask_dane.pipeline.algorithms.parts.local_solver import LocalSolver
 from dask_dane.pipeline.engine.protocol import LocalContext
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.aggregate import (
-    ShardReport,
     mean_of,
-    to_partial,
+    sendable,
+    shard_leaf,
     tree_reduce,
 )
 from dask_dane.pipeline.engine.round.objective import ShardObjective
@@ -65,10 +65,10 @@ def _factors(strategy: Dane, shards: list[np.ndarray], p: torch.Tensor) -> list[
     objectives = [_objective(z) for z in shards]
     outputs = [strategy.local(_context(0, objective, p, {}, None)) for objective in objectives]
     reports = [
-        ShardReport(output=out, num_samples=o.num_samples, compute_s=0.0, worker="w", shard=i)
+        shard_leaf(output=out, num_samples=o.num_samples, compute_s=0.0, worker="w", shard=i)
         for i, (out, o) in enumerate(zip(outputs, objectives, strict=True))
     ]
-    broadcast = strategy.broadcast(0, mean_of(tree_reduce([to_partial(r) for r in reports])), None)
+    broadcast = strategy.broadcast(0, mean_of(tree_reduce([sendable(r) for r in reports])), None)
     return [
         strategy.gradient.linear(
             _context(1, o, p, broadcast.tensors, out), broadcast.tensors["grad"], strategy.eta

@@ -20,9 +20,9 @@ from dask_dane.pipeline.algorithms.parts import noise_scale as ns
 from dask_dane.pipeline.algorithms.parts.gradient_estimate import GradientEstimate
 from dask_dane.pipeline.engine.protocol import LocalContext
 from dask_dane.pipeline.engine.round.aggregate import (
-    ShardReport,
     mean_of,
-    to_partial,
+    sendable,
+    shard_leaf,
     tree_reduce,
 )
 from dask_dane.pipeline.engine.round.objective import ShardObjective
@@ -102,10 +102,10 @@ def test_the_pipelines_gradient_phase_estimates_within_its_own_spread(problem):
         ctx = LocalContext(phase=0, round_index=1, objective=objective, weights=w,
                            received={}, previous=None, rng=torch.Generator())  # fmt: skip
         output = GradientEstimate().local_gradient(ctx)
-        reports.append(ShardReport(output=output, num_samples=len(rows), compute_s=0.0,
+        reports.append(shard_leaf(output=output, num_samples=len(rows), compute_s=0.0,
                                    worker="w", shard=j))  # fmt: skip
     # act: the phase's weighted mean, then the figures the broadcast reports
-    mean = mean_of(tree_reduce([to_partial(r) for r in reports]))
+    mean = mean_of(tree_reduce([sendable(r) for r in reports]))
     figures = ns.noise_figures(mean.metrics, mean.tensors["grad"], mean.rows)
     # assert: the same as the plain-tensor reduction of the oracle's gradients, and within
     # 4 standard deviations of the truth. For m shards of b rows, S ~ b m/(m-1) mean_j

@@ -216,3 +216,25 @@ def test_a_stop_rule_is_asked_from_the_second_step_on():
 
     solution = solver.solve(problem, start, torch.Generator().manual_seed(0), stop=always_solved)
     assert solution.steps == 1 and len(asked) == 1  # the first step always moves
+
+
+def test_dane_default_update_is_the_server_steps_plain_average():
+    # DANE's default update returns mean_i v_i itself; the general rule (UpdateRule, then
+    # ServerStep with s = 1 and no momentum) must give the same bits, state and metrics.
+    from dask_dane.pipeline.algorithms import make_strategy
+    from dask_dane.pipeline.algorithms.parts.update_rule import PLAIN_UPDATE
+    from dask_dane.pipeline.engine.protocol import LocalOutput, RoundEnd
+
+    dane = make_strategy("dane", {"mu": 0.1})
+    assert dane.update_rule == PLAIN_UPDATE
+    weights = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    end = RoundEnd(
+        round_index=2,
+        weights=weights,
+        mean=LocalOutput(tensors={"weights": weights * 0.5 + 1.0}),
+        broadcasts=(),
+        metrics={"train_loss": 1.0},
+    )
+    shortcut, general = dane.update(end), PLAIN_UPDATE.update(end)
+    assert torch.equal(shortcut.weights, general.weights)
+    assert (shortcut.state, shortcut.metrics) == (general.state, general.metrics)

@@ -152,6 +152,8 @@ class UpdateRule:
 
 # The metadata of the field DANE takes its update rule in (built from the settings).
 UPDATE_PART = part(UpdateRule)
+# The default rule, the paper's step 3: w' = mean_i v_i, which DANE's update returns as it is.
+PLAIN_UPDATE = UpdateRule()
 
 
 # A server-side line search along DANE's averaged step (--line-search N).

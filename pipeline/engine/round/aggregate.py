@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -25,21 +25,13 @@ from ..protocol import LocalOutput
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShardReport:
-    """One shard's output of one phase, with what the pipeline accounts for."""
-
-    output: LocalOutput
-    num_samples: int
-    compute_s: float
-    worker: str
-    shard: int  # the shard's index, for its own diagnostics
-    # The shard's model buffers after this phase's local steps; {} where none moved them.
-    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
 class Partial:
-    """A sum over some shards: sample-weighted sums of tensors and metrics, plus accounting."""
+    """A sum over some shards: sample-weighted sums of tensors and metrics, plus accounting.
+
+    A leaf, one shard's sum of one phase (`shard_leaf`), also holds that shard's own output:
+    its worker keeps the leaf for the shard's next phase (LocalContext.previous, its state).
+    Sums of two or more shards hold none, and a leaf travels without it (`sendable`).
+    """
 
     tensor_sums: dict[str, torch.Tensor]
     metric_sums: dict[str, float]
@@ -51,25 +43,43 @@ class Partial:
     diagnostics: dict[int, dict[str, float]]
     # Buffers: floating ones as sample-weighted sums, counters as their maximum ({}: none).
     buffer_sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    output: LocalOutput | None = None  # a leaf's shard's own output; None in every sum
 
 
 def _is_counter(tensor: torch.Tensor) -> bool:
     return not (tensor.is_floating_point() or tensor.is_complex())
 
 
-def to_partial(report: ShardReport) -> Partial:
-    n = report.num_samples
-    buffers = {k: b if _is_counter(b) else b * n for k, b in report.buffers.items()}
+def shard_leaf(
+    *,
+    output: LocalOutput,
+    num_samples: int,
+    compute_s: float,
+    worker: str,
+    shard: int,
+    buffers: dict[str, torch.Tensor] | None = None,
+) -> Partial:
+    """One shard's output of one phase as the leaf of the pairwise sums: weighted by its
+    `num_samples` rows, with what the pipeline accounts for (its seconds on `worker`, its
+    buffers after the phase's local steps: {} where none moved them)."""
+    n = num_samples
+    buffers = {k: b if _is_counter(b) else b * n for k, b in (buffers or {}).items()}
     return Partial(
         buffer_sums=buffers,
-        tensor_sums={k: t * n for k, t in report.output.tensors.items()},
-        metric_sums={k: v * n for k, v in report.output.metrics.items()},
+        tensor_sums={k: t * n for k, t in output.tensors.items()},
+        metric_sums={k: v * n for k, v in output.metrics.items()},
         num_samples=n,
         num_shards=1,
-        compute_by_worker={report.worker: report.compute_s},
-        rows=report.output.rows,
-        diagnostics={report.shard: report.output.diagnostics} if report.output.diagnostics else {},
+        compute_by_worker={worker: compute_s},
+        rows=output.rows,
+        diagnostics={shard: output.diagnostics} if output.diagnostics else {},
+        output=output,
     )
+
+
+def sendable(partial: Partial) -> Partial:
+    """The sum as it travels: a leaf without its shard's own output (shard_leaf)."""
+    return partial if partial.output is None else replace(partial, output=None)
 
 
 def merge(a: Partial, b: Partial) -> Partial:

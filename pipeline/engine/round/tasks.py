@@ -21,7 +21,7 @@ import torch
 from ....models.registry import ModelSpec
 from ..protocol import Broadcast, LocalContext, LocalOutput, RoundEnd, Strategy
 from . import comm, transport
-from .aggregate import Partial, ShardReport, buffer_mean, mean_of
+from .aggregate import Partial, buffer_mean, mean_of, shard_leaf
 from .objective import derived_seed
 from .scoring import combine_scores, score_piece
 from .shards import ShardData, make_objective, to_device, worker_id
@@ -123,13 +123,14 @@ def run_local(
     shard: ShardData,
     weights: torch.Tensor,
     received: PhaseEnd | Broadcast | None,
-    previous: ShardReport | None,
+    previous: Partial | None,
     shard_state: Any = None,
-) -> ShardReport:
-    """One shard's work in one phase of one round (`shard_state`: see protocol.py).
+) -> Partial:
+    """One shard's work in one phase of one round (`shard_state`: see protocol.py), as the
+    leaf of the phase's sums (aggregate.shard_leaf).
 
     `received` is the previous phase's end, or in phase 0 the round's opening (None when
-    the strategy opens with nothing); `previous` is this shard's own report of the previous
+    the strategy opens with nothing); `previous` is this shard's own leaf of the previous
     phase.
     """
     started = time.perf_counter()
@@ -161,7 +162,7 @@ def run_local(
     cpu = torch.device("cpu")
     # Summed where it is under sums_on_device (elementwise: the same bits), else on the CPU.
     back = _as_is if round_input.sums_on_device else moved_to
-    return ShardReport(
+    return shard_leaf(
         output=back(output, cpu),
         num_samples=int(shard.x.shape[0]),
         compute_s=time.perf_counter() - started,

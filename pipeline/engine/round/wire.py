@@ -38,7 +38,7 @@ from distributed.protocol import dask_deserialize, dask_serialize
 
 from ....datasets.rows.features import ALIGNMENT, FeatureRows, on_boundary
 from ..protocol import LocalOutput
-from .aggregate import Partial, ShardReport
+from .aggregate import Partial
 from .worker_state import WORKER
 
 
@@ -154,4 +154,4 @@ def register_dataclasses(*classes: type) -> None:
         dask_deserialize.register(cls)(from_frames)
 
 
-register_dataclasses(Partial, ShardReport, LocalOutput)
+register_dataclasses(Partial, LocalOutput)

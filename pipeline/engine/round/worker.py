@@ -12,14 +12,14 @@ A round's carry is what it starts from: the previous round's RoundResult on the 
 when the driver (re)starts the chain, a RoundResult it scattered to every worker.
 
 What a worker keeps between its tasks, per chain (the run's token and attempt) and round:
-the round as opened, each phase's end, its shards' reports for their next phase, and the
+the round as opened, each phase's end, its shards' leaves for their next phase, and the
 update it made. So each worker opens a round once, finishes each phase once and makes the
 update once, however many of its tasks need them (the next phase, the update task, the next
 round's first phase, which runs the update inline, and the scoring). It is a cache, never the
 only copy: what is not found (a task moved to another worker after a fault or a steal, an
 entry evicted) is made again from the same inputs and seeds, to the same bits. A phase task's
 result holds only the subtree sums (and after the last phase its shards' states): the
-reports would otherwise travel to every worker, or need a task of their own to split off.
+leaves' own outputs would otherwise travel to every worker, or need a task to split off.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 
 from ..protocol import Broadcast
 from . import transport
-from .aggregate import Partial, ShardReport, TreeNode, node_sum, to_partial, tree_root
+from .aggregate import Partial, TreeNode, node_sum, sendable, tree_root
 from .shards import ShardData, to_device
 from .tasks import PhaseEnd, RoundInput, RoundResult, finish_phase, open_round, run_local
 from .tasks import update_round as make_update
@@ -68,7 +68,7 @@ class _Kept:
 
     opened: tuple[RoundInput, Broadcast | None] | None = None
     ends: list[PhaseEnd] = field(default_factory=list)
-    reports: dict[tuple[int, int], ShardReport] = field(default_factory=dict)  # (phase, shard)
+    leaves: dict[tuple[int, int], Partial] = field(default_factory=dict)  # (phase, shard)
     update: weakref.ref | None = None
 
 
@@ -132,8 +132,8 @@ def run_worker_phase(
 
     `received` holds the earlier phases of this round, `before` this worker's output of the
     previous round's last phase, which holds its shards' states (None: they come with the
-    carry, or there are none). Each shard's report of the phase before is the one this worker
-    kept, or made again; this phase's reports are kept for the next.
+    carry, or there are none). Each shard's leaf of the phase before is the one this worker
+    kept, or made again; this phase's leaves are kept for the next.
     """
     kept = _kept(static)
     round_input, opening = _opened(static, carry, kept)
@@ -142,36 +142,34 @@ def run_worker_phase(
     if states is None and carry.shard_states is not None:
         states = {shard.index: carry.shard_states[shard.index] for shard in shards}
 
-    def report(shard: ShardData, p: int) -> ShardReport:
-        """The shard's report of phase p: kept by its earlier phase, or made (again)."""
+    def leaf(shard: ShardData, p: int) -> Partial:
+        """The shard's leaf of phase p: kept by its earlier phase, or made (again)."""
         with WORKER.lock:
-            found = kept.reports.pop((p, shard.index), None) if p < phase else None
+            found = kept.leaves.pop((p, shard.index), None) if p < phase else None
         if found is not None:
             return found
-        previous = report(shard, p - 1) if p > 0 else None
+        previous = leaf(shard, p - 1) if p > 0 else None
         state = states[shard.index] if states is not None else None
         sent = ends[p - 1] if p > 0 else opening
         return run_local(round_input, p, shard, carry.weights, sent, previous, state)
 
     if static.threads > 1 and len(shards) > 1:
         with ThreadPoolExecutor(min(static.threads, len(shards))) as pool:
-            done = list(pool.map(lambda shard: report(shard, phase), shards))
+            done = list(pool.map(lambda shard: leaf(shard, phase), shards))
     else:
-        done = [report(shard, phase) for shard in shards]
-    reports = {shard.index: r for shard, r in zip(shards, done, strict=True)}
+        done = [leaf(shard, phase) for shard in shards]
+    leaves = {shard.index: r for shard, r in zip(shards, done, strict=True)}
     last = phase == len(static.strategy.phases) - 1
     if not last and static.chain:
         with WORKER.lock:
-            kept.reports.update({(phase, i): r for i, r in reports.items()})
-    leaves: dict[TreeNode, Partial] = {(0, i): to_partial(r) for i, r in reports.items()}
+            kept.leaves.update({(phase, i): r for i, r in leaves.items()})
+    known: dict[TreeNode, Partial] = {(0, i): r for i, r in leaves.items()}
     encoding = static.layout.transport
-    sums = {node: node_sum(node, leaves, static.num_shards) for node in nodes}
+    sums = {node: sendable(node_sum(node, known, static.num_shards)) for node in nodes}
     keeps_states = last and static.strategy.shard_state_type is not None
     return WorkerPhase(
         nodes={node: transport.encode(s, carry.weights, encoding) for node, s in sums.items()},
-        shard_states={i: r.output.shard_state for i, r in reports.items()}
-        if keeps_states
-        else None,
+        shard_states={i: r.output.shard_state for i, r in leaves.items()} if keeps_states else None,
     )
 
 
@@ -202,7 +200,7 @@ def _update_once(kept: _Kept, make: Callable[[], RoundResult]) -> RoundResult:
 
     The update task runs first (its round was submitted first) and Dask holds its result
     while later tasks need it; only a weak reference is noted here, so nothing outlives
-    Dask's copy. Once made, the round's opening, ends and reports are no longer needed."""
+    Dask's copy. Once made, the round's opening, ends and leaves are no longer needed."""
     with WORKER.lock:
         update = kept.update() if kept.update is not None else None
     if update is not None:
@@ -210,7 +208,7 @@ def _update_once(kept: _Kept, make: Callable[[], RoundResult]) -> RoundResult:
     update = make()
     with WORKER.lock:
         kept.update = weakref.ref(update)
-        kept.opened, kept.ends, kept.reports = None, [], {}
+        kept.opened, kept.ends, kept.leaves = None, [], {}
     return update
 
 

@@ -2,7 +2,7 @@
 each part lives. Nothing else in the engine keeps module-level state on a worker.
 
 - `rounds`: per chain (a run's token and attempt), per round, what the worker made of it
-  (worker.py's record: the round as opened, each phase's end, its shards' reports, its
+  (worker.py's record: the round as opened, each phase's end, its shards' leaves, its
   update), so each is made once however many tasks need it. CHAINS_KEPT chains, the most
   recently used last; ROUNDS_KEPT rounds a chain. A cache, never the only copy: a missing
   entry is made again from the same inputs and seeds, to the same bits.

@@ -18,9 +18,10 @@ from dask_dane.models.registry import build_model
 from dask_dane.pipeline.engine.protocol import LocalOutput
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round.aggregate import (
-    ShardReport,
+    Partial,
     buffer_mean,
-    to_partial,
+    sendable,
+    shard_leaf,
     tree_reduce,
 )
 from dask_dane.pipeline.engine.round.shards import load_shard, make_objective
@@ -46,9 +47,9 @@ def _setup(store, algorithm="fedavg", **settings):
     return prepare_run(config.validate(), builder=bn_net)
 
 
-def _report(shard: int, rows: int, buffers: dict) -> ShardReport:
+def _report(shard: int, rows: int, buffers: dict) -> Partial:
     output = LocalOutput(tensors={"weights": torch.zeros(1)})
-    return ShardReport(
+    return shard_leaf(
         output=output, num_samples=rows, compute_s=0.0, worker="w", shard=shard, buffers=buffers
     )
 
@@ -59,7 +60,7 @@ def test_statistics_are_row_weighted_and_counters_take_the_maximum():
         _report(1, 30, {"m": torch.tensor([5.0, 6.0]), "n": torch.tensor(5)}),
     ]
 
-    combined = buffer_mean(tree_reduce([to_partial(r) for r in reports]))
+    combined = buffer_mean(tree_reduce([sendable(r) for r in reports]))
 
     assert torch.allclose(combined["m"], torch.tensor([4.0, 5.0]))  # (10*1 + 30*5) / 40
     assert combined["n"].item() == 5 and combined["n"].dtype == torch.int64

@@ -16,11 +16,12 @@ from dask_dane.pipeline.engine.protocol import LocalOutput
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round import comm
 from dask_dane.pipeline.engine.round.aggregate import (
-    ShardReport,
+    Partial,
     mean_of,
     merge,
+    sendable,
+    shard_leaf,
     shard_placement,
-    to_partial,
     tree_levels,
     tree_reduce,
 )
@@ -70,14 +71,14 @@ def test_payload_and_driver_bytes_find_every_tensor_in_a_value():
     assert comm.driver_bytes(w, None, None) == 40
 
 
-def _report(shard: int, n: int, values: list[float], worker: str) -> ShardReport:
+def _report(shard: int, n: int, values: list[float], worker: str) -> Partial:
     output = LocalOutput(
         tensors={"w": torch.tensor(values, dtype=torch.float64)},
         metrics={"loss": float(shard + 1)},
         rows=10 * n,
         diagnostics={"step": float(shard)},
     )
-    return ShardReport(output=output, num_samples=n, compute_s=0.5 + shard, worker=worker,
+    return shard_leaf(output=output, num_samples=n, compute_s=0.5 + shard, worker=worker,
                        shard=shard)  # fmt: skip
 
 
@@ -89,7 +90,7 @@ def test_the_tree_average_is_the_sample_weighted_mean_with_its_accounting():
         _report(i, n, v, w) for i, (n, v, w) in enumerate(zip(sizes, values, workers, strict=True))
     ]
 
-    total = tree_reduce([to_partial(r) for r in reports])
+    total = tree_reduce([sendable(r) for r in reports])
     mean = mean_of(total)
 
     expected = np.average(np.array(values), axis=0, weights=sizes)
@@ -100,9 +101,9 @@ def test_the_tree_average_is_the_sample_weighted_mean_with_its_accounting():
     assert total.diagnostics == {i: {"step": float(i)} for i in range(5)}
     # The order is the pairwise tree's: ((0+1)+(2+3))+4.
     by_hand = merge(
-        merge(merge(to_partial(reports[0]), to_partial(reports[1])),
-              merge(to_partial(reports[2]), to_partial(reports[3]))),
-        to_partial(reports[4]),
+        merge(merge(sendable(reports[0]), sendable(reports[1])),
+              merge(sendable(reports[2]), sendable(reports[3]))),
+        sendable(reports[4]),
     )  # fmt: skip
     assert torch.equal(by_hand.tensor_sums["w"], total.tensor_sums["w"])
 

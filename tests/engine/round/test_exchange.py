@@ -16,11 +16,12 @@ import torch
 from dask_dane.pipeline.engine.protocol import LocalOutput
 from dask_dane.pipeline.engine.round import exchange, transport
 from dask_dane.pipeline.engine.round.aggregate import (
-    ShardReport,
+    Partial,
     node_sum,
     owned_nodes,
+    sendable,
+    shard_leaf,
     shard_placement,
-    to_partial,
     tree_reduce,
 )
 from dask_dane.pipeline.engine.round.flat_sums import flat_layout, header_of, restored, write_flat
@@ -29,7 +30,7 @@ from dask_dane.pipeline.engine.round.shards import to_device
 from dask_dane.pipeline.engine.round.worker import WorkerPhase, phase_total
 
 
-def _report(shard: int, size: int, dtype=torch.float64) -> ShardReport:
+def _report(shard: int, size: int, dtype=torch.float64) -> Partial:
     """A shard's output with tensors of awkward sizes (segments off a boundary), a floating
     and a counter buffer, and metrics: each value seeded by the shard."""
     gen = torch.Generator().manual_seed(shard)
@@ -42,7 +43,7 @@ def _report(shard: int, size: int, dtype=torch.float64) -> ShardReport:
         "bn.count": torch.tensor(shard + 3),
     }
     output = LocalOutput(tensors=tensors, metrics={"loss": 0.1 * shard + 1 / 3}, rows=10)
-    return ShardReport(output=output, num_samples=17 + shard, compute_s=0.01, worker=f"w{shard}",
+    return shard_leaf(output=output, num_samples=17 + shard, compute_s=0.01, worker=f"w{shard}",
                        shard=shard, buffers=buffers)  # fmt: skip
 
 
@@ -58,7 +59,7 @@ def _assert_same(a, b) -> None:
 
 
 def test_a_partial_survives_its_flat_form_and_its_segments_start_on_a_boundary():
-    partial = to_partial(_report(0, 1001))
+    partial = sendable(_report(0, 1001))
     layout = flat_layout(partial)
     flat = torch.empty(layout.size, dtype=layout.dtype)
     write_flat(partial, layout, flat)
@@ -69,7 +70,7 @@ def test_a_partial_survives_its_flat_form_and_its_segments_start_on_a_boundary()
 
 
 def test_partials_of_mixed_dtypes_have_no_flat_form():
-    partial = to_partial(_report(0, 9))
+    partial = sendable(_report(0, 9))
     mixed = {**partial.tensor_sums, "half": torch.zeros(2, dtype=torch.float32)}
     assert flat_layout(type(partial)(**{**partial.__dict__, "tensor_sums": mixed})) is None
 
@@ -77,7 +78,7 @@ def test_partials_of_mixed_dtypes_have_no_flat_form():
 def _sums(placement: list[str], worker: str, t: int, size: int, encoding: str) -> dict:
     """A worker's subtree sums of round t as they travel (encoded as transport.py does)."""
     shards = len(placement)
-    leaves = {(0, i): to_partial(_report(i + t, size)) for i in range(shards)}
+    leaves = {(0, i): sendable(_report(i + t, size)) for i in range(shards)}
     weights = torch.linspace(-1, 1, size, dtype=torch.float64)
     return {
         n: transport.encode(node_sum(n, leaves, shards), weights, encoding)
@@ -156,7 +157,7 @@ def test_every_rank_gets_the_trees_root_bit_for_bit(world, shards, size, encodin
                  for r in range(world)]  # fmt: skip
         expected = phase_total(every, shards, weights, encoding)
         if encoding == "float32":
-            assert_same = tree_reduce([to_partial(_report(i + t, size)) for i in range(shards)])
+            assert_same = tree_reduce([sendable(_report(i + t, size)) for i in range(shards)])
             _assert_same(expected, assert_same)
         for rank in range(world):
             root, flagged = results[rank][0][t]

@@ -25,7 +25,7 @@ from dask_dane.pipeline.algorithms import make_strategy
 from dask_dane.pipeline.engine.protocol import Broadcast, LocalOutput
 from dask_dane.pipeline.engine.reference import run_reference
 from dask_dane.pipeline.engine.round import comm, wire
-from dask_dane.pipeline.engine.round.aggregate import Partial, ShardReport
+from dask_dane.pipeline.engine.round.aggregate import Partial, shard_leaf
 from dask_dane.pipeline.engine.round.tasks import PhaseEnd, RoundInput, RoundResult
 from dask_dane.pipeline.engine.round.worker import WorkerPhase, nodes_of
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
@@ -57,9 +57,9 @@ def _partial(tensors: dict[str, torch.Tensor]) -> Partial:
     )  # fmt: skip
 
 
-def _report(tensors: dict[str, torch.Tensor]) -> ShardReport:
+def _report(tensors: dict[str, torch.Tensor]) -> Partial:
     output = LocalOutput(tensors=tensors, kept=dict(tensors), shard_state={"v": tensors})
-    return ShardReport(output=output, num_samples=3, compute_s=0.1, worker="a", shard=0,
+    return shard_leaf(output=output, num_samples=3, compute_s=0.1, worker="a", shard=0,
                        buffers=tensors)  # fmt: skip
 
 
@@ -81,7 +81,7 @@ def _instances(tensors: dict[str, torch.Tensor]) -> dict[str, object]:
         "WorkerPhase": WorkerPhase(nodes={(0, 0): _partial(tensors), (1, 0): _partial(tensors)},
                                    shard_states={0: tensors}),
         "Partial": _partial(tensors),
-        "ShardReport": _report(tensors),
+        "leaf": _report(tensors),
         "LocalOutput": _report(tensors).output,
         "Broadcast": broadcast,
     }  # fmt: skip

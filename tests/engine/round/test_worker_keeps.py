@@ -74,7 +74,7 @@ def test_without_a_chain_nothing_is_kept_and_the_bits_are_the_same(digits_stores
     made = _dane_round_on_one_worker(digits_stores[4], chain="")
 
     # Every task makes what it needs itself: the round opened by each of the 5, phase 0
-    # finished by the solves and each update, its reports made again by the solves.
+    # finished by the solves and each update, its leaves made again by the solves.
     assert calls == {"open_round": 5, "finish_phase": 4, "run_local": 12, "make_update": 3}
     assert torch.equal(kept.weights, made[0].weights)
     assert kept.metrics == made[0].metrics and kept.comm_bytes == made[0].comm_bytes
@@ -86,8 +86,8 @@ def test_only_the_latest_rounds_and_chains_are_kept(digits_stores):
     _dane_round_on_one_worker(digits_stores[4], chain="other-a1")  # another run's rounds
     assert list(WORKER.rounds) == ["run-a2", "other-a1"]
     made = WORKER.rounds["other-a1"][1]
-    # The update made: the round's opening, ends and reports are dropped, its note stays.
-    assert made.opened is None and made.ends == [] and made.reports == {}
+    # The update made: the round's opening, ends and leaves are dropped, its note stays.
+    assert made.opened is None and made.ends == [] and made.leaves == {}
 
 
 def _disable_the_cache() -> None:
