@@ -84,11 +84,12 @@ def strategy_on_store(config: RunConfig, store: StoreInfo) -> Strategy:
 
 
 def with_strategy_resolved(config: RunConfig, strategy: Strategy, l2: float | None) -> RunConfig:
-    """`config` with each unset setting the strategy or the model filled written in as filled
-    (issue 72 item 5): DANE's (and FedProx's, FedDyn's) mu, DANE's local_theta (well_posed.py),
-    the local steps' clip norm (local_solver.py clip_norm) and the model's l2 (the store's).
-    config.toml then holds what the run ran with, and a run from it builds the same strategy;
-    an old run folder without them resolves them the same way (resumed.RESOLVED_KEYS)."""
+    """`config` with each unset setting the strategy or the model filled written in as filled:
+    DANE's (and FedProx's, FedDyn's) mu, DANE's local_theta (well_posed.py), the local steps'
+    clip norm (local_solver.py) and the model's l2 (the store's). config.toml then holds what
+    the run ran with, and a run from it builds an equal strategy (the fills are idempotent:
+    tests/setup/test_strategy_once.py), so the run keeps `strategy`, built once; an old run
+    folder without them resolves them the same way (resumed.RESOLVED_KEYS)."""
     filled = {key: getattr(strategy, key, None) for key in ("mu", "local_theta")}
     solver = getattr(strategy, "solver", None)
     filled["local_clip"] = getattr(solver, "clip_norm", None)

@@ -132,8 +132,7 @@ def with_local_steps(setup: RunSetup, steps: int) -> RunSetup:
     given = dataclasses.replace(setup.config, local_steps=steps, overhead_share=None)
     config = with_epochs_resolved(given, setup.store)
     # What the strategy fills (DANE's mu reads K) is written in for the chosen K, as
-    # prepare_run writes it for a K given.
-    config = with_strategy_resolved(config, strategy_on_store(config, setup.store), setup.spec.l2)
-    return dataclasses.replace(
-        setup, config=config, strategy=strategy_on_store(config, setup.store)
-    )
+    # prepare_run writes it for a K given; the strategy is built once.
+    strategy = strategy_on_store(config, setup.store)
+    config = with_strategy_resolved(config, strategy, setup.spec.l2)
+    return dataclasses.replace(setup, config=config, strategy=strategy)

@@ -91,13 +91,13 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
         augment=config.augment,
         precision=config.precision,
     )
-    # The unset settings the strategy and the model filled, written into the config (and so
-    # config.toml), and the strategy built from it: a run from config.toml builds this one.
+    # The run's strategy, built once; the unset settings it and the model filled are written
+    # into the config (and so config.toml): a run from config.toml builds an equal one.
     # With --overhead-share, K (which DANE's unset mu reads) is chosen once the cluster is up,
     # and they are written then (measured_steps.with_local_steps).
-    if config.overhead_share is None:
-        config = with_strategy_resolved(config, strategy_on_store(config, store), spec.l2)
     strategy = strategy_on_store(config, store)
+    if config.overhead_share is None:
+        config = with_strategy_resolved(config, strategy, spec.l2)
     weights, buffers = initial_model(
         spec,
         _first_rows(config, store),

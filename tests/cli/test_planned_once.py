@@ -1,8 +1,8 @@
-"""A run planned once: `dane train` reads the store once and builds the strategy three times
-(once to check the settings before anything is written, once on the store, whose shards decide
-DANE's unset mu, and once from the settings with what it filled written in, the strategy a
-rerun from config.toml builds: epochs.with_strategy_resolved), and the setup it made is the
-one the engine runs; the collapse warning names the run's own mu."""
+"""A run planned once: `dane train` reads the store once and builds the strategy twice (once
+to check the settings before anything is written, then the run's own on the store, whose
+shards decide DANE's unset mu; what it filled is written into the settings, from which a rerun
+from config.toml builds an equal one: tests/setup/test_strategy_once.py), and the setup it made
+is the one the engine runs; the collapse warning names the run's own mu."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def counted(monkeypatch) -> tuple[Counter, list]:
 
 
 @pytest.mark.parametrize("epochs", [[], ["--local-epochs", "1"]], ids=["steps", "epochs"])
-def test_train_reads_the_store_once_and_builds_the_strategy_three_times(
+def test_train_reads_the_store_once_and_builds_the_strategy_twice(
     epochs, counted, dane_here, digits_stores, tmp_path
 ):
     calls, handed = counted
@@ -61,7 +61,7 @@ def test_train_reads_the_store_once_and_builds_the_strategy_three_times(
     done = dane_here("train", *store, *epochs, "--out", str(tmp_path / "run"), cwd=tmp_path)
 
     assert done.returncode == 0, done.stderr
-    assert calls == {"strategy built": 3, "store opened": 1}
+    assert calls == {"strategy built": 2, "store opened": 1}
     (setup,) = handed
     assert setup is not None and setup.store.num_shards == 2  # the engine plans nothing again
 

@@ -140,6 +140,8 @@ class LocalSolver:
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.local_clip is None:  # resolved here, as DANE's mu is: the solver says its clip
+            object.__setattr__(self, "local_clip", DEFAULT_CLIP)
         kept.check_kept(self.local_optimizer_state, self.local_optimizer, self.momentum)
         # Each schedule's own setting only with it; a cap below K would cut K itself.
         schedule = self.local_steps_schedule
