@@ -130,8 +130,9 @@ def train(
     The options most runs set; `dane options` lists every one, `dane options --filter TEXT`
     those that mention TEXT.
 
-    Skewed (non-iid) shards: --algorithm feddyn --mu 0.01 --local-clip 1, the settings of
-    presets/skew-dane.toml (docs/howto/non-iid.md).
+    Settings for your case, in passes over a shard so they fit any store: `--config
+    preset:NAME` (`dane presets` lists them); skewed (non-iid) shards: preset:skewed-shards
+    (docs/howto/non-iid.md).
     """
     # flags: one per RunConfig field, by name (None = not given on the command line).
     from ..pipeline import training
@@ -231,8 +232,8 @@ def show_presets(
     recommended = [shipped[name] for name in presets.RECOMMENDED]
     rest = [p for p in shipped.values() if p.name not in presets.RECOMMENDED]
     for title, listed in (
-        ("Recommended (dane train --config preset:NAME)", recommended),
-        ("Benchmark settings (dane train --config preset:NAME)",
+        ("For your case (dane train --config preset:NAME)", recommended),
+        ("Benchmark settings, sized for their stores (dane train --config preset:NAME)",
          [p for p in rest if p.kind == "settings"]),
         ("Benchmark runs (dane bench train --config preset:NAME)",
          [p for p in rest if p.kind == "runs"]),

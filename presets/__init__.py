@@ -19,19 +19,22 @@ from importlib.resources import files
 from pathlib import Path
 
 PREFIX = "preset:"
-# The settings to start from, each for a case a user has; `dane presets` lists them first.
-# The others are the benchmarks' settings and grids, kept to reproduce the measured pages.
+# The settings to start from, one for each case a user chooses, in passes over a shard and
+# fractions of its rows, so that each fits any store; `dane presets` lists them first. The
+# others (replays/) are the benchmarks' settings and grids, kept under their old names to
+# reproduce the measured pages: their sizes are those of the stores they were measured on.
 RECOMMENDED = (
-    "dane-many-workers",
-    "skew-dane",
-    "fashion-mnist-scale",
-    "fashion-mnist-dane-scale",
-    "fashion-mnist-dane-best",
-    "fashion-mnist-dane-fast",
+    "iid-shards",
+    "many-workers",
+    "skewed-shards",
+    "slow-links",
+    "highest-accuracy",
 )
-# This package holds the TOMLs; its scripts/ folder the shell scripts that drive whole grids.
-# A wheel installs as files, so the resources are paths the CLI can print and bash can run.
+# This package holds the use cases' TOMLs; replays/ the benchmarks' and scripts/ the shell
+# scripts that drive whole grids. A wheel installs as files, so the resources are paths the
+# CLI can print and bash can run.
 PRESETS_DIR = Path(str(files(__name__)))
+REPLAYS_DIR = Path(str(files(__name__).joinpath("replays")))
 SCRIPTS_DIR = Path(str(files(__name__).joinpath("scripts")))
 
 
@@ -65,9 +68,14 @@ def _kind(path: Path) -> str:
     return "runs" if tables else "settings"
 
 
+def _stem(path: Path) -> str:
+    return path.stem
+
+
 def list_presets() -> list[Preset]:
     """Every shipped preset and script, by name (the file name without its suffix)."""
-    paths = sorted(PRESETS_DIR.glob("*.toml")) + sorted(SCRIPTS_DIR.glob("*.sh"))
+    tomls = sorted([*PRESETS_DIR.glob("*.toml"), *REPLAYS_DIR.glob("*.toml")], key=_stem)
+    paths = tomls + sorted(SCRIPTS_DIR.glob("*.sh"))
     return [Preset(p.stem, p, _kind(p), _purpose(p)) for p in paths]
 
 

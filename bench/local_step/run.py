@@ -38,7 +38,7 @@ from ...pipeline.setup.run_setup import prepare_run, prepare_store
 from .profile import compared_profiles
 
 # --optimizer: (the local solver's --local-optimizer, its momentum). sgd-momentum is the
-# FedAvg recipe's (presets/fashion-mnist-race.toml: lr 0.05, momentum 0.9, unclipped).
+# FedAvg recipe's (presets/replays/fashion-mnist-race.toml: lr 0.05, momentum 0.9, unclipped).
 OPTIMIZERS = {"sgd-momentum": ("sgd", 0.9), "sgd": ("sgd", 0.0), "adam": ("adam", 0.0)}
 LOOPS = ("engine", "plain")
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")

@@ -44,7 +44,7 @@ class Source:
 
 SOURCES = {
     "digits": Source(model="small-cnn", batch_size=32, target=0.97),
-    # The Fashion-MNIST recipes' network and batch (presets/fashion-mnist-*.toml): one pass
+    # The Fashion-MNIST recipes' network and batch (presets/replays/fashion-mnist-*.toml): one pass
     # over a shard of 27,000 training rows is 422 steps.
     "fashion-mnist": Source(model="compact-cnn", batch_size=64, target=0.88),
 }

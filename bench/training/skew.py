@@ -4,7 +4,7 @@ rate, and the DANE family's gap to the best baseline at equal communication roun
     dane bench skew-summary [--target 0.88] bench-out/skew/*.json
 
 Each JSON is a `dane bench train --store S --comm-rounds N` result
-(presets/skew-race-*.toml); runs
+(presets/replays/skew-race-*.toml); runs
 are grouped by their store, so runs added later in a JSON of their own join their store's
 table. A run named `METHOD-lrX` is METHOD at local learning rate X; a method's row is its
 run with the best test accuracy (the grid's pick). DANE-family methods are `dane*`,

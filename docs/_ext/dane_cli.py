@@ -148,7 +148,7 @@ class DanePresets(SphinxDirective):
         shipped = sorted(list_presets(), key=lambda p: p.name not in RECOMMENDED)
         kinds = {"settings": "dane train", "runs": "dane bench train", "script": "script"}
         rows = [
-            [p.name, "recommended" if p.name in RECOMMENDED else kinds[p.kind], p.purpose]
+            [p.name, "your case" if p.name in RECOMMENDED else kinds[p.kind], p.purpose]
             for p in shipped
         ]
         return [_table(["name", "use", "purpose"], rows, code=1)]

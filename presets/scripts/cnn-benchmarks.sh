@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CNN benchmarks of docs/results/cnn-accuracy.md: Fashion-MNIST stores, then the runs of
-# presets/cnn-*.toml, one `dane bench train` per file, the files side by side (each its own
+# presets/replays/cnn-*.toml, one `dane bench train` per file, the files side by side (each its own
 # cluster; on one GPU they share it; on a CPU-only machine run them one at a time instead).
 # Results: JSON_DIR/<file>.json, run directories and logs under bench-out/cnn/<file>/.
 #
@@ -25,7 +25,7 @@ mkdir -p "$S" bench-out/cnn "$RESULTS"
 "${DANE[@]}" prepare fashion-mnist --path "$FMNIST" --shards 8 --partition label-skew \
   --classes-per-shard 2 --out $S/fmnist-label-skew-8.zarr --force
 # The presets travel inside the package: ask dane where they are, so a pip install works too.
-PRESETS=$("${DANE[@]}" presets --dir)
+PRESETS=$("${DANE[@]}" presets --dir)/replays
 for file in "$PRESETS"/cnn-*.toml; do
   name=$(basename "$file" .toml)
   timeout "$LIMIT" "${DANE[@]}" bench train --config "$file" --json "$RESULTS/$name.json" \

@@ -107,7 +107,7 @@ def test_presets_lists_the_recommended_settings_first(run_cli, capsys):
     assert all(shipped[name].kind == "settings" for name in presets.RECOMMENDED)
     assert run_cli(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "Recommended (dane train --config preset:NAME):"
+    assert lines[0] == "For your case (dane train --config preset:NAME):"
     listed = [line.split()[0] for line in lines[1 : 1 + len(presets.RECOMMENDED)]]
     assert listed == list(presets.RECOMMENDED)
     # A user's words, not a benchmark's: no results page named in the purpose.

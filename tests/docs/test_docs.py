@@ -55,7 +55,7 @@ def test_every_relative_link_and_anchor_resolves():
 
 
 def test_every_preset_named_is_shipped():
-    files = [*PAGES, *sorted((ROOT / "presets").glob("*.toml"))]
+    files = [*PAGES, *sorted((ROOT / "presets").rglob("*.toml"))]
     problems = [p for f in files for p in checks.preset_problems(_shown(f), f.read_text(), PRESETS)]
     assert not problems, "\n".join(map(str, problems))
 

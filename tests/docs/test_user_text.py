@@ -20,7 +20,7 @@ def user_text_files(root: Path) -> list[Path]:
         for p in (root / "docs").rglob("*")
         if p.is_file() and p.suffix in TEXT_SUFFIXES and "_build" not in p.parts
     ]
-    presets = [*(root / "presets").glob("*.toml"), *(root / "presets" / "scripts").glob("*.sh")]
+    presets = [*(root / "presets").rglob("*.toml"), *(root / "presets" / "scripts").glob("*.sh")]
     return [root / "README.md", *sorted(docs), *sorted(presets)]
 
 

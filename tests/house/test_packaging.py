@@ -35,11 +35,16 @@ def _dotted(folder: Path) -> str:
 
 def test_every_folder_of_python_code_or_data_is_a_listed_package():
     found = {"dask_dane"} | {_dotted(p) for p in _package_folders() if (p / "__init__.py").exists()}
-    # Folders of data only (the scripts) are listed too, each with its package-data.
+    # Folders of data only (the replays, the scripts) are listed too, each with its
+    # package-data.
     data_only = {_dotted(p) for p in _package_folders() if not (p / "__init__.py").exists()}
-    assert data_only == {"dask_dane.presets.scripts"}
+    assert data_only == {"dask_dane.presets.replays", "dask_dane.presets.scripts"}
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == found | data_only
-    assert set(DATA) == {"dask_dane.presets", "dask_dane.presets.scripts"}
+    assert set(DATA) == {
+        "dask_dane.presets",
+        "dask_dane.presets.replays",
+        "dask_dane.presets.scripts",
+    }
 
 
 def test_every_non_python_file_of_the_package_is_package_data():
