@@ -21,7 +21,7 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 # pathlib turns `s3://b/x` into `s3:/b/x`: a URL that went through a Path on its way here.
 _MANGLED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/[^/]")
 # What each remote protocol needs installed (the `s3` extra installs s3fs).
-_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
+FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs"}
 
 
 def is_remote(location: str | os.PathLike) -> bool:
@@ -52,7 +52,7 @@ def filesystem(url: str) -> Any:
     try:
         fs, _ = fsspec.url_to_fs(url, skip_instance_cache=True)
     except ImportError:
-        package = _PACKAGES.get(protocol, f"the fsspec filesystem for {protocol}://")
+        package = FSSPEC_PACKAGES.get(protocol, f"the fsspec filesystem for {protocol}://")
         raise ValueError(
             f"{url}: reading {protocol}:// stores needs {package}; install it "
             "(pip install 'dask-dane[s3]' for S3)"

@@ -8,7 +8,6 @@ they travel beside the flat vector as a dict by name, and nothing optimises them
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -99,7 +98,9 @@ class _SwapPlan:
     buffers: dict[str, tuple[nn.Module, str]]
 
 
-_PLANS: weakref.WeakKeyDictionary[nn.Module, _SwapPlan | None] = weakref.WeakKeyDictionary()
+# The attribute a module keeps its plan under: the plan lives and dies with its module (a
+# worker's are the holder's, pipeline/engine/round/worker_state.py), with no table beside it.
+_PLAN_ATTRIBUTE = "_dask_dane_swap_plan"
 
 
 def _plan(model: nn.Module) -> _SwapPlan | None:
@@ -109,8 +110,8 @@ def _plan(model: nn.Module) -> _SwapPlan | None:
     The swap is what functional_call does for each name (the views set into the modules'
     tensor tables for the call, the originals put back after), without its per-call walk
     over the module tree and its checks: ~0.1 ms a forward, most of a small model's."""
-    if model in _PLANS:
-        return _PLANS[model]
+    if _PLAN_ATTRIBUTE in model.__dict__:
+        return model.__dict__[_PLAN_ATTRIBUTE]
     modules = dict(model.named_modules(remove_duplicate=False))
     shared = len(list(model.named_parameters(remove_duplicate=False))) != len(
         list(model.named_parameters())
@@ -127,7 +128,7 @@ def _plan(model: nn.Module) -> _SwapPlan | None:
         }
         sizes = [shape.numel() for _, _, shape in parameters]
         plan = _SwapPlan(parameters, sizes, sum(sizes), owners)
-    _PLANS[model] = plan
+    model.__dict__[_PLAN_ATTRIBUTE] = plan  # beside the module's tables, not in them
     return plan
 
 

@@ -161,22 +161,19 @@ def to_bytes(builder: Callable[..., nn.Module]) -> bytes:
     return cloudpickle.dumps(builder)
 
 
-_LOADED: dict[bytes, Callable[..., nn.Module]] = {}
-
-
 def from_bytes(data: bytes, name: str) -> Callable[..., nn.Module]:
-    """The builder back on a worker; ValueError naming the worker and the missing module."""
-    if data not in _LOADED:
-        try:
-            _LOADED[data] = cloudpickle.loads(data)
-        except ImportError as err:
-            missing = getattr(err, "name", None) or str(err)
-            raise ValueError(
-                f"worker {socket.gethostname()}:{os.getpid()} cannot import module {missing} "
-                f"for --model {name}; install it on every worker, or pass the model as "
-                "FILE.py:NAME so that it travels with the tasks"
-            ) from None
-    return _LOADED[data]
+    """The builder back on a worker; ValueError naming the worker and the missing module.
+    Loaded each time: a worker builds a model once per thread and spec
+    (pipeline/engine/round/worker_state.py keeps the module), so nothing here is kept."""
+    try:
+        return cloudpickle.loads(data)
+    except ImportError as err:
+        missing = getattr(err, "name", None) or str(err)
+        raise ValueError(
+            f"worker {socket.gethostname()}:{os.getpid()} cannot import module {missing} "
+            f"for --model {name}; install it on every worker, or pass the model as "
+            "FILE.py:NAME so that it travels with the tasks"
+        ) from None
 
 
 def call_builder(

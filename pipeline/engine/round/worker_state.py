@@ -1,5 +1,6 @@
 """Everything a worker process keeps between its tasks, in one holder (WORKER), with how long
-each part lives. Nothing else in the engine keeps module-level state on a worker.
+each part lives. Nothing else a worker runs (the engine, models/, datasets/) keeps
+module-level state: a test walks them.
 
 - `rounds`: per chain (a run's token and attempt), per round, what the worker made of it
   (worker.py's record: the round as opened, each phase's end, its shards' leaves, its
@@ -11,7 +12,8 @@ each part lives. Nothing else in the engine keeps module-level state on a worker
   the one before it.
 - `architectures`: per thread, the model's module for each ModelSpec, on the meta device
   (round/shards.py architecture): functional_call swaps a module's parameters while it runs,
-  so threads never share one. For the process's life: a few specs at most.
+  so threads never share one. For the process's life: a few specs at most. Each module
+  carries its own swap plan (models/flat.py), which lives as long as it does.
 - `activation_bytes`: per (model, row shape, dtype), the activation bytes a row costs
   (round/activations.py). For the process's life: a number a model.
 - `frames`: whether our dataclasses' tensors travel as frames (round/wire.py); benchmarks
