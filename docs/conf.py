@@ -32,7 +32,13 @@ exclude_patterns = [
     "examples",
     # Kept for the links into it from before the site; it maps old anchors to new pages.
     "results.md",
-    "results/*/**",
+    # The folders beside the results pages hold their JSON, TOML and figures, not pages;
+    # results/scaling/ holds the scaling pages (one a question, indexed by results/scaling.md).
+    *(
+        f"results/{folder.name}/**"
+        for folder in sorted((HERE / "results").iterdir())
+        if folder.is_dir() and folder.name != "scaling"
+    ),
 ]
 
 # GitHub's anchors ("## Non-iid data" -> #non-iid-data): the pages link to headings that way,

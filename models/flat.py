@@ -44,7 +44,7 @@ def unflatten(model: nn.Module, flat: torch.Tensor) -> dict[str, torch.Tensor]:
     One `split`, not a slice a parameter: a slice's backward writes its gradient into a
     zero tensor the size of the whole vector and autograd sums those, one per parameter
     tensor, where split's backward is one concatenation. At 11 M weights in 64 tensors
-    that made a step's backward 24x slower (docs/results/scaling.md).
+    that made a step's backward 24x slower (docs/results/scaling/transport.md).
     """
     named = list(model.named_parameters())
     sizes = [param.numel() for _, param in named]

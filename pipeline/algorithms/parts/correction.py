@@ -4,8 +4,8 @@ DANE tilts shard i's local problem by the linear term g_i - eta*g = d_i + (1 - e
 d_i = g_i - g is the shard's own part of the correction. With a gradient sample
 (`grad_sample` = N rows of each shard, fixed per run) g_i and g are means over samples, and
 d_i carries their sampling noise. On iid shards the true d_i is small (0.007-0.028 on
-Fashion-MNIST) and the sampled one mostly noise (0.15-0.22, docs/results/scaling.md): it tilts
-every local solve in a random direction. `shrink` scales d_i by
+Fashion-MNIST) and the sampled one mostly noise (0.15-0.22, docs/results/scaling/accuracy.md):
+it tilts every local solve in a random direction. `shrink` scales d_i by
 
     alpha_i = max(0, 1 - tr Var(d_i) / ||d_i||^2),
 
