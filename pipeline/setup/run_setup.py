@@ -78,7 +78,7 @@ def prepare_run(config: RunConfig, builder: Callable[..., nn.Module] | None = No
     if parse_augment(config.augment).active and len(store.sample_shape) != 3:
         raise ValueError(
             f"--augment flips and crops images (C, H, W), and the store holds samples of shape "
-            f"{store.sample_shape}; drop --augment"
+            f"{store.sample_shape}; pass --augment none (a preset or config may have set it)"
         )
     spec = ModelSpec(
         name=config.model,

@@ -64,3 +64,18 @@ def test_a_case_fits_a_small_store_with_no_note(digits_stores, name, shards):
     setup = prepare_run(run_config(digits_stores[shards], **settings))
     assert store_fit_notes(setup) == []
     assert setup.config.local_steps >= 1
+
+
+def test_a_case_that_needs_images_on_a_store_of_rows_is_one_line_naming_the_override(
+    run_cli, capfd, assert_one_line_error, tmp_path
+):
+    # highest-accuracy flips images; a store of 64 features a row has none to flip. The user
+    # did not pass --augment: the line names the flag that overrides the preset's value.
+    import dask_dane
+
+    store = dask_dane.prepare(str(tmp_path / "rows.zarr"), "digits-tabular", shards=2)
+    out = tmp_path / "run"
+    status = run_cli(["train", str(store), "--config", "preset:highest-accuracy",
+                      "--model", "mlp", "--dtype", "float64", "--out", str(out)])  # fmt: skip
+    assert_one_line_error(status, capfd, ["--augment flips", "(64,)", "--augment none"])
+    assert not out.exists()
