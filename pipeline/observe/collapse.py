@@ -24,12 +24,18 @@ PROXIMAL = ("dane", "sdane", "sdane-adaptive", "fedprox", "feddyn")
 
 def advice(config: RunConfig, strategy: Strategy | None = None) -> str:
     """The settings to change, as the run has them: `strategy` is the run's (its unset mu
-    resolved on the store's shards), else the one the settings alone give."""
-    steps = f"lower --local-steps (now {config.local_steps})"
+    and its K from --local-epochs resolved on the store's shards), else the one the settings
+    alone give. K given in passes is named by the flag that gives it."""
+    run = strategy or config.strategy
+    k = getattr(getattr(run, "solver", None), "local_steps", config.local_steps)
+    if config.local_epochs is not None:
+        steps = f"lower --local-epochs (now {config.local_epochs:g}, K = {k} steps)"
+    else:
+        steps = f"lower --local-steps (now {k})"
     steps += f" or --local-lr (now {config.local_lr:g})"
     if config.algorithm not in PROXIMAL:
         return steps
-    mu = getattr(strategy or config.strategy, "mu", config.mu)
+    mu = getattr(run, "mu", config.mu)
     return f"raise --mu (now {mu:g}) to bound the local problem, or {steps}"
 
 

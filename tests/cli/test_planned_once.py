@@ -71,3 +71,21 @@ def test_the_collapse_advice_names_the_run_s_own_mu():
     run_strategy = make_strategy("dane", {**config.strategy_settings(), "mu": 2.5})
 
     assert "raise --mu (now 2.5)" in advice(config, run_strategy)
+
+
+def test_the_collapse_advice_names_k_as_given_in_passes_and_as_the_run_resolved_it(
+    digits_stores,
+):
+    # The settings say 0.5 passes; the run's K is what the store's shards make of them
+    # (the settings' own local_steps, 30 by default, is not the run's).
+    from dask_dane.pipeline.setup.run_setup import prepare_run
+
+    config = RunConfig(store=str(digits_stores[2]), algorithm="fedavg", local_epochs=0.5)
+    setup = prepare_run(config.validate())
+    k = setup.strategy.solver.local_steps
+    assert k != config.local_steps
+    assert advice(config, setup.strategy).startswith(
+        f"lower --local-epochs (now 0.5, K = {k} steps) or --local-lr"
+    )
+    given = RunConfig(algorithm="fedavg", local_steps=7)
+    assert advice(given).startswith("lower --local-steps (now 7) or --local-lr")
