@@ -25,6 +25,8 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
+# The results folders that hold pages (results/NAME/*.md, indexed by results/NAME.md).
+RESULTS_PAGE_FOLDERS = {"cnn-accuracy", "memory", "races", "scaling", "skewed-shards"}
 exclude_patterns = [
     "_build",
     "_ext",
@@ -33,11 +35,12 @@ exclude_patterns = [
     # Kept for the links into it from before the site; it maps old anchors to new pages.
     "results.md",
     # The folders beside the results pages hold their JSON, TOML and figures, not pages;
-    # results/scaling/ holds the scaling pages (one a question, indexed by results/scaling.md).
+    # those named in RESULTS_PAGE_FOLDERS hold a results page's study pages too (one a
+    # question, indexed by results/NAME.md), and are built.
     *(
         f"results/{folder.name}/**"
         for folder in sorted((HERE / "results").iterdir())
-        if folder.is_dir() and folder.name != "scaling"
+        if folder.is_dir() and folder.name not in RESULTS_PAGE_FOLDERS
     ),
 ]
 

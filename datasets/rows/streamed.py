@@ -247,7 +247,7 @@ class ChunkWindow:
     uniformly over all its rows. A larger one is sampled from a moving part of itself: rows
     of one chunk meet in minibatches more often than a uniform draw would pair them. That is
     harmless where a shard's rows are in mixed order (an iid partition writes them permuted:
-    docs/results/memory.md measures it), not where the partition writes them class by class
+    docs/results/memory/streamed.md measures it), not where the partition writes them class by class
     (dirichlet, label-skew), whose chunks hold a class or two each
     (docs/howto/larger-than-memory.md).
     """

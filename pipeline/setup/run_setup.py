@@ -151,7 +151,7 @@ def initial_state(spec: ModelSpec, seed: int) -> tuple[torch.Tensor, Buffers]:
 
 # auto's bound on the model's bytes (weights and buffers) for the torch form. Measured on
 # the 2-core development machine, loopback, 2 workers, idle (`dane bench
-# collective-crossover`, docs/results/scaling/round-form.md "Two forms of a round", 2026-12-07): the
+# collective-crossover`, docs/results/scaling/two-forms.md "Two forms of a round", 2026-12-07): the
 # group's exchange of a phase's sums beats a dependent Dask hop passing the same bytes up to
 # 4 MiB (6.8 against 8.1 ms), ties it at 8 and 16 MiB and loses at 44.5 MiB (47.7 against
 # 19.6 ms: a Dask transfer moves about 2 GB/s here, gloo's all-reduce about 1.2).

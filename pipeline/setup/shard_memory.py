@@ -27,10 +27,10 @@ AUTO_STREAM_SHARE = 0.25
 # Dask pauses a worker at 80% of its memory limit: a resident shard above that never fits.
 RESIDENT_FITS_SHARE = 0.8
 # What a CPU worker holds before any split: Python, Dask, torch and a first step's buffers
-# (docs/results/memory.md: about 400 MiB). A worker's scoring pieces are held resident
-# only in what that leaves below the pause threshold: on a 512 MiB worker a quarter of the
-# limit (128 MiB) would have held 53 MiB of validation rows there, and the worker sat at
-# 99% of its limit through every evaluation.
+# (docs/results/memory/larger-than-memory.md: about 400 MiB). A worker's scoring pieces are
+# held resident only in what that leaves below the pause threshold: on a 512 MiB worker a
+# quarter of the limit (128 MiB) would have held 53 MiB of validation rows there, and the
+# worker sat at 99% of its limit through every evaluation.
 WORKER_BASE_BYTES = 400 * 2**20
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CNN benchmarks of docs/results/cnn-accuracy.md: Fashion-MNIST stores, then the runs of
+# The CNN benchmarks of docs/results/cnn-accuracy/first-runs.md: Fashion-MNIST stores, then the runs of
 # presets/replays/cnn-*.toml, one `dane bench train` per file, the files side by side (each its own
 # cluster; on one GPU they share it; on a CPU-only machine run them one at a time instead).
 # Results: JSON_DIR/<file>.json, run directories and logs under bench-out/cnn/<file>/.
