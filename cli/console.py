@@ -55,6 +55,11 @@ class TrainingProgress(ProgressLines):
 
     def __exit__(self, *exc: object) -> None:
         if self.bar.live.is_started:  # stop() of a bar never started prints an empty line
+            # Ctrl-C between a round's record and its callback left the bar a round behind
+            # what the run kept (and the interrupt line says): its last frame shows that.
+            recorded = RunDir(Path(self.out)).rounds_recorded()
+            if recorded > self.bar.tasks[0].completed:
+                self.bar.update(self.task, completed=recorded)
             self.bar.stop()
 
     def on_start(self, dashboard: str, workers: int) -> None:

@@ -60,3 +60,24 @@ def test_a_started_clusters_workers_log_to_the_file_not_the_terminal(tmp_path, c
     captured = capfd.readouterr()  # fd 2 of this process, which the worker inherited
     assert "worker-marker" not in captured.err + captured.out
     assert "worker-marker: a task failed" in log.read_text()
+
+
+def test_the_bar_ends_at_the_rounds_the_run_kept(tmp_path):
+    # Ctrl-C after round 3's row was written but before its callback: the bar's last frame
+    # says 3, as the interrupt line (train_lines.interrupted_line) does.
+    import json
+
+    from dask_dane.cli.console import TrainingProgress
+    from dask_dane.pipeline.setup.config import RunConfig
+
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [{"round": t, "train_loss": 1.0 / t, "test_accuracy": 0.5} for t in (1, 2, 3)]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    progress = TrainingProgress(RunConfig(out=str(out), rounds=10))
+    with progress:
+        progress.bar.start()
+        for row in rows[:2]:
+            progress.on_round(row)
+        assert progress.bar.tasks[0].completed == 2
+    assert progress.bar.tasks[0].completed == 3
