@@ -24,7 +24,11 @@ ROOT = str(Path(dask_dane.__file__).parent)
 SKIP = re.compile(r"<(genexpr|listcomp|dictcomp|setcomp|lambda)>")
 ROUND_WORK = ("pipeline/engine/round", "pipeline/engine/protocol", "pipeline/algorithms", "models")
 DRIVER = ("pipeline/engine/run", "pipeline/engine/plan", "pipeline/training")
-seen: dict[str, set[str]] = {"functions": set(), "classes": set()}
+# One round from its submission to its new weights, the issue's measure: what runs beneath
+# these (the graph's build on the driver, a worker's phase and update tasks; a rank's round
+# under the torch collective), scoring and recording left out.
+ROUND_ENTRIES = {"build_round", "run_worker_phase", "update_on_worker", "_one_round"}
+seen: dict[str, set[str]] = {"functions": set(), "classes": set(), "round": set()}
 recording = threading.Event()
 
 
@@ -39,6 +43,8 @@ def _profile(frame, event, arg) -> None:
     if ours and not SKIP.search(code.co_qualname):
         relative = name[len(ROOT) + 1 :]
         seen["functions"].add(f"{relative}:{code.co_qualname}")
+        if _in_a_round(frame):
+            seen["round"].add(f"{relative}:{code.co_qualname}")
         if "." in code.co_qualname and "<locals>" not in code.co_qualname:
             seen["classes"].add(f"{relative}:{code.co_qualname.split('.')[0]}")
     if code.co_name == "__init__" and "self" in frame.f_locals:  # dataclasses' __init__ too
@@ -46,6 +52,15 @@ def _profile(frame, event, arg) -> None:
         if cls.__module__.startswith("dask_dane.") and ".observe." not in cls.__module__:
             module = cls.__module__.removeprefix("dask_dane.").replace(".", "/")
             seen["classes"].add(f"{module}.py:{cls.__qualname__}")
+
+
+def _in_a_round(frame) -> bool:
+    """Whether the frame is a round's entry or runs beneath one."""
+    while frame is not None:
+        if frame.f_code.co_name in ROUND_ENTRIES and frame.f_code.co_filename.startswith(ROOT):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _train(store: str, collective: str) -> None:
@@ -90,11 +105,14 @@ def main() -> None:
         "collective": collective,
         "run": _part(functions, ("",)),
         "round_work": _part(functions, ROUND_WORK),
+        "one_round": _part(sorted(seen["round"]), ("",)),
+        "round_list": sorted(seen["round"]),
         "driver": _part(functions, DRIVER),
         "classes": sorted(seen["classes"]),
         "function_list": functions,
     }
-    print(json.dumps({k: result[k] for k in ("collective", "run", "round_work", "driver")}))
+    shown = ("collective", "run", "round_work", "one_round", "driver")
+    print(json.dumps({k: result[k] for k in shown}))
     print(f"classes: {len(result['classes'])}")
     if len(sys.argv) > 3:
         Path(sys.argv[3]).write_text(json.dumps(result, indent=1))
