@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,6 +48,26 @@ def _pids(client: Client) -> dict[str, int]:
     return client.run(os.getpid)
 
 
+def _kill_a_worker_in_round_2(
+    client: Client,
+) -> tuple[list[str], list[threading.Thread], Callable[[dict], None]]:
+    """An on_round callback that, once round 1 is recorded, kills (SIGKILL) the worker that
+    runs one of round 2's shard tasks; the workers killed and the watching thread fill in."""
+    pids = _pids(client)
+    killed: list[str] = []
+    threads: list[threading.Thread] = []
+
+    def kill(worker: str) -> None:
+        os.kill(pids[worker], signal.SIGKILL)
+        killed.append(worker)
+
+    def on_round(row: dict) -> None:
+        if row["round"] == 1:
+            threads.append(_when_local_task_runs(client, 2, kill))
+
+    return killed, threads, on_round
+
+
 # A streamed shard is reopened from its recipe on the new worker, its cache empty: its
 # minibatch windows are drawn from the round's seed alone, so the weights are the same too.
 @pytest.mark.parametrize("shard_memory", ["resident", "stream"])
@@ -59,17 +80,7 @@ def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
     undisturbed = train(
         run_config(digits_stores[4], SETTINGS, out=tmp_path / "ref", **held), client=client
     )
-    pids = _pids(client)
-    killed: list[str] = []
-    threads: list[threading.Thread] = []
-
-    def kill(worker: str) -> None:
-        os.kill(pids[worker], signal.SIGKILL)
-        killed.append(worker)
-
-    def on_round(row: dict) -> None:
-        if row["round"] == 1:
-            threads.append(_when_local_task_runs(client, 2, kill))
+    killed, threads, on_round = _kill_a_worker_in_round_2(client)
 
     summary = train(
         run_config(digits_stores[4], SETTINGS, out=tmp_path / "run", **held),
@@ -143,17 +154,7 @@ def test_allgather_rounds_survive_a_worker_killed_mid_round_with_the_same_weight
         run_config(digits_stores[4], SETTINGS, out=tmp_path / "ref", **held), broadcast="allgather"
     )
     undisturbed = train(ref, client=client)
-    pids = _pids(client)
-    killed: list[str] = []
-    threads: list[threading.Thread] = []
-
-    def kill(worker: str) -> None:
-        os.kill(pids[worker], signal.SIGKILL)
-        killed.append(worker)
-
-    def on_round(row: dict) -> None:
-        if row["round"] == 1:
-            threads.append(_when_local_task_runs(client, 2, kill))
+    killed, threads, on_round = _kill_a_worker_in_round_2(client)
 
     config = replace(ref, out=str(tmp_path / "run"))
     summary = train(config, client=client, callbacks=Callbacks(on_round=on_round))
