@@ -38,6 +38,7 @@ from .engine.run.run_state import RunState
 from .engine.run.rundir import RunDir
 from .engine.run.segments import SegmentRounds
 from .launchers.cluster import make_client
+from .launchers.cluster_checks import cluster_identity
 from .setup.config import RunConfig
 from .setup.measured_steps import CHOSEN, choose_steps, with_local_steps
 from .setup.round_costs import measure_round_costs
@@ -102,7 +103,7 @@ def _start_and_run(
 ) -> RunSetup:
     """The run's start on its cluster (the collective, the shards placed and loaded, config.toml
     written), then its rounds; returns the setup as it ran (placed, its collective chosen)."""
-    info = active.scheduler_info(n_workers=-1)
+    info = cluster_identity(active)
     model_bytes = comm.payload_bytes([setup.weights, setup.buffers])
     collective, why = choose_collective(setup.config, model_bytes)
 

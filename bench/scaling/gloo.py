@@ -25,12 +25,13 @@ from ...pipeline.engine.round.exchange import exchange_phase
 from ...pipeline.engine.round.group import GroupSpec
 from ...pipeline.engine.round.worker import phase_total
 from ...pipeline.engine.run.segment import form_group
+from ...pipeline.launchers.cluster_checks import cluster_identity
 
 
 def gloo_allgather_ms(client: Any, payload_bytes: int, repeats: int = 30) -> dict[str, Any]:
     """Medians, in ms, over `repeats` all-gathers of `payload_bytes` on every worker at once
     (rank 0's timings): `raw_ms` and `objects_ms` (the module docstring)."""
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(cluster_identity(client)["workers"])
     spec = GroupSpec(name=f"bench-{uuid.uuid4().hex[:8]}", world=len(workers), timeout_s=60.0)
     futures = [
         client.submit(

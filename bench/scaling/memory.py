@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ...pipeline.engine.round.aggregate import shard_placement
+from ...pipeline.launchers.cluster_checks import cluster_identity
 
 MODEL_COPIES = 20
 # What a worker process holds beyond its data, the model copies and the bare footprint while
@@ -70,7 +71,7 @@ def worker_rss(client: Any, setup: Any) -> dict[str, int]:
     """Resident memory of each worker, by address, once it has used the libraries once."""
     from ...pipeline.setup.run_setup import initial_weights
 
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(cluster_identity(client)["workers"])
     args = (setup.spec, setup.config.device, setup.shard_args(0))
     for w in workers:  # a model-sized tensor there and back through Dask's comms
         sent = client.scatter(initial_weights(setup.spec, 0), workers=[w], hash=False)

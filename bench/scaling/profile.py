@@ -25,6 +25,7 @@ import torch
 from dask.utils import key_split
 from distributed import wait
 
+from ...pipeline.launchers.cluster_checks import cluster_identity
 from .introspect import chained_dependencies, round_graph
 
 
@@ -45,7 +46,7 @@ def hop_latency(
     passes a tensor of that size (the model's bytes): one hop of a round, the unit its fixed
     cost is counted in (`alternating_payload_ms`).
     """
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(cluster_identity(client)["workers"])
     result = {"same_worker_ms": _chain_ms(client, [workers[0]] * hops, repeats, _increment, 0)}
     if len(workers) > 1:
         alternating = [workers[i % 2] for i in range(hops)]

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from ...pipeline.launchers.cluster_checks import cluster_identity
+
 # name: (float32 parameters, BatchNorm layers' channels)
 MODELS: dict[str, tuple[int, tuple[int, ...]]] = {
     "resnet18": (11_689_512, (64,) * 5 + (128,) * 5 + (256,) * 5 + (512,) * 5),
@@ -132,7 +134,7 @@ def transfer_rows(client: Any, kind: str, model: str, repeats: int) -> list[dict
     """Worker A to worker B, each form, alternating (the first of each form not counted)."""
     from ...pipeline.engine.round.wire import use_frames
 
-    a, b = sorted(client.scheduler_info()["workers"])
+    a, b = sorted(cluster_identity(client)["workers"])
     runs: dict[str, list[dict[str, float]]] = {form: [] for form in FORMS}
     for _ in range(repeats + 1):
         for form in FORMS:

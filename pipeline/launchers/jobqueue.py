@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..algorithms.parts.setting_error import SettingError, setting
 from ..setup.job_settings import LOCAL
 from ..setup.settings import ClusterSettings
+from .cluster_checks import cluster_identity
 from .errors import QueueStalled
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def wait_for_jobs(client: Client, cluster: Any, config: ClusterSettings) -> None
         except TimeoutError:
             pass
         _refuse_refused(cluster, config)
-        joined = len(client.scheduler_info(n_workers=-1)["workers"])
+        joined = len(cluster_identity(client)["workers"])
         states = job_states(cluster, config)
         ended = [job for job, state in states.items() if state is None]
         line = _queue_line(states, cluster)

@@ -50,8 +50,8 @@ def row_bytes(store: StoreInfo, converted_to: str | None = None) -> int:
 
 
 def worker_memory_limit(scheduler_info: dict) -> int | None:
-    """The smallest memory limit of the workers in Client.scheduler_info(), in bytes; None if
-    a worker has none (Dask's memory_limit 0)."""
+    """The smallest memory limit of the workers in the scheduler's identity (cluster_identity),
+    in bytes; None if a worker has none (Dask's memory_limit 0)."""
     limits = [int(w.get("memory_limit") or 0) for w in scheduler_info["workers"].values()]
     return min(limits) if limits and all(limits) else None
 
@@ -139,7 +139,8 @@ def resolve_split_memory(
 def place_shards(
     setup: RunSetup, scheduler_info: dict, announce: Callable[[str], None]
 ) -> tuple[RunSetup, list[str], str]:
-    """The shards placed on the workers of Client.scheduler_info(): (setup, placement, note).
+    """The shards placed on the workers of the scheduler's identity (cluster_identity): (setup,
+    placement, note).
 
     Each shard pinned to a worker (`placement`: sorted addresses, so it is reproducible), and
     `setup` with --shard-memory resolved for those workers and the smallest memory limit

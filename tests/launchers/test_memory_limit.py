@@ -7,6 +7,7 @@ import pytest
 from dask.utils import parse_bytes
 
 from dask_dane.pipeline.launchers.cluster import make_client
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.shard_memory import worker_memory_limit
 
@@ -23,5 +24,5 @@ def test_each_started_worker_gets_the_limit(digits_stores):
                        dashboard_address="127.0.0.1:0")  # fmt: skip
     with make_client(config) as client:
         client.wait_for_workers(1, timeout=60)
-        limit = worker_memory_limit(client.scheduler_info(n_workers=-1))
+        limit = worker_memory_limit(cluster_identity(client))
     assert limit == parse_bytes("700MiB")

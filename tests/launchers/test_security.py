@@ -24,6 +24,7 @@ from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.store import open_store
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.launchers.cluster import make_client
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig, to_toml
 from dask_dane.pipeline.training import train
 
@@ -33,7 +34,7 @@ LOOPBACK = {"127.0.0.1", "::1"}
 
 def _workers(client) -> list[str]:
     """The cluster's worker addresses, sorted."""
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return sorted(cluster_identity(client)["workers"])
 
 
 def _listening(pids: list[int]) -> list[tuple[int, str, int]]:

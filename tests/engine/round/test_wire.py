@@ -30,6 +30,7 @@ from dask_dane.pipeline.engine.round.tasks import PhaseEnd, RoundInput, RoundRes
 from dask_dane.pipeline.engine.round.worker import WorkerPhase, nodes_of
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.rundir import RunDir
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 from dask_dane.pipeline.training import train
@@ -213,7 +214,7 @@ def test_a_cuda_tensor_travels_through_the_host_and_returns_to_its_device():
 def test_tensors_cross_workers_as_frames_and_the_run_equals_the_reference(
     digits_stores, cluster_client, tmp_path
 ):
-    a, b = sorted(cluster_client.scheduler_info()["workers"])
+    a, b = sorted(cluster_identity(cluster_client)["workers"])
     phase = _instances(_tensors())["WorkerPhase"]
     made = cluster_client.submit(WorkerPhase, **vars(phase), workers=[a], pure=False)
     # Made on worker a, taken by a task on worker b, then by the driver: two comms.

@@ -17,6 +17,7 @@ from dask_dane.pipeline.engine.round.worker_state import WORKER
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.run_state import RunState, round_input_of
 from dask_dane.pipeline.engine.run.rundir import RunDir
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 from dask_dane.pipeline.training import train
@@ -125,7 +126,7 @@ def test_a_worker_that_kept_nothing_computes_the_same_bits(
     try:
         recomputed, recomputed_rows = run("recomputed")
         assert cluster_client.run(lambda: len(worker_state.WORKER.rounds)) == {
-            w: 0 for w in cluster_client.scheduler_info()["workers"]
+            w: 0 for w in cluster_identity(cluster_client)["workers"]
         }
     finally:
         cluster_client.run(_enable_the_cache)

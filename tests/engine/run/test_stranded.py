@@ -14,6 +14,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dask_dane.pipeline.engine.run.bounded import stranded, wait_for
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 
 pytestmark = pytest.mark.cluster
 
@@ -31,7 +32,7 @@ def test_a_task_stranded_by_losing_every_worker_fails_the_wait():
         Client(cluster) as client,
     ):
         client.wait_for_workers(2, timeout=60)
-        first = sorted(client.scheduler_info()["workers"])[0]
+        first = sorted(cluster_identity(client)["workers"])[0]
         task = client.submit(_slow, 1, workers=[first], allow_other_workers=True, pure=False)
         while not client.processing(workers=[first])[first]:
             time.sleep(0.1)

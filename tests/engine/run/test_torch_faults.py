@@ -22,6 +22,7 @@ from run_configs import run_config
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.training import Callbacks, train
 
 pytestmark = pytest.mark.cluster
@@ -85,7 +86,7 @@ def test_a_worker_killed_mid_segment_gives_the_undisturbed_weights(
     # Rank 0 holds the group's store, rank 1 only its part: either killed, the survivor's
     # all-gather fails, the segment is settled and run again from the last recorded round.
     store = digits_stores[4]
-    address = sorted(workers.scheduler_info(n_workers=-1)["workers"])[rank]
+    address = sorted(cluster_identity(workers)["workers"])[rank]
     pid = workers.run(os.getpid, workers=[address])[address]
     callbacks, threads = _after_first_row(lambda: os.kill(pid, signal.SIGKILL))
 
@@ -107,7 +108,7 @@ def test_a_frozen_worker_is_found_by_the_timeout_and_the_run_goes_on(
     # SIGSTOP: its sockets stay open, so only --collective-timeout finds it; the driver
     # removes it from the cluster and the other worker takes its shards.
     store = digits_stores[4]
-    address = sorted(workers.scheduler_info(n_workers=-1)["workers"])[1]
+    address = sorted(cluster_identity(workers)["workers"])[1]
     pid = workers.run(os.getpid, workers=[address])[address]
     callbacks, _ = _after_first_row(lambda: os.kill(pid, signal.SIGSTOP))
     notes: list[str] = []  # the engine's lines reach the user through Callbacks.on_note

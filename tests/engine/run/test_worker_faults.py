@@ -22,6 +22,7 @@ from run_configs import run_config
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
+from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.training import Callbacks, train
 
 pytestmark = pytest.mark.cluster
@@ -102,7 +103,7 @@ def test_worker_killed_mid_round_reloads_its_shards_and_gives_the_same_weights(
     assert any(r["shards_reloaded"] >= 1 or r["attempts"] >= 2 for r in rows[1:]), rows
     assert rows[0]["shards_reloaded"] == 0 and rows[0]["attempts"] == 1
     client.wait_for_workers(2, timeout=60)  # the nanny restarted the worker
-    assert killed[0] not in client.scheduler_info(n_workers=-1)["workers"]
+    assert killed[0] not in cluster_identity(client)["workers"]
 
 
 def test_stalled_worker_makes_the_round_wait_and_shows_as_straggler(
