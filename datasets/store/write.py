@@ -87,9 +87,7 @@ def write_store(
     out = location.resolve(out)
     check_raw_dataset(raw)
     if location.exists(out) and not force:
-        raise ValueError(
-            f"{out} already exists; pass --force to replace it or choose another --out"
-        )
+        raise _exists(out)
     shard_rows = partition_rows(partition, raw.y_train, raw.num_classes)
     order = np.concatenate(shard_rows)
     bounds = np.cumsum([0, *map(len, shard_rows)])
@@ -106,7 +104,7 @@ def write_store(
     if location.is_remote(out):
         _write_remote(raw, order, attrs, out)
     else:
-        _write_local(raw, order, attrs, Path(out))
+        _write_local(raw, order, attrs, Path(out), force=force)
     return open_store(out)
 
 
@@ -119,15 +117,35 @@ def _write_group(group: zarr.Group, raw: RawDataset, order: np.ndarray, attrs: d
     group.attrs.update(attrs)  # written last: a store without attributes is incomplete
 
 
-def _write_local(raw: RawDataset, order: np.ndarray, attrs: dict, out: Path) -> None:
+def _write_local(
+    raw: RawDataset, order: np.ndarray, attrs: dict, out: Path, *, force: bool
+) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         _write_group(zarr.open_group(tmp, mode="w", zarr_format=3), raw, order, attrs)
-        _replace_dir(tmp, out)
+        if force:
+            _replace_dir(tmp, out)
+        else:
+            _place_new(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _place_new(src: Path, dst: Path) -> None:
+    """Move `src` to `dst`, which must not exist: a store another process placed there while
+    this one wrote (two first runs at once, say) is kept, never swapped under its readers."""
+    try:
+        os.rename(src, dst)  # onto an empty folder it succeeds, onto a store it fails
+    except OSError:
+        if not dst.exists():
+            raise
+        raise _exists(dst) from None
+
+
+def _exists(out: str | Path) -> ValueError:
+    return ValueError(f"{out} already exists; pass --force to replace it or choose another --out")
 
 
 def _write_remote(raw: RawDataset, order: np.ndarray, attrs: dict, out: str) -> None:

@@ -60,7 +60,13 @@ def prepare_store(
     if replace or not path.exists():
         raw = load_source(source, options or SourceOptions(seed=seed))
         spec = PartitionSpec(kind="iid", num_shards=shards, seed=seed)
-        write_store(raw, spec, path, force=replace)
+        try:
+            write_store(raw, spec, path, force=replace)
+        except ValueError:
+            # Another process placed the store while this one wrote it (two first runs at
+            # once on the embedded default): written whole and renamed into place, it is used.
+            if replace or not path.exists():
+                raise
     return path
 
 

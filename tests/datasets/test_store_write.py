@@ -181,3 +181,40 @@ def test_store_attributes_are_plain_json(synthetic, tmp_path):
     assert metadata["zarr_format"] == 3
     assert metadata["attributes"]["shards"] == [list(s) for s in open_store(path).shards]
     assert metadata["attributes"]["partition"] == {"kind": "iid", "seed": 4}
+
+
+def _another_writer_meanwhile(monkeypatch, raw, out) -> None:
+    """While this process writes its arrays, another one places its own store at `out` (two
+    first runs at once): written and renamed into place before this one renames."""
+    write_group = store_module._write_group
+
+    def racing(group, *args):
+        write_group(group, *args)
+        monkeypatch.setattr(store_module, "_write_group", write_group)
+        write_store(raw, PartitionSpec(num_shards=2), out, force=False)
+
+    monkeypatch.setattr(store_module, "_write_group", racing)
+
+
+def test_a_store_placed_by_another_process_meanwhile_is_kept(
+    digits, synthetic, tmp_path, monkeypatch
+):
+    out = tmp_path / "s.zarr"
+    _another_writer_meanwhile(monkeypatch, digits, out)
+
+    with pytest.raises(ValueError, match="already exists; pass --force"):
+        write_store(synthetic, PartitionSpec(num_shards=3), out, force=False)
+
+    assert open_store(out).source == "digits"  # not swapped under the other process's run
+    assert [p.name for p in tmp_path.iterdir()] == ["s.zarr"]
+
+
+def test_the_default_store_written_meanwhile_by_another_run_is_used(digits, tmp_path, monkeypatch):
+    from dask_dane.pipeline.setup.run_setup import prepare_store
+
+    out = tmp_path / "digits.zarr"
+    _another_writer_meanwhile(monkeypatch, digits, out)
+
+    assert prepare_store("digits", out, shards=2) == out
+    assert open_store(out).num_shards == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["digits.zarr"]
