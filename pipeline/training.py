@@ -73,6 +73,20 @@ def train(
     # The topmost folder that starting the run creates (if any), to remove if no round is done.
     folders = [*reversed(run_dir.root.parents), run_dir.root]
     created = next((folder for folder in folders if not folder.exists()), None)
+    with run_dir.claimed():  # until the run ends: no second run writes here meanwhile
+        return _claimed_run(config, setup, run_dir, created, callbacks, client, resume)
+
+
+def _claimed_run(
+    config: RunConfig,
+    setup: RunSetup,
+    run_dir: RunDir,
+    created: Path | None,
+    callbacks: Callbacks,
+    client: Client | None,
+    resume: bool,
+) -> dict:
+    """The run in its claimed directory: `created`, the topmost folder its start created."""
     state = run_state.open_run(setup, run_dir, resume=resume)
     try:
         if state.round >= config.rounds:  # a finished run resumed: nothing left to run

@@ -4,8 +4,10 @@ writes the rounds, the checkpoints and the summary."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,20 @@ class RunDir:
             )
         self.check_writable()
 
+    @contextlib.contextmanager
+    def claimed(self) -> Iterator[None]:
+        """The directory created and held by this run until it ends: ValueError where another
+        run holds it (two `dane train` given one --out, or started at once and numbered the
+        same). An advisory lock on the directory itself (flock), so nothing is written into
+        it, and the kernel lifts it when the holder dies: a killed driver's run resumes."""
+        self.check_writable()
+        handle = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)  # not inherited by children
+        try:
+            _lock(handle, self.root)
+            yield
+        finally:
+            os.close(handle)  # lifts the lock
+
     def check_writable(self) -> None:
         """Create the directory, or say why it cannot be written."""
         try:
@@ -76,3 +92,19 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         text = json.dumps(summary, indent=2) + "\n"
         atomic_write_bytes(self.summary, lambda h: h.write(text.encode()))
+
+
+def _lock(handle: int, root: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): runs are not guarded against each other
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(
+            f"{root} is in use by another run that has not ended; wait for it to end, or "
+            "choose another --out"
+        ) from None
+    except OSError:  # a file system without locks (some network mounts): run unguarded
+        return
