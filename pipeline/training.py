@@ -28,7 +28,7 @@ from .engine.round import comm
 from .engine.round.graph import ShardSet
 from .engine.round.shards import load_evaluation, load_shard
 from .engine.run import run_state
-from .engine.run.bounded import wait_for
+from .engine.run.bounded import cluster_identity, wait_for
 from .engine.run.callbacks import Callbacks
 from .engine.run.driver import run_rounds
 from .engine.run.errors import TrainingDiverged
@@ -38,7 +38,6 @@ from .engine.run.run_state import RunState
 from .engine.run.rundir import RunDir
 from .engine.run.segments import SegmentRounds
 from .launchers.cluster import make_client
-from .launchers.cluster_checks import cluster_identity
 from .setup.config import RunConfig
 from .setup.measured_steps import CHOSEN, choose_steps, with_local_steps
 from .setup.round_costs import measure_round_costs

@@ -24,8 +24,8 @@ from ...pipeline.engine.round.aggregate import Partial
 from ...pipeline.engine.round.exchange import exchange_phase
 from ...pipeline.engine.round.group import GroupSpec
 from ...pipeline.engine.round.worker import phase_total
+from ...pipeline.engine.run.bounded import cluster_identity
 from ...pipeline.engine.run.segment import form_group
-from ...pipeline.launchers.cluster_checks import cluster_identity
 
 
 def gloo_allgather_ms(client: Any, payload_bytes: int, repeats: int = 30) -> dict[str, Any]:

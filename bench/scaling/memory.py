@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ...pipeline.engine.round.aggregate import shard_placement
-from ...pipeline.launchers.cluster_checks import cluster_identity
+from ...pipeline.engine.run.bounded import cluster_identity
 
 MODEL_COPIES = 20
 # What a worker process holds beyond its data, the model copies and the bare footprint while

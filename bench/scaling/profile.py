@@ -25,7 +25,7 @@ import torch
 from dask.utils import key_split
 from distributed import wait
 
-from ...pipeline.launchers.cluster_checks import cluster_identity
+from ...pipeline.engine.run.bounded import cluster_identity
 from .introspect import chained_dependencies, round_graph
 
 

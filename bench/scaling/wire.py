@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ...pipeline.launchers.cluster_checks import cluster_identity
+from ...pipeline.engine.run.bounded import cluster_identity
 
 # name: (float32 parameters, BatchNorm layers' channels)
 MODELS: dict[str, tuple[int, tuple[int, ...]]] = {

@@ -111,14 +111,3 @@ def restore_logs(saved: Saved) -> None:
     for name, (handlers, propagate) in saved.items():
         logger = logging.getLogger(name)
         logger.handlers, logger.propagate = handlers, propagate
-
-
-def cluster_identity(client: Any) -> dict[str, Any]:
-    """The scheduler's identity with every worker, asked now.
-
-    Not Client.scheduler_info(): it returns the client's cached identity, which the client's
-    own periodic refresh (every 2 s, workers left out) may overwrite between the fresh fetch
-    and the return, so that a cluster of running workers reads as one without any (seen in a
-    test run: 'the cluster has no workers to hold the shards'; 518 of 2,000 calls with the
-    refresh every 1 ms, distributed 2026.7.1)."""
-    return client.sync(client.scheduler.identity, n_workers=-1)

@@ -22,9 +22,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..algorithms.parts.setting_error import SettingError, setting
+from ..engine.run.bounded import cluster_identity
 from ..setup.job_settings import LOCAL
 from ..setup.settings import ClusterSettings
-from .cluster_checks import cluster_identity
 from .errors import QueueStalled
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from dask.utils import parse_bytes
 
+from dask_dane.pipeline.engine.run.bounded import cluster_identity
 from dask_dane.pipeline.launchers.cluster import make_client
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.shard_memory import worker_memory_limit
 

@@ -22,9 +22,9 @@ import zarr
 
 from dask_dane.datasets.integrity import DIGEST_KEY, metadata_digest
 from dask_dane.datasets.store import open_store
+from dask_dane.pipeline.engine.run.bounded import cluster_identity
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.launchers.cluster import make_client
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig, to_toml
 from dask_dane.pipeline.training import train
 

@@ -3,6 +3,7 @@ waits on a task Dask will never run again.
 
 - the requests (`wait_for`, `check_scheduler`, `bounded`, `scheduler_checked`, and
   `publish_round`, the round's row sent as a Dask event): ClusterLost past `--timeout`;
+  `cluster_identity`, the workers as the scheduler lists them now, not as the client cached;
 - tasks Dask will never run again, found, so that the round fails and is rerun, not waited
   on. When every worker of a cluster dies at once (a shard too big for its workers' memory
   makes each nanny restart its worker), Dask puts the tasks it must recompute in its
@@ -35,6 +36,17 @@ EVENT_TOPIC = "dane"
 # tasks above 80% of its memory limit) while the run waits, before the run stops: a paused
 # worker whose own memory does not fall never resumes, and the run would wait for good.
 PAUSED_GIVE_UP_S = 60.0
+
+
+def cluster_identity(client: Any, timeout: float | None = None) -> dict[str, Any]:
+    """The scheduler's identity with every worker, asked now (TimeoutError past `timeout`).
+
+    Not Client.scheduler_info(): it returns the client's cached identity, which the client's
+    own periodic refresh (every 2 s, workers left out) may overwrite between the fresh fetch
+    and the return, so that a cluster of running workers reads as one without any (seen in a
+    test run: 'the cluster has no workers to hold the shards'; 518 of 2,000 calls with the
+    refresh every 1 ms, distributed 2026.7.1)."""
+    return client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
 
 
 def stranded(dask_scheduler: Any, keys: list[str]) -> list[str]:

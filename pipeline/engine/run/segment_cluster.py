@@ -12,7 +12,7 @@ from typing import Any
 
 from distributed import Queue, Semaphore
 
-from .bounded import bounded
+from .bounded import bounded, cluster_identity
 
 # Seconds to wait for a lease that another run holds before saying so.
 LOCK_NOTE_S = 2.0
@@ -93,7 +93,7 @@ def settle(
 def _listed(client: Any, timeout: float) -> set[str]:
     """The workers the scheduler lists now (empty where it does not answer in `timeout`)."""
     try:
-        info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)
+        info = cluster_identity(client, timeout)
     except OSError:  # TimeoutError too
         return set()
     return set(info["workers"])

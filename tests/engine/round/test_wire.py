@@ -28,9 +28,9 @@ from dask_dane.pipeline.engine.round import comm, wire
 from dask_dane.pipeline.engine.round.aggregate import Partial, shard_leaf
 from dask_dane.pipeline.engine.round.tasks import PhaseEnd, RoundInput, RoundResult
 from dask_dane.pipeline.engine.round.worker import WorkerPhase, nodes_of
+from dask_dane.pipeline.engine.run.bounded import cluster_identity
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 from dask_dane.pipeline.training import train

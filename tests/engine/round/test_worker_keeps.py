@@ -14,10 +14,10 @@ from dask_dane.pipeline.engine.round import worker, worker_state
 from dask_dane.pipeline.engine.round.aggregate import owned_nodes
 from dask_dane.pipeline.engine.round.shards import load_shard
 from dask_dane.pipeline.engine.round.worker_state import WORKER
+from dask_dane.pipeline.engine.run.bounded import cluster_identity
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.run_state import RunState, round_input_of
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.setup.config import RunConfig
 from dask_dane.pipeline.setup.run_setup import prepare_run
 from dask_dane.pipeline.training import train

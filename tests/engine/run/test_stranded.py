@@ -13,8 +13,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_dane.pipeline.engine.run.bounded import stranded, wait_for
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
+from dask_dane.pipeline.engine.run.bounded import cluster_identity, stranded, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -19,10 +19,10 @@ import torch
 from distributed import Client
 from run_configs import run_config
 
+from dask_dane.pipeline.engine.run.bounded import cluster_identity
 from dask_dane.pipeline.engine.run.checkpoint import load_checkpoint
 from dask_dane.pipeline.engine.run.metrics import read_metrics
 from dask_dane.pipeline.engine.run.rundir import RunDir
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
 from dask_dane.pipeline.training import Callbacks, train
 
 pytestmark = pytest.mark.cluster

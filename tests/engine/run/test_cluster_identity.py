@@ -12,7 +12,7 @@ import dask
 import pytest
 from distributed import Client
 
-from dask_dane.pipeline.launchers.cluster_checks import cluster_identity
+from dask_dane.pipeline.engine.run.bounded import cluster_identity
 
 
 @pytest.mark.cluster
